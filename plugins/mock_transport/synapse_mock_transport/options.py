@@ -1,0 +1,45 @@
+"""The mock transport's model options (``[models.options]`` in a catalog)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import attrs
+
+from synapse_core.config import structure
+
+
+@attrs.frozen
+class Faults:
+    """Fault knobs. Counts are per worker generation, starting at 1."""
+
+    reply_delay_s: float = 0.0
+    cold_admit_delay_s: float = 0.0
+    crash_on_infer: int | None = None
+    malformed_on_infer: int | None = None
+    hang_on_infer: int | None = None
+    crash_on_admit: int | None = None
+    ignore_sigterm: bool = False
+    only_generation: int | None = None
+
+    def active(self, generation: int) -> bool:
+        return self.only_generation is None or self.only_generation == generation
+
+
+@attrs.frozen
+class MockOptions:
+    buckets: tuple[int, ...] = (16, 32, 64, 128, 256, 512)
+    dims: int = 64
+    max_batch: int = 32
+    faults: Faults = Faults()
+    trace: str | None = None
+
+    def __attrs_post_init__(self) -> None:
+        if not self.buckets or any(b <= 0 for b in self.buckets):
+            raise ValueError("buckets must be a non-empty list of positive sizes")
+
+
+def parse_options(options: Mapping[str, Any], source: str = "<options>", root: str = "options") -> MockOptions:
+    """Structure ``options``; errors name the path, e.g. ``options.faults.crash_on_infer``."""
+    return structure(dict(options), MockOptions, source, root="." + root)

@@ -1,0 +1,85 @@
+"""Synapse: a serving host for embedding and rerank models on shared devices.
+
+Public API::
+
+    import synapse_core as synapse
+
+    config = synapse.HostConfig.from_toml("catalog.toml")
+    async with synapse.open_host(config) as host:
+        r = await host.embed("mini-a", ["first text"], deadline=synapse.Deadline.after(5.0))
+
+Names are imported lazily so worker processes, which need only
+:mod:`synapse_core.wire`, start quickly.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+__version__ = "0.1.0"
+
+_EXPORTS = {
+    "HostConfig": "config",
+    "ModelSpec": "config",
+    "LaneConfig": "config",
+    "RestartBudget": "config",
+    "Deadline": "deadline",
+    "FakeClock": "deadline",
+    "open_host": "host",
+    "Host": "host",
+    "EmbedResult": "serving",
+    "RerankResult": "serving",
+    "HostSnapshot": "snapshot",
+    "hookimpl": "hookspecs",
+    "PluginHost": "plugins",
+    "Transport": "transport",
+    "SynapseError": "errors",
+    "ConfigError": "errors",
+    "Refused": "errors",
+    "DeadlineExceeded": "errors",
+    "OutcomeUnknown": "errors",
+    "WorkerFault": "errors",
+    "Retired": "errors",
+    "LaneLocked": "errors",
+    "Overloaded": "errors",
+    "CapacityExhausted": "errors",
+    "ProtocolError": "errors",
+    "PluginError": "errors",
+}
+
+__all__ = ["__version__", *_EXPORTS]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'synapse_core' has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:
+    from .config import HostConfig, LaneConfig, ModelSpec, RestartBudget
+    from .deadline import Deadline, FakeClock
+    from .errors import (
+        CapacityExhausted,
+        ConfigError,
+        DeadlineExceeded,
+        LaneLocked,
+        OutcomeUnknown,
+        Overloaded,
+        PluginError,
+        ProtocolError,
+        Refused,
+        Retired,
+        SynapseError,
+        WorkerFault,
+    )
+    from .hookspecs import hookimpl
+    from .host import Host, open_host
+    from .plugins import PluginHost
+    from .serving import EmbedResult, RerankResult
+    from .snapshot import HostSnapshot
+    from .transport import Transport

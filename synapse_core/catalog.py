@@ -1,0 +1,108 @@
+"""The catalog: which models exist, who serves them, and whether they can run here.
+
+Everything here is pure: no download, no worker spawn. Refusals carry a
+stable code, the offending index and a message that says what to do.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+import attrs
+
+from .config import HostConfig, ModelSpec, Task
+from .errors import ConfigError, Refused
+from .plugins import PluginHost, TransportInfo
+from .tokenizer import BasicTokenizer, Tokenizer
+from .transport import LaneInfo
+
+DEFAULT_CATALOG = "default_catalog.toml"
+
+
+def default_config() -> HostConfig:
+    """The catalog shipped with synapse-core (mock models that work out of the box)."""
+    text = resources.files("synapse_core").joinpath(DEFAULT_CATALOG).read_text(encoding="utf-8")
+    return HostConfig.from_toml_text(text, source=f"synapse_core/{DEFAULT_CATALOG}")
+
+
+@attrs.frozen
+class Entry:
+    spec: ModelSpec
+    transport: TransportInfo | None
+    lane: LaneInfo | None
+    tokenizer: Tokenizer
+    #: why the model cannot run here ("" when it can)
+    problem: str = ""
+
+    @property
+    def available(self) -> bool:
+        return not self.problem
+
+
+class Catalog:
+    def __init__(self, config: HostConfig, plugins: PluginHost) -> None:
+        self.source = config.source
+        transports = plugins.transports()
+        contributed = tuple(
+            spec for info in transports.values() for spec in _safe_models(info, plugins)
+        )
+        self.config = config.with_models(contributed)
+        self.entries: dict[str, Entry] = {}
+        problems: list[str] = []
+        for i, spec in enumerate(self.config.models):
+            info = transports.get(spec.transport)
+            if info is None:
+                self.entries[spec.name] = Entry(
+                    spec,
+                    None,
+                    None,
+                    BasicTokenizer(),
+                    f"no installed transport provides model {spec.name!r} (transport "
+                    f"{spec.transport!r}); install its plugin or check SYNAPSE_PLUGINS",
+                )
+                continue
+            try:
+                info.transport.validate_model(spec)
+            except ConfigError as exc:
+                problems.extend(f"models[{i}].{p}" for p in exc.problems)
+            problem = "" if info.availability.available else (
+                f"transport {spec.transport!r} cannot run here: {info.availability.reason}"
+            )
+            self.entries[spec.name] = Entry(
+                spec,
+                info,
+                info.transport.lane_for(spec),
+                info.transport.tokenizer(spec),
+                problem,
+            )
+        if problems:
+            raise ConfigError(self.source, problems)
+
+    def entry(self, name: str, task: Task) -> Entry:
+        """The entry serving ``name`` for ``task``, or a :class:`Refused`."""
+        entry = self.entries.get(name)
+        if entry is None:
+            raise Refused(
+                "unknown-model",
+                f"model {name!r} is not in the catalog ({self.source}); "
+                "run `synapse catalog` to list models",
+                model=name,
+            )
+        if entry.spec.task != task:
+            raise Refused(
+                "wrong-task",
+                f"model {name!r} serves {entry.spec.task}, not {task}; "
+                f"use `synapse {entry.spec.task}` or pick a {task} model",
+                model=name,
+            )
+        if entry.problem:
+            raise Refused("transport-unavailable", entry.problem, model=name)
+        return entry
+
+
+def _safe_models(info: TransportInfo, plugins: PluginHost) -> tuple[ModelSpec, ...]:
+    try:
+        return tuple(info.transport.catalog_models())
+    except Exception as exc:
+        plugins.problems.append(f"transport {info.transport.name!r}: catalog_models failed: {exc!r}")
+        return ()

@@ -1,0 +1,164 @@
+"""Host configuration and catalog entries, structured from TOML with cattrs.
+
+Errors name the path of the bad field (``models[2].ceiling: expected int``) so
+a user can find it in their file without reading a traceback.
+"""
+
+from __future__ import annotations
+
+import re
+import tomllib
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal, TypeVar
+
+import attrs
+import cattrs
+
+from .errors import ConfigError
+
+Task = Literal["embed", "rerank"]
+_T = TypeVar("_T")
+
+
+class FieldInvalid(ValueError):
+    """Raised by validators; its message is shown to the user as is."""
+
+
+def _positive(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not value > 0:
+        raise FieldInvalid(f"{attribute.name} must be greater than 0, got {value!r}")
+
+
+@attrs.frozen
+class ModelSpec:
+    """One catalog entry. Two entries may name the same ``package``: they are
+    then two separate workers, each with its own shapes and reservations."""
+
+    name: str
+    task: Task
+    transport: str
+    package: str
+    ceiling: int = attrs.field(validator=_positive)
+    options: dict[str, Any] = attrs.field(factory=dict)
+
+
+@attrs.frozen
+class RestartBudget:
+    """At most ``max_restarts`` restarts of one model within ``window_s``."""
+
+    max_restarts: int = 5
+    window_s: float = attrs.field(default=60.0, validator=_positive)
+
+
+@attrs.frozen
+class LaneConfig:
+    capacity: int = attrs.field(default=1_000_000, validator=_positive)
+
+
+@attrs.frozen
+class HostConfig:
+    """Everything a host needs; every field has a sensible default."""
+
+    models: tuple[ModelSpec, ...] = ()
+    exchange_timeout_s: float = attrs.field(default=30.0, validator=_positive)
+    max_concurrent: int = attrs.field(default=64, validator=_positive)
+    max_waiting: int = attrs.field(default=1024, validator=_positive)
+    exit_grace_s: float = attrs.field(default=5.0, validator=_positive)
+    restart_budget: RestartBudget = RestartBudget()
+    certify_observation: bool = False
+    lanes: dict[str, LaneConfig] = attrs.field(factory=dict)
+    max_frame_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=_positive)
+    source: str = attrs.field(default="<code>", eq=False)
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> HostConfig:
+        path = Path(path)
+        try:
+            text = path.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(str(path), [f"cannot read file: {exc.strerror or exc}"]) from None
+        return cls.from_toml_text(text, source=str(path))
+
+    @classmethod
+    def from_toml_text(cls, text: str, *, source: str = "<string>") -> HostConfig:
+        try:
+            data = tomllib.loads(text)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(source, [f"not valid TOML: {exc}"]) from None
+        return cls.from_dict(data, source=source)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = "<dict>") -> HostConfig:
+        config = structure(data, cls, source)
+        _check_unique_names(config, source)
+        return attrs.evolve(config, source=source)
+
+    def model(self, name: str) -> ModelSpec | None:
+        for spec in self.models:
+            if spec.name == name:
+                return spec
+        return None
+
+    def with_models(self, extra: tuple[ModelSpec, ...]) -> HostConfig:
+        """Add models (e.g. contributed by transports) whose names are not taken."""
+        taken = {m.name for m in self.models}
+        added = tuple(m for m in extra if m.name not in taken)
+        return attrs.evolve(self, models=self.models + added)
+
+
+_converter = cattrs.Converter(forbid_extra_keys=True)
+# ``source`` is bookkeeping, not a key a user writes.
+_converter.register_structure_hook(
+    HostConfig,
+    cattrs.gen.make_dict_structure_fn(
+        HostConfig, _converter, _cattrs_forbid_extra_keys=True, source=cattrs.gen.override(omit=True)
+    ),
+)
+
+_PATH = re.compile(r"^(?P<what>.*) @ \$(?P<path>.*)$")
+
+
+def structure(data: Any, cls: type[_T], source: str, root: str = "") -> _T:
+    """Structure ``data`` into ``cls``, raising :class:`ConfigError` with paths."""
+    try:
+        return _converter.structure(data, cls)
+    except Exception as exc:  # cattrs raises ExceptionGroups and plain errors
+        raise ConfigError(source, describe(exc, root)) from None
+
+
+def describe(exc: BaseException, root: str = "") -> list[str]:
+    """Turn a cattrs structuring error into ``path: problem`` lines."""
+    lines: list[str] = []
+    for message in cattrs.transform_error(exc, format_exception=_format):
+        match = _PATH.match(message)
+        if match is None:
+            lines.append(message)
+            continue
+        path = (root + match["path"]).lstrip(".") or "(top level)"
+        lines.append(f"{path}: {_plain(match['what'])}")
+    return lines
+
+
+def _format(exc: BaseException, type_: type | None) -> str:
+    if isinstance(exc, FieldInvalid):
+        return str(exc)
+    if type(exc).__name__ == "LiteralError" or "not in literal" in str(exc):
+        allowed = ", ".join(repr(a) for a in getattr(type_, "__args__", ()))
+        return f"expected one of {allowed}" if allowed else str(exc)
+    return cattrs.v.format_exception(exc, type_)
+
+
+def _plain(what: str) -> str:
+    return what.replace("invalid value for type, ", "")
+
+
+def _check_unique_names(config: HostConfig, source: str) -> None:
+    seen: dict[str, int] = {}
+    problems = []
+    for i, spec in enumerate(config.models):
+        if spec.name in seen:
+            problems.append(f"models[{i}].name: {spec.name!r} is already used by models[{seen[spec.name]}]")
+        seen.setdefault(spec.name, i)
+    if problems:
+        raise ConfigError(source, problems)

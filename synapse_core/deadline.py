@@ -1,0 +1,59 @@
+"""Absolute deadlines and the clock they are measured on."""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable
+
+import attrs
+
+Clock = Callable[[], float]
+"""A monotonic clock in seconds. The host takes one so tests can control time."""
+
+monotonic: Clock = time.monotonic
+
+
+@attrs.frozen
+class Deadline:
+    """An absolute point on the host's monotonic clock.
+
+    A deadline bounds admission waits and every exchange of a call; it is
+    absolute so retries and later groups cannot stretch it.
+    """
+
+    when: float
+
+    @classmethod
+    def after(cls, seconds: float, *, clock: Clock = monotonic) -> Deadline:
+        """The deadline ``seconds`` from now on ``clock``."""
+        return cls(clock() + seconds)
+
+    @classmethod
+    def at(cls, monotonic_seconds: float) -> Deadline:
+        """The deadline at an absolute ``time.monotonic()`` reading."""
+        return cls(monotonic_seconds)
+
+    @classmethod
+    def never(cls) -> Deadline:
+        return cls(math.inf)
+
+    def remaining(self, clock: Clock = monotonic) -> float:
+        """Seconds left (``inf`` for no deadline, never negative)."""
+        return max(0.0, self.when - clock())
+
+    def expired(self, clock: Clock = monotonic) -> bool:
+        return clock() >= self.when
+
+
+class FakeClock:
+    """A clock that only moves when told to; for deterministic tests."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        self.now += seconds

@@ -1,0 +1,31 @@
+"""Synapse's own hook implementations: the defaults every other plugin overrides.
+
+Registered first, so pluggy asks them last among firstresult hooks.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .config import ModelSpec
+from .hookspecs import hookimpl
+from .residency.policy import AdmissionRequest, Decision, LaneView, Wait
+from .wire import Shape
+
+
+@hookimpl
+def synapse_admission_cost(model: ModelSpec, shape: Shape, lane: LaneView) -> int:
+    return shape.bucket * shape.batch
+
+
+@hookimpl
+def synapse_lane_full(request: AdmissionRequest, lane: LaneView) -> Decision:
+    return Wait()
+
+
+@hookimpl
+def synapse_select_bucket(length: int, buckets: Sequence[int], model: ModelSpec) -> int | None:
+    for bucket in buckets:
+        if bucket >= length:
+            return bucket
+    return None

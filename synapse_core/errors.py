@@ -1,0 +1,115 @@
+"""Errors raised by Synapse. Every public error subclasses :class:`SynapseError`.
+
+Each carries a stable ``code`` so programs can branch on it and the CLI can map
+it to an exit status without parsing messages.
+"""
+
+from __future__ import annotations
+
+
+class SynapseError(Exception):
+    """Base class of every error Synapse raises on purpose."""
+
+    code: str = "synapse-error"
+
+
+class ConfigError(SynapseError):
+    """A catalog or host configuration is invalid.
+
+    ``problems`` lists one ``path: what is wrong`` line per bad field, e.g.
+    ``models[2].ceiling: expected int``.
+    """
+
+    code = "bad-config"
+
+    def __init__(self, source: str, problems: list[str]) -> None:
+        self.source = source
+        self.problems = list(problems)
+        listing = "; ".join(self.problems)
+        super().__init__(f"invalid configuration in {source}: {listing}")
+
+
+class Refused(SynapseError):
+    """A call was refused before any worker was spawned or any inference ran.
+
+    ``code`` is one of ``unknown-model``, ``wrong-task``,
+    ``transport-unavailable``, ``empty-input``, ``empty-sequence`` and
+    ``over-ceiling``; ``index`` names the offending input (``None`` when the
+    refusal is about the whole call or the rerank query).
+    """
+
+    CODES = (
+        "unknown-model",
+        "wrong-task",
+        "transport-unavailable",
+        "empty-input",
+        "empty-sequence",
+        "over-ceiling",
+    )
+
+    def __init__(self, code: str, message: str, *, model: str, index: int | None = None) -> None:
+        if code not in self.CODES:
+            raise ValueError(f"unknown refusal code {code!r}")
+        self.code = code  # type: ignore[misc]  # instance code narrows the class default
+        self.model = model
+        self.index = index
+        self.message = message
+        super().__init__(message)
+
+
+class DeadlineExceeded(SynapseError):
+    """The call's absolute deadline passed before its result was ready."""
+
+    code = "deadline-exceeded"
+
+
+class OutcomeUnknown(SynapseError):
+    """A request frame reached a worker that then failed: it may have run.
+
+    Synapse never replays such a request on a replacement worker; retry only if
+    running it twice is harmless for you.
+    """
+
+    code = "outcome-unknown"
+
+
+class WorkerFault(SynapseError):
+    """A worker failed before the call's inference was sent; retrying is safe."""
+
+    code = "worker-fault"
+
+
+class Retired(SynapseError):
+    """The model is being retired (or was retired) and takes no new work."""
+
+    code = "retired"
+
+
+class LaneLocked(SynapseError):
+    """A device lane is held by another host process; nothing was bypassed."""
+
+    code = "lane-locked"
+
+
+class Overloaded(SynapseError):
+    """Too many calls are already waiting; try again later (like HTTP 429)."""
+
+    code = "overloaded"
+
+
+class CapacityExhausted(SynapseError):
+    """The lane could not fit the shape's reservation within the deadline."""
+
+    code = "capacity-exhausted"
+
+
+class ProtocolError(SynapseError):
+    """A frame could not be decoded, was too large, or was not expected."""
+
+    code = "protocol-error"
+
+
+class PluginError(SynapseError):
+    """A plugin failed to load or registered an invalid hook implementation."""
+
+    code = "plugin-error"

@@ -1,0 +1,158 @@
+"""Hook specifications: everything a Synapse plugin can provide.
+
+A plugin is a module (or object) with functions decorated by
+``synapse_core.hookimpl`` and named after the hooks below. It is found through
+the ``synapse`` entry-point group::
+
+    # pyproject.toml of your distribution
+    [project.entry-points.synapse]
+    my_transport = "my_package.plugin"
+
+Hook implementations may accept any subset of a hook's arguments, by name.
+Hooks marked *firstresult* stop at the first implementation that returns
+something other than ``None``; plugins registered later are asked first, and
+Synapse's own defaults are asked last.
+
+Set ``SYNAPSE_PLUGINS=name1,name2`` to load only those entry points (an empty
+value loads none). A plugin that fails to import or declares an invalid hook
+is reported by ``synapse plugins`` and skipped; the host keeps serving.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
+
+import pluggy
+
+if TYPE_CHECKING:
+    import click
+
+    from .config import ModelSpec
+    from .observation import Event
+    from .residency.policy import AdmissionRequest, Decision, LaneView
+    from .transport import Transport
+    from .wire import Shape
+
+PROJECT = "synapse"
+hookspec = pluggy.HookspecMarker(PROJECT)
+hookimpl = pluggy.HookimplMarker(PROJECT)
+
+
+# -- transport ---------------------------------------------------------------
+
+
+@hookspec
+def synapse_register_transports(register: Callable[[Transport], None]) -> None:
+    """Register the transports this plugin provides.
+
+    Called once when a host (or the CLI) collects plugins. Call ``register``
+    with an instance of a :class:`synapse_core.transport.Transport` subclass
+    for each transport. A transport:
+
+    - has a ``name``, which catalog entries use (``transport = "mock"``);
+    - answers ``availability()`` with an
+      :class:`~synapse_core.transport.Availability` whose ``reason`` tells a
+      user why it cannot run here (wrong OS, missing framework...);
+    - may ship models through ``catalog_models()`` and check a model's
+      ``options`` in ``validate_model()`` (raise ``ConfigError`` naming the
+      option's path);
+    - says which lane a model runs on with ``lane_for()``: a
+      :class:`~synapse_core.transport.LaneInfo` with a lane id such as
+      ``"ane:0"``, a default capacity in reservation units, and whether the
+      lane needs a cross-process hardware lock (then ``open_lane()`` is awaited
+      once, before the lane's first launch, and its ``pass_fds`` are
+      inherited by every worker launched on the lane);
+    - starts a worker with ``async launch(request)`` and returns a
+      :class:`~synapse_core.transport.Launched`: the host's ends of a byte
+      channel (speaking :mod:`synapse_core.wire`, the worker sends ``Hello``
+      first) and a process whose ``wait()`` returns only once the process is
+      reaped. :func:`synapse_core.process.spawn_worker` does all of this for
+      a Python worker module.
+
+    Two registered transports with the same name are an error reported by
+    ``synapse plugins``; the first one wins.
+
+    :param register: call with each transport instance.
+    """
+
+
+# -- residency policy ----------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def synapse_admission_cost(model: ModelSpec, shape: Shape, lane: LaneView) -> int | None:
+    """Return the reservation units admitting ``shape`` costs on ``lane``.
+
+    Called (under the lane's grant decision, so do not block) before every
+    admission of a shape by a worker. Stops at the first non-``None`` result.
+    The default charges ``shape.bucket * shape.batch`` units.
+
+    :param model: the catalog entry of the worker asking.
+    :param shape: the compiled shape (bucket, batch) to admit.
+    :param lane: a read-only picture of the lane.
+    """
+
+
+@hookspec(firstresult=True)
+def synapse_lane_full(request: AdmissionRequest, lane: LaneView) -> Decision | None:
+    """Decide what to do when ``request.units`` do not fit on ``lane``.
+
+    Return one of :class:`~synapse_core.residency.policy.Wait` (wait for a
+    refund, within the caller's deadline; then ``CapacityExhausted``),
+    :class:`~synapse_core.residency.policy.Evict` naming an *unleased*
+    reservation of ``lane.reservations`` (the host evicts it and decides
+    again), or :class:`~synapse_core.residency.policy.Refuse`. Stops at the
+    first non-``None`` result; the default is ``Wait()``.
+
+    :param request: the worker, generation, model, shape and units asked for.
+    :param lane: a read-only picture of the lane, with every reservation.
+    """
+
+
+# -- bucket selection ------------------------------------------------------------
+
+
+@hookspec(firstresult=True)
+def synapse_select_bucket(length: int, buckets: Sequence[int], model: ModelSpec) -> int | None:
+    """Choose the bucket a sequence of ``length`` positions runs in.
+
+    ``buckets`` are the ones the worker reported in its hello frame, sorted
+    ascending. Return one of them that is ``>= length``. Stops at the first
+    non-``None`` result; the default returns the smallest bucket that fits.
+    A sequence longer than every bucket is refused before this is called.
+
+    :param length: positions the sequence occupies, special tokens included.
+    :param buckets: the worker's buckets, ascending.
+    :param model: the catalog entry being served.
+    """
+
+
+# -- observation -----------------------------------------------------------------
+
+
+@hookspec
+def synapse_observe(event: Event) -> None:
+    """Receive a supervisor event (see :mod:`synapse_core.observation`).
+
+    Called synchronously on the serving path: record and return quickly; do
+    not block or raise. Every implementation is called. When no plugin
+    implements this hook the supervisor builds no events at all.
+
+    :param event: one of the tagged structs of ``synapse_core.observation``.
+    """
+
+
+# -- command line ----------------------------------------------------------------
+
+
+@hookspec
+def synapse_register_commands(cli: click.Group) -> None:
+    """Add commands to the ``synapse`` command line.
+
+    Called once when the CLI starts. Add a group or command to ``cli`` with
+    ``cli.add_command`` or the ``@cli.command()`` decorator. A failure here is
+    reported and the CLI starts without the plugin's commands.
+
+    :param cli: the top-level ``synapse`` click group.
+    """

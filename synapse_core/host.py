@@ -1,0 +1,194 @@
+"""The host: the public face of Synapse (``open_host``, ``Host``)."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import AsyncIterator, Iterable, Sequence
+from contextlib import asynccontextmanager
+
+import anyio
+from anyio.abc import TaskGroup
+
+from .catalog import Catalog, Entry
+from .config import HostConfig, Task
+from .deadline import Clock, Deadline, monotonic
+from .errors import Overloaded, Retired
+from .plan import Plan, plan_call
+from .plugins import PluginHost
+from .residency.lane import Lane
+from .residency.supervisor import Backlog, Supervisor
+from .residency.worker import Phase, Worker
+from .serving import Call, CallRunner, EmbedResult, RerankResult
+from .snapshot import HostSnapshot, take
+
+
+class Host:
+    """Serves embed and rerank calls. Create it with :func:`open_host`."""
+
+    def __init__(self, config: HostConfig, plugins: PluginHost, clock: Clock, tg: TaskGroup) -> None:
+        self.config = config
+        self.plugins = plugins
+        self.clock = clock
+        self._tg = tg
+        self.catalog = Catalog(config, plugins)
+        self.backlog = Backlog()
+        self.supervisors: dict[str, Supervisor] = {}
+        self._workers: dict[str, Worker] = {}
+        self._retired: set[str] = set()
+        self._serial = itertools.count(1)
+        self._runner = CallRunner(
+            plugins,
+            clock,
+            anyio.CapacityLimiter(config.max_concurrent),
+            self.backlog,
+            config.exchange_timeout_s,
+        )
+
+    # -- public API -----------------------------------------------------------------
+
+    async def embed(
+        self, model: str, texts: Sequence[str], *, deadline: Deadline | None = None
+    ) -> EmbedResult:
+        """Embed ``texts``; one vector per text, in input order."""
+        call = await self._call(model, "embed", texts, None, deadline)
+        return EmbedResult(model, call.rows, call.identity)  # type: ignore[arg-type]
+
+    async def rerank(
+        self,
+        model: str,
+        query: str,
+        documents: Sequence[str],
+        *,
+        deadline: Deadline | None = None,
+    ) -> RerankResult:
+        """Score ``documents`` against ``query``; one score per document, in input order."""
+        call = await self._call(model, "rerank", documents, query, deadline)
+        return RerankResult(model, [row[0] for row in call.rows if row is not None], call.identity)
+
+    async def load(self, model: str, *, deadline: Deadline | None = None) -> None:
+        """Start the model's worker and wait for its hello; no inference."""
+        entry = self.catalog.entry(model, self._task_of(model))
+        self._retired.discard(model)
+        worker = self._worker(entry)
+        await self._supervisor(entry).wait_ready(worker, deadline or Deadline.never())
+
+    async def retire(self, model: str) -> None:
+        """Retire the model's worker: stop new leases, drain, confirm exit, refund."""
+        self._retired.add(model)
+        worker = self._workers.get(model)
+        if worker is not None:
+            await self.supervisors[worker.lane.lane_id].retire(worker)
+
+    def snapshot(self) -> HostSnapshot:
+        return take(self.supervisors)
+
+    def worker(self, model: str) -> Worker | None:
+        """The live worker record of ``model`` (for tests and tools)."""
+        return self._workers.get(model)
+
+    async def aclose(self) -> None:
+        """Retire every worker and confirm their exits, then release lanes."""
+        with anyio.CancelScope(shield=True):
+            async with anyio.create_task_group() as tg:
+                for model in list(self._workers):
+                    tg.start_soon(self.retire, model)
+            for sup in self.supervisors.values():
+                if sup.lane.session is not None and all(
+                    w.phase is Phase.EXITED for w in sup.workers.values()
+                ):
+                    sup.lane.session.close()
+                    sup.lane.session = None
+
+    # -- internals --------------------------------------------------------------------
+
+    def _task_of(self, model: str) -> Task:
+        entry = self.catalog.entries.get(model)
+        return entry.spec.task if entry else "embed"
+
+    async def _call(
+        self, model: str, task: Task, texts: Sequence[str], query: str | None, deadline: Deadline | None
+    ) -> Call:
+        entry = self.catalog.entry(model, task)
+        plan: Plan = plan_call(entry, texts, query)
+        if model in self._retired:
+            raise Retired(f"model {model!r} was retired; load it again to serve it")
+        runner = self._runner
+        if runner.permits.available_tokens < 1 and self.backlog.waiting >= self.config.max_waiting:
+            raise Overloaded(
+                f"{self.backlog.waiting} calls are already waiting (max_waiting = "
+                f"{self.config.max_waiting}); retry later"
+            )
+        worker = self._worker(entry)
+        call = Call.new(plan, deadline or Deadline.never())
+        self._tg.start_soon(runner.run, call, self._supervisor(entry), worker, name=f"call {model}")
+        await runner.wait(call)
+        if call.error is not None:
+            raise call.error
+        return call
+
+    def _supervisor(self, entry: Entry) -> Supervisor:
+        assert entry.lane is not None
+        lane_id = entry.lane.lane_id
+        sup = self.supervisors.get(lane_id)
+        if sup is None:
+            lane_config = self.config.lanes.get(lane_id)
+            capacity = lane_config.capacity if lane_config else entry.lane.capacity
+            sup = Supervisor(
+                Lane(entry.lane, capacity),
+                self.plugins,
+                self.config,
+                self.clock,
+                self._tg,
+                self.backlog,
+            )
+            self.supervisors[lane_id] = sup
+        return sup
+
+    def _worker(self, entry: Entry) -> Worker:
+        name = entry.spec.name
+        worker = self._workers.get(name)
+        if worker is None or worker.phase in (Phase.EXITED,) and worker.retiring:
+            sup = self._supervisor(entry)
+            assert entry.transport is not None
+            worker = Worker(
+                worker_id=f"{name}#{next(self._serial)}",
+                spec=entry.spec,
+                transport=entry.transport.transport,
+                tokenizer=entry.tokenizer,
+                lane=sup.lane,
+            )
+            self._workers[name] = worker
+            sup.workers[worker.worker_id] = worker
+        return worker
+
+
+@asynccontextmanager
+async def open_host(
+    config: HostConfig | None = None,
+    *,
+    plugins: PluginHost | Iterable[object] | None = None,
+    clock: Clock = monotonic,
+) -> AsyncIterator[Host]:
+    """Open a host. Spawns nothing until a model is loaded or called.
+
+    ``plugins``: a :class:`PluginHost`, or plugin objects to register instead
+    of the installed entry points (tests), or ``None`` for the installed ones.
+    Leaving the block retires every worker and confirms its exit.
+    """
+    if config is None:
+        from .catalog import default_config
+
+        config = default_config()
+    if isinstance(plugins, PluginHost):
+        plugin_host = plugins
+    elif plugins is None:
+        plugin_host = PluginHost(load_entry_points=True)
+    else:
+        plugin_host = PluginHost(plugins)
+    async with anyio.create_task_group() as tg:
+        host = Host(config, plugin_host, clock, tg)
+        try:
+            yield host
+        finally:
+            await host.aclose()
+            tg.cancel_scope.cancel()

@@ -1,0 +1,71 @@
+"""Events the supervisor reports to observation sinks (``synapse_observe``).
+
+They are tagged msgspec Structs so a recorder can write them as JSON lines
+and a validator can read them back with one typed decoder.
+
+``WorkerInventory`` and ``AdmissionCount`` are emitted only when the host runs
+with ``certify_observation = true``; the others whenever a sink is registered.
+With no sink and certification off, the supervisor builds no event at all.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from .wire import Shape
+
+
+class Event(msgspec.Struct, tag_field="event", frozen=True):
+    lane: str
+    worker_id: str
+    generation: int
+
+
+class WorkerStarted(Event, tag="worker_started"):
+    model: str
+    pid: int | None
+
+
+class ShapeAdmitted(Event, tag="shape_admitted"):
+    shape: Shape
+    units: int
+    cold: bool
+
+
+class ShapeRefunded(Event, tag="shape_refunded"):
+    shape: Shape
+    units: int
+
+
+class WorkerFaulted(Event, tag="worker_faulted"):
+    reason: str
+
+
+class WorkerExited(Event, tag="worker_exited"):
+    confirmed: bool
+
+
+class WorkerInventory(Event, tag="worker_inventory"):
+    """The shapes a worker reports it holds. ``shapes is None`` means the
+    inventory could not be read: *missing*, which is not the same as empty."""
+
+    shapes: list[Shape] | None
+    reason: str = ""
+
+
+class AdmissionCount(Event, tag="admission_count"):
+    """Admissions granted to this worker generation, minus its evictions,
+    counted apart from the reservation table so the two can be compared."""
+
+    count: int
+
+
+AnyEvent = (
+    WorkerStarted
+    | ShapeAdmitted
+    | ShapeRefunded
+    | WorkerFaulted
+    | WorkerExited
+    | WorkerInventory
+    | AdmissionCount
+)

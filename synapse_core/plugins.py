@@ -1,0 +1,213 @@
+"""Plugin discovery and a typed facade over the pluggy hooks.
+
+Entry points are loaded one at a time inside ``try`` so one broken plugin is
+reported by name instead of taking the host down (pluggy's own
+``load_setuptools_entrypoints`` lets import errors escape).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as md
+import os
+from collections.abc import Callable, Iterable, Sequence
+from typing import TYPE_CHECKING, Any
+
+import attrs
+import pluggy
+
+from . import defaults, hookspecs
+from .errors import PluginError
+from .transport import Availability, Transport
+
+if TYPE_CHECKING:
+    import click
+
+    from .config import ModelSpec
+    from .observation import Event
+    from .residency.policy import AdmissionRequest, Decision, LaneView
+    from .wire import Shape
+
+ENTRY_POINT_GROUP = "synapse"
+ENV_SELECT = "SYNAPSE_PLUGINS"
+
+
+@attrs.define
+class PluginInfo:
+    """What ``synapse plugins`` shows about one plugin."""
+
+    name: str
+    distribution: str = ""
+    version: str = ""
+    hooks: list[str] = attrs.field(factory=list)
+    error: str = ""
+
+
+@attrs.define
+class TransportInfo:
+    transport: Transport
+    plugin: str
+    availability: Availability
+
+
+def selected_names(env: dict[str, str] | os._Environ[str] | None = None) -> set[str] | None:
+    """Entry-point names allowed by ``SYNAPSE_PLUGINS`` (``None``: all)."""
+    value = (os.environ if env is None else env).get(ENV_SELECT)
+    if value is None:
+        return None
+    return {name.strip() for name in value.split(",") if name.strip()}
+
+
+class PluginHost:
+    """The plugin manager plus typed calls; the rest of Synapse uses only this."""
+
+    def __init__(self, plugins: Iterable[object] = (), *, load_entry_points: bool = False) -> None:
+        self.pm = pluggy.PluginManager(hookspecs.PROJECT)
+        self.pm.add_hookspecs(hookspecs)
+        self.pm.register(defaults, name="synapse-defaults")
+        self.infos: list[PluginInfo] = []
+        self.problems: list[str] = []
+        if load_entry_points:
+            self._load_entry_points()
+        for plugin in plugins:
+            self.add(plugin)
+        self._transports: dict[str, TransportInfo] | None = None
+
+    # -- collection --------------------------------------------------------
+
+    def add(self, plugin: object, name: str | None = None, info: PluginInfo | None = None) -> None:
+        """Register ``plugin``; an invalid one is recorded, not raised."""
+        name = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+        info = info or PluginInfo(name)
+        try:
+            self.pm.register(plugin, name=name)
+        except (pluggy.PluginValidationError, ValueError) as exc:
+            info.error = f"invalid hook implementation: {exc}"
+        else:
+            unknown = self._unknown_hooks(plugin)
+            if unknown:
+                self.pm.unregister(plugin)
+                info.error = "unknown hooks (misspelled?): " + ", ".join(unknown)
+            else:
+                info.hooks = sorted(
+                    impl_name
+                    for impl_name, caller in vars(self.pm.hook).items()
+                    if isinstance(caller, pluggy.HookCaller)
+                    and any(i.plugin is plugin for i in caller.get_hookimpls())
+                )
+        if info.error:
+            self.problems.append(f"plugin {name!r}: {info.error}")
+        self.infos.append(info)
+        self._transports = None
+
+    def _unknown_hooks(self, plugin: object) -> list[str]:
+        unknown = []
+        for caller in self.pm.get_hookcallers(plugin) or []:
+            if caller.spec is None:
+                unknown.append(caller.name)
+        return unknown
+
+    def _load_entry_points(self) -> None:
+        allowed = selected_names()
+        seen: set[str] = set()
+        for ep in md.entry_points(group=ENTRY_POINT_GROUP):
+            # Editable installs can list an entry point twice.
+            if ep.name in seen or (allowed is not None and ep.name not in allowed):
+                continue
+            seen.add(ep.name)
+            dist = getattr(ep, "dist", None)
+            info = PluginInfo(
+                ep.name,
+                distribution=dist.name if dist else "",
+                version=dist.version if dist else "",
+            )
+            try:
+                plugin = ep.load()
+            except Exception as exc:  # any import-time failure of a plugin
+                info.error = f"failed to import {ep.value}: {type(exc).__name__}: {exc}"
+                self.problems.append(f"plugin {ep.name!r}: {info.error}")
+                self.infos.append(info)
+                continue
+            self.add(plugin, name=ep.name, info=info)
+
+    def _each_impl(self, hook_name: str, **kwargs: Any) -> Iterable[tuple[str, object]]:
+        """Call every implementation of a hook separately, isolating failures."""
+        caller: pluggy.HookCaller = getattr(self.pm.hook, hook_name)
+        for impl in reversed(caller.get_hookimpls()):
+            plugin_name = self.pm.get_name(impl.plugin) or repr(impl.plugin)
+            try:
+                yield plugin_name, impl.function(*[kwargs[a] for a in impl.argnames])
+            except Exception as exc:
+                self.problems.append(f"plugin {plugin_name!r}: {hook_name} failed: {exc!r}")
+
+    # -- transports ----------------------------------------------------------
+
+    def transports(self) -> dict[str, TransportInfo]:
+        """Every registered transport by name, with its availability (cached)."""
+        if self._transports is None:
+            found: dict[str, TransportInfo] = {}
+            for plugin_name, transports in self._collect("synapse_register_transports"):
+                for transport in transports:
+                    if transport.name in found:
+                        self.problems.append(
+                            f"plugin {plugin_name!r}: transport {transport.name!r} is already "
+                            f"provided by {found[transport.name].plugin!r}; ignored"
+                        )
+                        continue
+                    found[transport.name] = TransportInfo(
+                        transport, plugin_name, self._availability(transport)
+                    )
+            self._transports = found
+        return self._transports
+
+    def _collect(self, hook_name: str) -> Iterable[tuple[str, list[Any]]]:
+        """Call a ``register``-style hook per plugin; yield what each registered."""
+        bag: list[Any] = []
+        for plugin_name, _ in self._each_impl(hook_name, register=bag.append):
+            yield plugin_name, list(bag)
+            bag.clear()
+
+    def _availability(self, transport: Transport) -> Availability:
+        try:
+            return transport.availability()
+        except Exception as exc:
+            return Availability.no(f"availability probe failed: {exc!r}")
+
+    def transport(self, name: str) -> TransportInfo | None:
+        return self.transports().get(name)
+
+    # -- residency policy, buckets, observation, commands ----------------------
+
+    def admission_cost(self, model: ModelSpec, shape: Shape, lane: LaneView) -> int:
+        cost = self.pm.hook.synapse_admission_cost(model=model, shape=shape, lane=lane)
+        if not isinstance(cost, int) or cost < 0:
+            raise PluginError(f"synapse_admission_cost returned {cost!r}; expected an int >= 0")
+        return cost
+
+    def lane_full(self, request: AdmissionRequest, lane: LaneView) -> Decision:
+        decision: Decision = self.pm.hook.synapse_lane_full(request=request, lane=lane)
+        return decision
+
+    def select_bucket(self, length: int, buckets: Sequence[int], model: ModelSpec) -> int:
+        bucket = self.pm.hook.synapse_select_bucket(length=length, buckets=buckets, model=model)
+        if bucket not in buckets or bucket < length:
+            raise PluginError(
+                f"synapse_select_bucket chose {bucket!r} for length {length}; "
+                f"expected one of {list(buckets)} that fits"
+            )
+        return int(bucket)
+
+    @property
+    def observing(self) -> bool:
+        """True when some plugin implements ``synapse_observe``."""
+        return bool(self.pm.hook.synapse_observe.get_hookimpls())
+
+    def observer(self) -> Callable[[Event], None] | None:
+        """The function to report events to, or ``None`` to report nothing."""
+        if not self.observing:
+            return None
+        hook = self.pm.hook.synapse_observe
+        return lambda event: hook(event=event)
+
+    def register_commands(self, cli: click.Group) -> None:
+        for _ in self._each_impl("synapse_register_commands", cli=cli):
+            pass

@@ -1,0 +1,78 @@
+"""A device lane's reservation table: capacity charged per (worker, shape)."""
+
+from __future__ import annotations
+
+import anyio
+import attrs
+
+from ..transport import LaneInfo, LaneSession
+from ..wire import Shape
+from .policy import LaneView, Reservation
+
+
+@attrs.define(eq=False)
+class Charge:
+    generation: int
+    units: int
+
+
+class CapacityError(AssertionError):
+    """An invariant of the reservation table was about to break (a bug)."""
+
+
+@attrs.define(eq=False)
+class Lane:
+    info: LaneInfo
+    capacity: int
+    reserved: int = 0
+    charges: dict[tuple[str, Shape], Charge] = attrs.field(factory=dict)
+    session: LaneSession | None = None
+    _changed: anyio.Event = attrs.field(factory=anyio.Event)
+
+    @property
+    def lane_id(self) -> str:
+        return self.info.lane_id
+
+    @property
+    def free(self) -> int:
+        return self.capacity - self.reserved
+
+    def charge(self, worker_id: str, generation: int, shape: Shape, units: int) -> None:
+        key = (worker_id, shape)
+        if key in self.charges:
+            raise CapacityError(f"{worker_id} already holds a reservation for {shape}")
+        if units > self.free:
+            raise CapacityError(f"charging {units} units would exceed lane {self.lane_id}")
+        self.charges[key] = Charge(generation, units)
+        self.reserved += units
+
+    def refund(self, worker_id: str, shape: Shape) -> int:
+        charge = self.charges.pop((worker_id, shape))
+        self.reserved -= charge.units
+        self.notify()
+        return charge.units
+
+    def holds(self, worker_id: str, shape: Shape) -> bool:
+        return (worker_id, shape) in self.charges
+
+    def worker_charges(self, worker_id: str) -> list[tuple[Shape, Charge]]:
+        return [(shape, c) for (wid, shape), c in self.charges.items() if wid == worker_id]
+
+    def notify(self) -> None:
+        """Wake everything waiting for this lane to change."""
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def changed(self) -> None:
+        await self._changed.wait()
+
+    def view(self, leased: set[tuple[str, Shape]]) -> LaneView:
+        return LaneView(
+            lane_id=self.lane_id,
+            capacity=self.capacity,
+            reserved=self.reserved,
+            reservations=tuple(
+                Reservation(wid, c.generation, shape, c.units, (wid, shape) in leased)
+                for (wid, shape), c in self.charges.items()
+            ),
+        )

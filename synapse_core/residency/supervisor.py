@@ -1,0 +1,514 @@
+"""The residency supervisor of one lane: admission, leases, faults, retirement.
+
+Every grant decision is synchronous (no ``await`` between its check and its
+charge), which is what "locked" means on one event loop: a retirement cannot
+slip between the re-check and the reservation.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Awaitable, Callable
+
+import anyio
+import attrs
+from anyio.abc import TaskGroup
+
+from ..channel import ChannelClosed, Exchange, ExchangeTimeout, FramedChannel
+from ..config import HostConfig
+from ..deadline import Clock, Deadline
+from ..errors import CapacityExhausted, DeadlineExceeded, ProtocolError, Retired, WorkerFault
+from ..observation import (
+    AdmissionCount,
+    Event,
+    ShapeAdmitted,
+    ShapeRefunded,
+    WorkerExited,
+    WorkerFaulted,
+    WorkerInventory,
+    WorkerStarted,
+)
+from ..plugins import PluginHost
+from ..process import confirm_exit
+from ..transport import LaunchRequest
+from ..wire import (
+    PROTOCOL_VERSION,
+    Admit,
+    Admitted,
+    Codec,
+    Evict,
+    Evicted,
+    Failure,
+    Frame,
+    Hello,
+    Inventory,
+    InventoryRequest,
+    Shape,
+    Shutdown,
+    WireError,
+    WorkerFrame,
+)
+from .lane import Lane
+from .policy import AdmissionRequest, Refuse, Wait
+from .policy import Evict as EvictDecision
+from .worker import Phase, Worker
+
+CHANNEL_FAULTS = (ChannelClosed, ExchangeTimeout, WireError)
+
+
+class Fault(Exception):
+    """A fault of one worker generation, seen by one exchange."""
+
+    def __init__(self, generation: int, reason: str, written: bool) -> None:
+        super().__init__(reason)
+        self.generation = generation
+        self.reason = reason
+        self.written = written
+
+
+@attrs.define(eq=False)
+class Lease:
+    """The right to run exchanges on one admitted shape of one generation."""
+
+    worker: Worker
+    generation: int
+    shape: Shape
+    channel: FramedChannel
+    released: bool = False
+
+
+@attrs.define(eq=False)
+class Backlog:
+    """Calls waiting for a permit or for lane capacity, host-wide."""
+
+    waiting: int = 0
+
+
+async def wait_bounded(
+    wait: Callable[[], Awaitable[object]], deadline: Deadline, clock: Clock, error: Exception
+) -> None:
+    """Await ``wait()`` but raise ``error`` once ``deadline`` passes."""
+    remaining = deadline.remaining(clock)
+    if remaining <= 0:
+        raise error
+    with anyio.move_on_after(remaining) as scope:
+        await wait()
+    if scope.cancelled_caught:
+        raise error
+
+
+class Supervisor:
+    def __init__(
+        self,
+        lane: Lane,
+        plugins: PluginHost,
+        config: HostConfig,
+        clock: Clock,
+        task_group: TaskGroup,
+        backlog: Backlog,
+    ) -> None:
+        self.lane = lane
+        self.plugins = plugins
+        self.config = config
+        self.clock = clock
+        self.tg = task_group
+        self.backlog = backlog
+        self.workers: dict[str, Worker] = {}
+        self.admissions = 0
+        self._ids = itertools.count(1)
+        self._observe = plugins.observer()
+        self._certify = config.certify_observation and self._observe is not None
+        self._lane_opening: anyio.Lock = anyio.Lock()
+
+    # -- events ------------------------------------------------------------------
+
+    def _emit(self, make: Callable[[], Event]) -> None:
+        # Events are built only when someone listens: serving pays nothing otherwise.
+        if self._observe is not None:
+            self._observe(make())
+
+    # -- start and readiness ----------------------------------------------------------
+
+    async def wait_ready(self, worker: Worker, deadline: Deadline) -> None:
+        """Return once ``worker`` is ready, starting it if it never started."""
+        first = True
+        while True:
+            if worker.retiring:
+                raise Retired(f"model {worker.spec.name!r} is retiring; it takes no new work")
+            match worker.phase:
+                case Phase.READY:
+                    return
+                case Phase.NEW:
+                    self._start_boot(worker)
+                case Phase.FAILED if first and worker.generation == 0:
+                    self._start_boot(worker)  # a failed first start is retried by a new call
+                case Phase.FAILED | Phase.EXITED | Phase.EXIT_UNCONFIRMED:
+                    raise WorkerFault(f"model {worker.spec.name!r} is unavailable: {worker.reason}")
+            await wait_bounded(
+                worker.changed,
+                deadline,
+                self.clock,
+                DeadlineExceeded("deadline passed waiting for the worker to start"),
+            )
+            first = False
+
+    def _start_boot(self, worker: Worker) -> None:
+        worker.phase = Phase.STARTING
+        self.tg.start_soon(self._boot, worker, name=f"boot {worker.worker_id}")
+
+    async def _boot(self, worker: Worker) -> None:
+        try:
+            await self._connect(worker, worker.generation + 1)
+        except Exception as exc:  # every waiter sees the reason; a later call retries
+            worker.phase = Phase.FAILED
+            worker.reason = f"worker failed to start: {exc}"
+        if worker.retiring and worker.phase is not Phase.READY:
+            worker.phase = Phase.EXITED
+        worker.notify()
+
+    async def _open_lane(self, worker: Worker) -> None:
+        if not self.lane.info.hardware_lock or self.lane.session is not None:
+            return
+        async with self._lane_opening:
+            if self.lane.session is None:
+                self.lane.session = await worker.transport.open_lane(self.lane.info)
+
+    async def _connect(self, worker: Worker, generation: int) -> None:
+        """Launch ``generation`` and wait for its hello; ready on success."""
+        await self._open_lane(worker)
+        if worker.retiring:
+            return
+        launched = await worker.transport.launch(
+            LaunchRequest(
+                model=worker.spec,
+                worker_id=worker.worker_id,
+                generation=generation,
+                lane=self.lane.info,
+                lane_session=self.lane.session,
+                task_group=self.tg,
+            )
+        )
+        channel = FramedChannel(
+            launched.send, launched.receive, Codec(WorkerFrame, self.config.max_frame_bytes)
+        )
+        try:
+            with anyio.fail_after(self.config.exchange_timeout_s):
+                hello = await channel.receive()
+            self._check_hello(worker, hello, generation)
+        except (TimeoutError, *CHANNEL_FAULTS, ProtocolError) as exc:
+            await channel.aclose()
+            await confirm_exit(launched.process, self.config.exit_grace_s)
+            reason = "no hello within the exchange timeout" if isinstance(exc, TimeoutError) else str(exc)
+            raise WorkerFault(f"worker for {worker.spec.name!r} did not start: {reason}") from None
+        if worker.retiring:
+            # Recovery re-checks retirement before connecting a replacement.
+            await channel.aclose()
+            await confirm_exit(launched.process, self.config.exit_grace_s)
+            return
+        assert isinstance(hello, Hello)
+        worker.generation = generation
+        worker.channel = channel
+        worker.process = launched.process
+        worker.hello = hello
+        worker.shapes.clear()
+        worker.leases.clear()
+        worker.admission_count = 0
+        worker.phase = Phase.READY
+        worker.reason = ""
+        self._emit(lambda: WorkerStarted(self.lane.lane_id, worker.worker_id, generation, worker.spec.name, launched.process.pid))
+        worker.notify()
+
+    def _check_hello(self, worker: Worker, frame: Frame, generation: int) -> None:
+        if not isinstance(frame, Hello):
+            raise ProtocolError(f"expected a hello frame, got {type(frame).__name__}")
+        if frame.protocol != PROTOCOL_VERSION:
+            raise ProtocolError(
+                f"worker speaks protocol {frame.protocol}, this host speaks {PROTOCOL_VERSION}; "
+                "install matching versions of synapse-core and the transport plugin"
+            )
+        if frame.model != worker.spec.name or frame.generation != generation:
+            raise ProtocolError(
+                f"hello is for {frame.model!r} generation {frame.generation}, "
+                f"expected {worker.spec.name!r} generation {generation}"
+            )
+        if not frame.buckets or frame.dims <= 0 or frame.max_batch <= 0:
+            raise ProtocolError("hello reports no buckets, no dims or no batch size")
+
+    # -- admission and leases ------------------------------------------------------------
+
+    def next_request_id(self) -> int:
+        return next(self._ids)
+
+    async def lease(self, worker: Worker, shape: Shape, deadline: Deadline) -> Lease:
+        """Admit ``shape`` on ``worker`` if needed, then lease it."""
+        from ..errors import DeadlineExceeded
+
+        while True:
+            await self.wait_ready(worker, deadline)
+            generation = worker.generation
+            if shape in worker.shapes:
+                return self._grant(worker, generation, shape)
+            busy = worker.busy_shapes.get(shape)
+            if busy is not None:
+                await wait_bounded(busy.wait, deadline, self.clock, DeadlineExceeded("deadline passed waiting for an admission"))
+                continue
+            decision = self._decide(worker, shape)
+            if isinstance(decision, Wait):
+                self.backlog.waiting += 1
+                try:
+                    await wait_bounded(
+                        self.lane.changed,
+                        deadline,
+                        self.clock,
+                        CapacityExhausted(
+                            f"lane {self.lane.lane_id} had no room for {shape} of "
+                            f"{worker.spec.name!r} before the deadline"
+                        ),
+                    )
+                finally:
+                    self.backlog.waiting -= 1
+                continue
+            if isinstance(decision, EvictDecision):
+                await self._evict(decision)
+                continue
+            await self._admit(worker, generation, shape, decision)
+            # Loop: the next pass grants the lease only if the worker is still
+            # the generation that admitted the shape.
+
+    def _decide(self, worker: Worker, shape: Shape) -> int | Wait | EvictDecision:
+        """The locked grant decision: charge and return the units, or wait, or evict."""
+        if worker.retiring:
+            raise Retired(f"model {worker.spec.name!r} is retiring; it takes no new work")
+        view = self.lane.view(self._leased())
+        units = self.plugins.admission_cost(worker.spec, shape, view)
+        if units > self.lane.capacity:
+            raise CapacityExhausted(
+                f"{shape} of {worker.spec.name!r} needs {units} units; lane "
+                f"{self.lane.lane_id} has only {self.lane.capacity}"
+            )
+        if units <= self.lane.free:
+            self.lane.charge(worker.worker_id, worker.generation, shape, units)
+            worker.busy_shapes[shape] = anyio.Event()
+            return units
+        request = AdmissionRequest(
+            self.lane.lane_id, worker.worker_id, worker.generation, worker.spec, shape, units
+        )
+        decision = self.plugins.lane_full(request, view)
+        match decision:
+            case Wait() | EvictDecision():
+                return decision
+            case Refuse(reason=reason):
+                raise CapacityExhausted(f"lane {self.lane.lane_id} refused {shape}: {reason}")
+        raise TypeError(f"synapse_lane_full returned {decision!r}; expected Wait, Evict or Refuse")
+
+    def _leased(self) -> set[tuple[str, Shape]]:
+        return {
+            (w.worker_id, s) for w in self.workers.values() for s, n in w.leases.items() if n
+        } | {(w.worker_id, s) for w in self.workers.values() for s in w.busy_shapes}
+
+    async def _admit(self, worker: Worker, generation: int, shape: Shape, units: int) -> None:
+        done = worker.busy_shapes[shape]
+        channel = worker.channel
+        assert channel is not None
+        try:
+            reply = await self._exchange(worker, generation, channel, Admit(self.next_request_id(), shape))
+            if isinstance(reply, Failure):
+                self.lane.refund(worker.worker_id, shape)  # the worker says it admitted nothing
+                raise WorkerFault(f"worker refused to admit {shape}: {reply.message}")
+            if not (isinstance(reply, Admitted) and reply.shape == shape):
+                raise Fault(generation, f"unexpected reply to admit: {reply!r:.120}", True)
+            cold = reply.cold
+            worker.shapes[shape] = units
+            worker.admission_count += 1
+            self.admissions += 1
+            lane = self.lane.lane_id
+            self._emit(lambda: ShapeAdmitted(lane, worker.worker_id, generation, shape, units, cold))
+        except Fault as fault:
+            # The reservation stays charged until this generation's exit is confirmed.
+            self.report_fault(worker, fault.generation, fault.reason)
+            raise WorkerFault(
+                f"worker for {worker.spec.name!r} failed while admitting {shape}: {fault.reason}; "
+                "it is being restarted, retry the call"
+            ) from None
+        finally:
+            del worker.busy_shapes[shape]
+            done.set()
+        if self._certify:
+            await self._record_inventory(worker, generation, channel)
+
+    def _grant(self, worker: Worker, generation: int, shape: Shape) -> Lease:
+        if worker.retiring:
+            raise Retired(f"model {worker.spec.name!r} is retiring; it takes no new work")
+        assert worker.channel is not None and worker.phase is Phase.READY
+        worker.leases[shape] += 1
+        return Lease(worker, generation, shape, worker.channel)
+
+    def release(self, lease: Lease) -> None:
+        if lease.released:
+            return
+        lease.released = True
+        worker = lease.worker
+        if lease.generation == worker.generation and worker.leases[lease.shape] > 0:
+            worker.leases[lease.shape] -= 1
+        self.lane.notify()  # an unleased shape may now be evictable
+
+    async def _exchange(self, worker: Worker, generation: int, channel: FramedChannel, frame: Frame) -> Frame:
+        progress = Exchange()
+        try:
+            return await channel.exchange(frame, self.config.exchange_timeout_s, progress)
+        except CHANNEL_FAULTS as exc:
+            raise Fault(generation, f"{type(exc).__name__}: {exc}", progress.written) from None
+
+    async def infer(self, lease: Lease, frame: Frame) -> Frame:
+        """One exchange under ``lease``; raises :class:`Fault` on a channel fault."""
+        return await self._exchange(lease.worker, lease.generation, lease.channel, frame)
+
+    # -- eviction -----------------------------------------------------------------------
+
+    async def _evict(self, decision: EvictDecision) -> None:
+        victim_id, shape = decision.worker_id, decision.shape
+        victim = self.workers.get(victim_id)
+        if (
+            victim is None
+            or shape not in victim.shapes
+            or victim.leases[shape]
+            or shape in victim.busy_shapes
+            or victim.channel is None
+        ):
+            raise CapacityExhausted(
+                f"synapse_lane_full asked to evict {victim_id} {shape}, which is not an unleased admitted shape"
+            )
+        generation = victim.generation
+        del victim.shapes[shape]
+        victim.busy_shapes[shape] = done = anyio.Event()
+        try:
+            reply = await self._exchange(victim, generation, victim.channel, Evict(self.next_request_id(), shape))
+            if not isinstance(reply, Evicted):
+                raise Fault(generation, f"unexpected reply to evict: {reply!r:.120}", True)
+            victim.admission_count -= 1
+            units = self.lane.refund(victim.worker_id, shape)
+            self._emit(lambda: ShapeRefunded(self.lane.lane_id, victim.worker_id, generation, shape, units))
+        except Fault as fault:
+            self.report_fault(victim, fault.generation, fault.reason)
+        finally:
+            del victim.busy_shapes[shape]
+            done.set()
+
+    # -- certification ------------------------------------------------------------------------
+
+    async def _record_inventory(self, worker: Worker, generation: int, channel: FramedChannel) -> None:
+        shapes = None
+        reason = ""
+        try:
+            reply = await self._exchange(worker, generation, channel, InventoryRequest(self.next_request_id()))
+            if isinstance(reply, Inventory):
+                shapes = list(reply.shapes)
+            else:
+                reason = f"unexpected reply {type(reply).__name__}"
+        except Fault as fault:
+            reason = fault.reason
+            self.report_fault(worker, generation, fault.reason)
+        lane = self.lane.lane_id
+        self._emit(lambda: WorkerInventory(lane, worker.worker_id, generation, shapes, reason))
+        self._emit(lambda: AdmissionCount(lane, worker.worker_id, generation, worker.admission_count))
+
+    # -- faults and recovery -----------------------------------------------------------------
+
+    def report_fault(self, worker: Worker, generation: int, reason: str) -> bool:
+        """Start recovery of ``generation`` unless it is stale or already recovering.
+
+        Returns True when this report started a recovery. Call it only after
+        releasing the lease of the exchange that saw the fault.
+        """
+        if generation != worker.generation or generation in worker.faulted:
+            return False
+        if worker.phase is not Phase.READY:
+            return False
+        worker.faulted.add(generation)
+        worker.phase = Phase.RECOVERING
+        worker.reason = reason
+        self._emit(lambda: WorkerFaulted(self.lane.lane_id, worker.worker_id, generation, reason))
+        worker.notify()
+        self.tg.start_soon(self._recover, worker, generation, reason, name=f"recover {worker.worker_id}")
+        return True
+
+    async def _stop_process(self, worker: Worker, polite: bool) -> bool:
+        """Close the channel and confirm the worker's exit; refund only if confirmed."""
+        generation = worker.generation
+        channel, process = worker.channel, worker.process
+        if channel is not None:
+            if polite:
+                with anyio.move_on_after(self.config.exit_grace_s, shield=True):
+                    try:
+                        await channel.send(Shutdown())
+                    except (ChannelClosed, WireError):
+                        pass
+            await channel.aclose()
+        confirmed = True
+        if process is not None:
+            if polite:
+                with anyio.move_on_after(self.config.exit_grace_s, shield=True):
+                    await process.wait()
+            confirmed = await confirm_exit(process, self.config.exit_grace_s)
+        self._emit(lambda: WorkerExited(self.lane.lane_id, worker.worker_id, generation, confirmed))
+        if not confirmed:
+            pid = process.pid if process else None
+            worker.phase = Phase.EXIT_UNCONFIRMED
+            worker.reason = (
+                f"worker pid {pid} did not exit after SIGTERM and SIGKILL; its reservations "
+                "stay charged until it is gone"
+            )
+            worker.notify()
+            return False
+        for shape, charge in self.lane.worker_charges(worker.worker_id):
+            units = self.lane.refund(worker.worker_id, shape)
+            self._emit(lambda s=shape, g=charge.generation, u=units: ShapeRefunded(self.lane.lane_id, worker.worker_id, g, s, u))
+        worker.shapes.clear()
+        worker.channel = None
+        worker.process = None
+        return True
+
+    async def _recover(self, worker: Worker, generation: int, reason: str) -> None:
+        if not await self._stop_process(worker, polite=False):
+            return
+        if worker.retiring:
+            worker.phase = Phase.EXITED
+            worker.notify()
+            return
+        now = self.clock()
+        budget = self.config.restart_budget
+        worker.restarts = [t for t in worker.restarts if now - t < budget.window_s]
+        if len(worker.restarts) >= budget.max_restarts:
+            worker.phase = Phase.FAILED
+            worker.reason = (
+                f"restarted {len(worker.restarts)} times within {budget.window_s:g}s; "
+                f"giving up (last fault: {reason}); fix the worker and retire/reload the model"
+            )
+            worker.notify()
+            return
+        worker.restarts.append(now)
+        worker.restart_count += 1
+        try:
+            await self._connect(worker, generation + 1)
+        except Exception as exc:
+            worker.phase = Phase.FAILED
+            worker.reason = f"replacement failed to start: {exc}"
+        if worker.retiring and worker.phase is not Phase.READY:
+            worker.phase = Phase.EXITED
+        worker.notify()
+
+    # -- retirement -----------------------------------------------------------------------
+
+    async def retire(self, worker: Worker) -> None:
+        """Stop new leases, drain in-flight work, confirm exit, then refund."""
+        worker.retiring = True
+        worker.notify()
+        self.lane.notify()  # capacity waiters re-check and see the retirement
+        while worker.inflight or worker.phase in (Phase.STARTING, Phase.RECOVERING):
+            await worker.changed()
+        if worker.phase is Phase.READY:
+            if await self._stop_process(worker, polite=True):
+                worker.phase = Phase.EXITED
+        elif worker.phase in (Phase.NEW, Phase.FAILED):
+            worker.phase = Phase.EXITED
+        worker.notify()

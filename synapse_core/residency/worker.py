@@ -1,0 +1,93 @@
+"""One worker's residency state: generation, admitted shapes, leases, phase."""
+
+from __future__ import annotations
+
+from collections import Counter
+from enum import StrEnum
+
+import anyio
+import attrs
+
+from ..channel import FramedChannel
+from ..config import ModelSpec
+from ..tokenizer import Tokenizer
+from ..transport import Transport, WorkerProcess
+from ..wire import Hello, Shape
+from .lane import Lane
+
+
+class Phase(StrEnum):
+    NEW = "new"  # not launched yet (workers start lazily)
+    STARTING = "starting"
+    READY = "ready"
+    RECOVERING = "recovering"
+    EXITED = "exited"
+    EXIT_UNCONFIRMED = "exit_unconfirmed"
+    FAILED = "failed"
+
+
+@attrs.define(eq=False)
+class Worker:
+    worker_id: str
+    spec: ModelSpec
+    transport: Transport
+    tokenizer: Tokenizer
+    lane: Lane
+    generation: int = 0
+    phase: Phase = Phase.NEW
+    retiring: bool = False
+    reason: str = ""
+    channel: FramedChannel | None = None
+    process: WorkerProcess | None = None
+    hello: Hello | None = None
+    #: shapes admitted by the current generation -> reserved units
+    shapes: dict[Shape, int] = attrs.field(factory=dict)
+    #: shapes whose admission or eviction exchange is under way
+    busy_shapes: dict[Shape, anyio.Event] = attrs.field(factory=dict)
+    leases: Counter[Shape] = attrs.field(factory=Counter)
+    inflight: int = 0
+    #: generations already faulted: each restarts at most once
+    faulted: set[int] = attrs.field(factory=set)
+    restarts: list[float] = attrs.field(factory=list)
+    restart_count: int = 0
+    #: admissions minus evictions of this generation, kept apart from the
+    #: reservation table for certification
+    admission_count: int = 0
+    _changed: anyio.Event = attrs.field(factory=anyio.Event)
+
+    @property
+    def state(self) -> str:
+        """The state a snapshot reports."""
+        if self.phase in (Phase.EXITED, Phase.EXIT_UNCONFIRMED, Phase.FAILED):
+            return self.phase.value
+        if self.retiring:
+            return "retiring"
+        if self.phase is Phase.NEW:
+            return Phase.STARTING.value
+        return self.phase.value
+
+    @property
+    def buckets(self) -> list[int]:
+        return list(self.hello.buckets) if self.hello else []
+
+    @property
+    def ceiling(self) -> int:
+        """Longest sequence served: the catalog ceiling, capped by the largest bucket."""
+        buckets = self.buckets
+        return min(self.spec.ceiling, buckets[-1]) if buckets else self.spec.ceiling
+
+    def notify(self) -> None:
+        self._changed.set()
+        self._changed = anyio.Event()
+
+    async def changed(self) -> None:
+        await self._changed.wait()
+
+    def enter(self) -> None:
+        """Take the catalog guard: retirement waits for this call to leave."""
+        self.inflight += 1
+
+    def leave(self) -> None:
+        self.inflight -= 1
+        if self.inflight == 0:
+            self.notify()

@@ -1,0 +1,49 @@
+"""Test support for Synapse and for plugin authors' own test suites.
+
+Tests should never auto-load installed entry points: register the plugins
+under test explicitly with :func:`transport_plugin` and ``open_host(plugins=...)``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from .hookspecs import hookimpl
+from .transport import Transport
+
+
+class _TransportPlugin:
+    def __init__(self, transports: tuple[Transport, ...]) -> None:
+        self.transports = transports
+        self.__name__ = "test-transports:" + ",".join(t.name for t in transports)
+
+    @hookimpl
+    def synapse_register_transports(self, register: Callable[[Transport], None]) -> None:
+        for transport in self.transports:
+            register(transport)
+
+
+def transport_plugin(*transports: Transport) -> Any:
+    """A plugin object that registers exactly ``transports``."""
+    return _TransportPlugin(transports)
+
+
+def catalog_toml(*models: dict[str, Any], **settings: Any) -> str:
+    """A catalog as TOML text, from model dicts and top-level settings."""
+    import json
+
+    def value(v: Any) -> str:
+        if isinstance(v, dict):
+            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
+        if isinstance(v, bool):
+            return "true" if v else "false"
+        if isinstance(v, list | tuple):
+            return "[" + ", ".join(value(x) for x in v) + "]"
+        return json.dumps(v)
+
+    lines = [f"{k} = {value(v)}" for k, v in settings.items()]
+    for model in models:
+        lines.append("[[models]]")
+        lines.extend(f"{k} = {value(v)}" for k, v in model.items())
+    return "\n".join(lines) + "\n"

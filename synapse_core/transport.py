@@ -1,0 +1,151 @@
+"""What a transport gives the host: the types a transport author implements.
+
+A transport is registered through the ``synapse_register_transports`` hook
+(see :mod:`synapse_core.hookspecs`). It subclasses :class:`Transport` and
+overrides at least :attr:`Transport.name` and :meth:`Transport.launch`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Protocol, runtime_checkable
+
+import attrs
+from anyio.abc import ByteReceiveStream, ByteSendStream, TaskGroup
+
+from .config import ModelSpec
+from .tokenizer import BasicTokenizer, Tokenizer
+
+
+@attrs.frozen
+class Availability:
+    """Whether a transport can run here; ``reason`` says why not, for users."""
+
+    available: bool
+    reason: str = ""
+
+    @classmethod
+    def yes(cls) -> Availability:
+        return cls(True)
+
+    @classmethod
+    def no(cls, reason: str) -> Availability:
+        return cls(False, reason)
+
+
+@attrs.frozen
+class LaneInfo:
+    """The device lane a model runs on.
+
+    ``capacity`` is the default in reservation units (the host's ``[lanes]``
+    config may override it). ``hardware_lock`` lanes are opened through
+    :meth:`Transport.open_lane` before their first worker launches.
+    """
+
+    lane_id: str
+    capacity: int = 1_000_000
+    hardware_lock: bool = False
+
+
+@runtime_checkable
+class WorkerProcess(Protocol):
+    """A launched worker's process, as the supervisor needs it.
+
+    ``wait`` must return only once the process is gone for good (reaped): the
+    supervisor refunds a worker's reservations only after it returns.
+    """
+
+    @property
+    def pid(self) -> int | None: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    def terminate(self) -> None:
+        """Ask the worker (and its process group) to stop: SIGTERM."""
+
+    def kill(self) -> None:
+        """Force the worker (and its process group) to stop: SIGKILL."""
+
+    async def wait(self) -> int:
+        """Return the exit status once the worker has exited and been reaped."""
+        ...
+
+
+@attrs.frozen
+class LaunchRequest:
+    """What the host asks a transport to start."""
+
+    model: ModelSpec
+    worker_id: str
+    generation: int
+    lane: LaneInfo
+    lane_session: LaneSession | None = None
+    #: The host's service task group, for in-process workers; transports that
+    #: start subprocesses ignore it.
+    task_group: TaskGroup | None = None
+
+
+@attrs.frozen
+class Launched:
+    """A started worker: the host end of its byte channel and its process."""
+
+    send: ByteSendStream
+    receive: ByteReceiveStream
+    process: WorkerProcess
+
+
+class LaneSession:
+    """A held device lane (e.g. the direct-ANE lane lock).
+
+    ``pass_fds`` are inherited by every worker launched on the lane, so the
+    lane stays held while any worker that can use the device is alive.
+    """
+
+    pass_fds: Sequence[int] = ()
+    holder: str = ""
+
+    def close(self) -> None:
+        """Release the host's hold; called once every worker's exit is confirmed."""
+
+
+class Transport:
+    """Base class for transports. Override :attr:`name` and :meth:`launch`."""
+
+    #: Name used in catalog entries (``transport = "mock"``).
+    name: str = ""
+
+    def availability(self) -> Availability:
+        """Whether this transport can run on this machine, and if not why."""
+        return Availability.yes()
+
+    def catalog_models(self) -> Sequence[ModelSpec]:
+        """Models this transport ships; a user's catalog entry of the same name wins."""
+        return ()
+
+    def validate_model(self, model: ModelSpec) -> None:
+        """Check ``model.options``; raise :class:`~synapse_core.errors.ConfigError`
+        naming the bad option's path. Called when a host opens, never spawning."""
+
+    def lane_for(self, model: ModelSpec) -> LaneInfo:
+        """The lane ``model`` runs on."""
+        return LaneInfo(f"{self.name}:0")
+
+    def tokenizer(self, model: ModelSpec) -> Tokenizer:
+        """The tokenizer whose lengths decide buckets and ceilings for ``model``."""
+        return BasicTokenizer()
+
+    async def open_lane(self, lane: LaneInfo) -> LaneSession | None:
+        """Take hold of a ``hardware_lock`` lane before its first launch.
+
+        Raise :class:`~synapse_core.errors.LaneLocked` naming the holder if
+        another host holds it. Never bypass or kill a live holder.
+        """
+        return None
+
+    async def launch(self, request: LaunchRequest) -> Launched:
+        """Start a worker for ``request.model`` at ``request.generation``.
+
+        The worker must send a :class:`~synapse_core.wire.Hello` frame first.
+        """
+        raise NotImplementedError

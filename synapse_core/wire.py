@@ -1,0 +1,186 @@
+"""The worker wire protocol: MessagePack frames behind a 4-byte length prefix.
+
+Every frame is a tagged :class:`msgspec.Struct`; the tag travels in the ``t``
+field. New fields must get defaults so older peers keep decoding (msgspec
+schema evolution). Rows of floats travel as packed little-endian ``float32``
+bytes, not as lists, because per-float encoding dominates large replies.
+
+This module is imported by worker processes: keep it free of host imports.
+"""
+
+from __future__ import annotations
+
+import math
+import struct
+import sys
+from array import array
+from collections.abc import Sequence
+from typing import Literal
+
+import msgspec
+
+PROTOCOL_VERSION = 1
+PREFIX = struct.Struct(">I")
+DEFAULT_MAX_FRAME = 64 * 1024 * 1024
+
+Task = Literal["embed", "rerank"]
+
+
+class WireError(Exception):
+    """A frame could not be decoded, is too large, or is not expected here.
+
+    Workers raise it too, so it does not depend on the host's error classes;
+    the host re-raises it as :class:`synapse_core.errors.ProtocolError`.
+    """
+
+
+class Frame(msgspec.Struct, tag_field="t", frozen=True, forbid_unknown_fields=False):
+    """Base of every frame."""
+
+
+class Shape(msgspec.Struct, frozen=True, array_like=True):
+    """A compiled program size: sequence bucket (tokens) and batch rows."""
+
+    bucket: int
+    batch: int
+
+
+# -- worker -> host -------------------------------------------------------
+
+
+class Hello(Frame, tag="hello"):
+    protocol: int
+    implementation: str
+    version: str
+    model: str
+    package: str
+    generation: int
+    pid: int
+    buckets: list[int]
+    dims: int
+    max_batch: int
+    identity: str
+
+
+class Admitted(Frame, tag="admitted"):
+    request_id: int
+    shape: Shape
+    cold: bool
+    cost: int = 0
+
+
+class Output(Frame, tag="output"):
+    request_id: int
+    shape: Shape
+    rows: int
+    dims: int
+    data: bytes  # rows * dims little-endian float32
+
+
+class Evicted(Frame, tag="evicted"):
+    request_id: int
+    shape: Shape
+
+
+class Inventory(Frame, tag="inventory"):
+    request_id: int
+    shapes: list[Shape]
+
+
+class Failure(Frame, tag="failure"):
+    request_id: int
+    code: str
+    message: str
+
+
+# -- host -> worker -------------------------------------------------------
+
+
+class Admit(Frame, tag="admit"):
+    request_id: int
+    shape: Shape
+
+
+class Infer(Frame, tag="infer"):
+    request_id: int
+    shape: Shape
+    task: Task
+    sequences: list[list[int]]
+    query: list[int] | None = None
+
+
+class Evict(Frame, tag="evict"):
+    request_id: int
+    shape: Shape
+
+
+class InventoryRequest(Frame, tag="inventory_request"):
+    request_id: int
+
+
+class Shutdown(Frame, tag="shutdown"):
+    pass
+
+
+WorkerFrame = Hello | Admitted | Output | Evicted | Inventory | Failure
+HostFrame = Admit | Infer | Evict | InventoryRequest | Shutdown
+AnyFrame = WorkerFrame | HostFrame
+
+
+class Codec:
+    """One reusable encoder and one typed decoder, as msgspec recommends."""
+
+    def __init__(self, accepts: object = AnyFrame, max_frame: int = DEFAULT_MAX_FRAME) -> None:
+        self.max_frame = max_frame
+        self._encoder = msgspec.msgpack.Encoder()
+        self._decoder: msgspec.msgpack.Decoder[Frame] = msgspec.msgpack.Decoder(accepts)  # type: ignore[arg-type]
+
+    def encode(self, frame: Frame) -> bytes:
+        """Length prefix plus body, in one buffer."""
+        buf = bytearray(PREFIX.size)
+        self._encoder.encode_into(frame, buf, PREFIX.size)
+        body = len(buf) - PREFIX.size
+        if body > self.max_frame:
+            raise WireError(f"frame of {body} bytes exceeds the {self.max_frame}-byte limit")
+        PREFIX.pack_into(buf, 0, body)
+        return bytes(buf)
+
+    def body_length(self, prefix: bytes) -> int:
+        (length,) = PREFIX.unpack(prefix)
+        if length > self.max_frame:
+            raise WireError(f"frame header announces {length} bytes; limit is {self.max_frame}")
+        return int(length)
+
+    def decode(self, body: bytes) -> Frame:
+        try:
+            return self._decoder.decode(body)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise WireError(f"undecodable frame: {exc}") from None
+
+
+def pack_rows(rows: Sequence[Sequence[float]]) -> bytes:
+    """Pack float rows as little-endian float32 bytes."""
+    flat = array("f", [v for row in rows for v in row])
+    if sys.byteorder != "little":
+        flat.byteswap()
+    return flat.tobytes()
+
+
+def unpack_rows(output: Output) -> list[list[float]]:
+    """Unpack and validate an :class:`Output`'s rows: size and finiteness."""
+    expected = output.rows * output.dims * 4
+    if len(output.data) != expected:
+        raise WireError(
+            f"output carries {len(output.data)} bytes; {output.rows} rows x {output.dims} dims "
+            f"needs {expected}"
+        )
+    flat = array("f")
+    flat.frombytes(output.data)
+    if sys.byteorder != "little":
+        flat.byteswap()
+    # A float32 sum in double precision cannot overflow, so a non-finite sum
+    # means a NaN or infinity among the values; one C-level pass checks all.
+    if not math.isfinite(sum(flat)):
+        raise WireError("output contains NaN or infinite values")
+    d = output.dims
+    return [flat[i * d : (i + 1) * d].tolist() for i in range(output.rows)]
