@@ -53,10 +53,15 @@ class Call:
     identity: str = ""
     #: the caller is gone (cancelled or past its deadline): start nothing new
     abandoned: bool = False
+    #: what the wait under way ends in at the deadline (default DeadlineExceeded)
+    expiry: SynapseError | None = None
 
     @classmethod
     def new(cls, plan: Plan, deadline: Deadline) -> Call:
         return cls(plan, deadline, [None] * len(plan.items))
+
+    def note_expiry(self, error: SynapseError | None) -> None:
+        self.expiry = error
 
     def fail(self, error: SynapseError) -> None:
         if not self.done.is_set():
@@ -90,8 +95,11 @@ class CallRunner:
                 self.clock,
                 DeadlineExceeded(f"deadline passed before {call.plan.model!r} answered"),
             )
-        except BaseException:
+        except DeadlineExceeded as exc:
             call.abandoned = True  # the detached task drains and releases
+            raise (call.error or call.expiry or exc) from None
+        except BaseException:
+            call.abandoned = True
             raise
 
     async def run(self, call: Call, supervisor: Supervisor, worker: Worker) -> None:
@@ -128,7 +136,8 @@ class CallRunner:
             if call.abandoned:
                 return
             self._check_deadline(call, "before the next group started")
-            lease = await supervisor.lease(worker, Shape(group.bucket, hello.max_batch), call.deadline)
+            shape = Shape(group.bucket, hello.max_batch)
+            lease = await supervisor.lease(worker, shape, call.deadline, call.note_expiry)
             fault = None
             try:
                 self._check_deadline(call, "during admission; no inference was sent")

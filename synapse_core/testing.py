@@ -35,7 +35,7 @@ def catalog_toml(*models: dict[str, Any], **settings: Any) -> str:
 
     def value(v: Any) -> str:
         if isinstance(v, dict):
-            return "{ " + ", ".join(f"{k} = {value(x)}" for k, x in v.items()) + " }"
+            return "{ " + ", ".join(f"{json.dumps(k)} = {value(x)}" for k, x in v.items()) + " }"
         if isinstance(v, bool):
             return "true" if v else "false"
         if isinstance(v, list | tuple):
@@ -47,3 +47,16 @@ def catalog_toml(*models: dict[str, Any], **settings: Any) -> str:
         lines.append("[[models]]")
         lines.extend(f"{k} = {value(v)}" for k, v in model.items())
     return "\n".join(lines) + "\n"
+
+
+async def eventually(predicate: Callable[[], bool], *, timeout: float = 10.0) -> None:
+    """Yield to the event loop until ``predicate()`` holds.
+
+    For conditions nothing signals (a task reaching a gate). ``timeout`` only
+    turns a hang into a failure; it is not a timing assertion.
+    """
+    import anyio
+
+    with anyio.fail_after(timeout):
+        while not predicate():
+            await anyio.sleep(0.001)

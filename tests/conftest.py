@@ -1,8 +1,67 @@
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import Any
+
+import anyio
 import pytest
+
+from synapse_core import HostConfig
+from synapse_core.testing import catalog_toml
 
 
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
+
+
+def model(name: str, task: str = "embed", package: str | None = None, ceiling: int = 200, **options: Any) -> dict[str, Any]:
+    """A mock catalog entry; ``options`` become the mock transport's options."""
+    opts = {"buckets": [8, 16, 32], "dims": 4, "max_batch": 2}
+    opts.update(options)
+    return {
+        "name": name,
+        "task": task,
+        "transport": "mock",
+        "package": package or f"pkg-{name}",
+        "ceiling": ceiling,
+        "options": opts,
+    }
+
+
+def config(*models: dict[str, Any], **settings: Any) -> HostConfig:
+    settings.setdefault("exit_grace_s", 5.0)
+    settings.setdefault("exchange_timeout_s", 10.0)
+    return HostConfig.from_toml_text(catalog_toml(*models, **settings), source="test catalog")
+
+
+@pytest.fixture
+def make_model() -> Callable[..., dict[str, Any]]:
+    return model
+
+
+@pytest.fixture
+def make_config() -> Callable[..., HostConfig]:
+    return config
+
+
+class Gate:
+    """Holds worker replies of chosen frames until opened; records arrivals."""
+
+    def __init__(self) -> None:
+        self.arrived = anyio.Event()
+        self.release = anyio.Event()
+        self.holding = 0
+        self.armed: Callable[[str, Any], bool] = lambda model, frame: False
+
+    async def __call__(self, model: str, frame: Any) -> None:
+        if self.armed(model, frame):
+            self.holding += 1
+            self.arrived.set()
+            await self.release.wait()
+            self.holding -= 1
+
+
+@pytest.fixture
+def gate() -> Gate:
+    return Gate()

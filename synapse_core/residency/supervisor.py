@@ -17,7 +17,14 @@ from anyio.abc import TaskGroup
 from ..channel import ChannelClosed, Exchange, ExchangeTimeout, FramedChannel
 from ..config import HostConfig
 from ..deadline import Clock, Deadline
-from ..errors import CapacityExhausted, DeadlineExceeded, ProtocolError, Retired, WorkerFault
+from ..errors import (
+    CapacityExhausted,
+    DeadlineExceeded,
+    ProtocolError,
+    Retired,
+    SynapseError,
+    WorkerFault,
+)
 from ..observation import (
     AdmissionCount,
     Event,
@@ -239,8 +246,18 @@ class Supervisor:
     def next_request_id(self) -> int:
         return next(self._ids)
 
-    async def lease(self, worker: Worker, shape: Shape, deadline: Deadline) -> Lease:
-        """Admit ``shape`` on ``worker`` if needed, then lease it."""
+    async def lease(
+        self,
+        worker: Worker,
+        shape: Shape,
+        deadline: Deadline,
+        note: Callable[[SynapseError | None], None] = lambda error: None,
+    ) -> Lease:
+        """Admit ``shape`` on ``worker`` if needed, then lease it.
+
+        ``note`` is told which error the wait under way would end in at the
+        deadline, so a caller whose own deadline fires first reports the same.
+        """
         from ..errors import DeadlineExceeded
 
         while True:
@@ -254,18 +271,16 @@ class Supervisor:
                 continue
             decision = self._decide(worker, shape)
             if isinstance(decision, Wait):
+                exhausted = CapacityExhausted(
+                    f"lane {self.lane.lane_id} had no room for {shape} of "
+                    f"{worker.spec.name!r} before the deadline"
+                )
                 self.backlog.waiting += 1
+                note(exhausted)
                 try:
-                    await wait_bounded(
-                        self.lane.changed,
-                        deadline,
-                        self.clock,
-                        CapacityExhausted(
-                            f"lane {self.lane.lane_id} had no room for {shape} of "
-                            f"{worker.spec.name!r} before the deadline"
-                        ),
-                    )
+                    await wait_bounded(self.lane.changed, deadline, self.clock, exhausted)
                 finally:
+                    note(None)
                     self.backlog.waiting -= 1
                 continue
             if isinstance(decision, EvictDecision):
