@@ -140,11 +140,13 @@ class Supervisor:
         """Return once ``worker`` is ready, starting it if it never started."""
         first = True
         while True:
+            # Ready returns at once: for a ready worker, retirement is checked in
+            # the locked grant decision, not here.
+            if worker.phase is Phase.READY:
+                return
             if worker.retiring:
                 raise Retired(f"model {worker.spec.name!r} is retiring; it takes no new work")
             match worker.phase:
-                case Phase.READY:
-                    return
                 case Phase.NEW:
                     self._start_boot(worker)
                 case Phase.FAILED if first and worker.generation == 0:
@@ -180,11 +182,14 @@ class Supervisor:
             if self.lane.session is None:
                 self.lane.session = await worker.transport.open_lane(self.lane.info)
 
-    async def _connect(self, worker: Worker, generation: int) -> None:
-        """Launch ``generation`` and wait for its hello; ready on success."""
+    async def _connect(self, worker: Worker, generation: int) -> bool:
+        """Launch ``generation`` and wait for its hello; True once it is ready.
+
+        False when the worker started retiring first: no replacement connects.
+        """
         await self._open_lane(worker)
         if worker.retiring:
-            return
+            return False
         launched = await worker.transport.launch(
             LaunchRequest(
                 model=worker.spec,
@@ -211,7 +216,7 @@ class Supervisor:
             # Recovery re-checks retirement before connecting a replacement.
             await channel.aclose()
             await confirm_exit(launched.process, self.config.exit_grace_s)
-            return
+            return False
         assert isinstance(hello, Hello)
         worker.generation = generation
         worker.channel = channel
@@ -222,8 +227,10 @@ class Supervisor:
         worker.admission_count = 0
         worker.phase = Phase.READY
         worker.reason = ""
-        self._emit(lambda: WorkerStarted(self.lane.lane_id, worker.worker_id, generation, worker.spec.name, launched.process.pid))
+        lane, pid = self.lane.lane_id, launched.process.pid
+        self._emit(lambda: WorkerStarted(lane, worker.worker_id, generation, worker.spec.name, pid))
         worker.notify()
+        return True
 
     def _check_hello(self, worker: Worker, frame: Frame, generation: int) -> None:
         if not isinstance(frame, Hello):
@@ -435,11 +442,10 @@ class Supervisor:
         Returns True when this report started a recovery. Call it only after
         releasing the lease of the exchange that saw the fault.
         """
-        if generation != worker.generation or generation in worker.faulted:
-            return False
+        if generation != worker.generation:
+            return False  # stale: that generation is already gone
         if worker.phase is not Phase.READY:
-            return False
-        worker.faulted.add(generation)
+            return False  # this generation is already recovering (or stopping)
         worker.phase = Phase.RECOVERING
         worker.reason = reason
         self._emit(lambda: WorkerFaulted(self.lane.lane_id, worker.worker_id, generation, reason))
@@ -486,10 +492,6 @@ class Supervisor:
     async def _recover(self, worker: Worker, generation: int, reason: str) -> None:
         if not await self._stop_process(worker, polite=False):
             return
-        if worker.retiring:
-            worker.phase = Phase.EXITED
-            worker.notify()
-            return
         now = self.clock()
         budget = self.config.restart_budget
         worker.restarts = [t for t in worker.restarts if now - t < budget.window_s]
@@ -501,10 +503,11 @@ class Supervisor:
             )
             worker.notify()
             return
-        worker.restarts.append(now)
-        worker.restart_count += 1
         try:
-            await self._connect(worker, generation + 1)
+            # _connect re-checks retirement before launching and before connecting.
+            if await self._connect(worker, generation + 1):
+                worker.restarts.append(now)
+                worker.restart_count += 1
         except Exception as exc:
             worker.phase = Phase.FAILED
             worker.reason = f"replacement failed to start: {exc}"

@@ -46,8 +46,6 @@ class Worker:
     busy_shapes: dict[Shape, anyio.Event] = attrs.field(factory=dict)
     leases: Counter[Shape] = attrs.field(factory=Counter)
     inflight: int = 0
-    #: generations already faulted: each restarts at most once
-    faulted: set[int] = attrs.field(factory=set)
     restarts: list[float] = attrs.field(factory=list)
     restart_count: int = 0
     #: admissions minus evictions of this generation, kept apart from the
