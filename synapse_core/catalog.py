@@ -92,7 +92,7 @@ class Catalog:
             raise Refused(
                 "wrong-task",
                 f"model {name!r} serves {entry.spec.task}, not {task}; "
-                f"use `synapse {entry.spec.task}` or pick a {task} model",
+                f"use `synapse {entry.spec.task}` or pick {'an' if task == 'embed' else 'a'} {task} model",
                 model=name,
             )
         if entry.problem:

@@ -39,10 +39,11 @@ class Group:
     items: tuple[Item, ...]
 
 
-def over_ceiling(model: str, item: Item, ceiling: int) -> Refused:
+def over_ceiling(model: str, item: Item, ceiling: int, pair: bool = False) -> Refused:
+    what = f"document {item.index} with the query" if pair else f"input {item.index}"
     return Refused(
         "over-ceiling",
-        f"input {item.index} has {item.length} tokens, over the ceiling of {ceiling} for "
+        f"{what} has {item.length} tokens, over the ceiling of {ceiling} for "
         f"model {model!r}; split it into shorter texts (Synapse never truncates)",
         model=model,
         index=item.index,
@@ -69,13 +70,14 @@ def plan_call(entry: Entry, texts: Sequence[str], query: str | None = None) -> P
         if not ids:
             raise Refused(
                 "empty-sequence",
-                f"input {index} is empty; remove it or give it text",
+                f"{'document' if query is not None else 'input'} {index} is empty; "
+                "remove it or give it text",
                 model=model,
                 index=index,
             )
         item = Item(index, ids, tokenizer.sequence_length(ids, query_ids))
         if item.length > entry.spec.ceiling:
-            raise over_ceiling(model, item, entry.spec.ceiling)
+            raise over_ceiling(model, item, entry.spec.ceiling, pair=query is not None)
         items.append(item)
     return Plan(model, entry.spec.task, tuple(items), query_ids)
 

@@ -126,7 +126,7 @@ class CallRunner:
         assert hello is not None
         longest = plan.longest
         if longest.length > worker.ceiling:
-            raise over_ceiling(plan.model, longest, worker.ceiling)
+            raise over_ceiling(plan.model, longest, worker.ceiling, pair=plan.query is not None)
         spec = worker.spec
         buckets = worker.buckets
         groups = group_by_bucket(

@@ -1,0 +1,249 @@
+"""The serving path: refusals, buckets, order, cancellation, deadlines, backpressure."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import anyio
+import pytest
+
+import synapse_core as synapse
+from synapse_core.testing import eventually, transport_plugin
+from synapse_core.transport import Availability, Transport
+from synapse_core.wire import Infer
+from synapse_mock_transport.inprocess import InProcessTransport
+from synapse_mock_transport.logic import embed_tokens
+from synapse_core.tokenizer import BasicTokenizer
+
+pytestmark = pytest.mark.anyio
+
+GOLDEN = Path(__file__).parent / "golden" / "refusals.json"
+
+
+def expected_vector(text: str, dims: int = 4) -> list[float]:
+    return embed_tokens(BasicTokenizer().encode(text), dims)
+
+
+async def test_rows_come_back_in_input_order_across_buckets(make_model: Any, make_config: Any) -> None:
+    transport = InProcessTransport()
+    cfg = make_config(make_model("m", dims=16))
+    texts = ["w " * n for n in (20, 1, 9, 3, 25, 5, 1, 14)]
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        result = await host.embed("m", texts)
+    assert len(result.vectors) == len(texts)
+    for text, vector in zip(texts, result.vectors, strict=True):
+        assert vector == pytest.approx(expected_vector(text, 16), abs=1e-6)
+    # Smallest fitting bucket per text (length = words + 2), smallest group first.
+    shapes = [tuple(f["shape"]) for f in transport.frames("infer")]
+    assert [s[0] for s in shapes] == sorted(s[0] for s in shapes)
+    assert {s[0] for s in shapes} == {8, 16, 32}
+    assert result.identity == "mock:pkg-m:d16:v1"
+
+
+async def test_rerank_scores_in_document_order(make_model: Any, make_config: Any) -> None:
+    transport = InProcessTransport()
+    cfg = make_config(make_model("r", task="rerank", dims=32))
+    docs = ["alpha beta", "gamma " * 12, "alpha"]
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        result = await host.rerank("r", query="alpha", documents=docs)
+    q = expected_vector("alpha", 32)
+    expected = [sum(a * b for a, b in zip(q, expected_vector(d, 32), strict=True)) for d in docs]
+    assert result.scores == pytest.approx(expected, abs=1e-5)
+
+
+async def test_group_larger_than_max_batch_is_split_within_one_lease(
+    make_model: Any, make_config: Any
+) -> None:
+    transport = InProcessTransport()
+    cfg = make_config(make_model("m", max_batch=2))
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        result = await host.embed("m", [f"t{i}" for i in range(5)])
+    assert len(result.vectors) == 5
+    infers = transport.frames("infer")
+    assert len(infers) == 3 and len(transport.frames("admit")) == 1
+
+
+async def test_catalog_semantic_refusals_match_golden_and_never_fetch(
+    make_model: Any, make_config: Any
+) -> None:
+    class Unavailable(Transport):
+        name = "far-away"
+
+        def availability(self) -> Availability:
+            return Availability.no("needs hardware this machine does not have")
+
+    transport = InProcessTransport()
+    far = make_model("far")
+    far["transport"] = "far-away"
+    ghost = make_model("ghost")
+    ghost["transport"] = "not-installed"
+    cfg = make_config(make_model("m", ceiling=10), make_model("r", task="rerank", ceiling=10), far, ghost)
+    cases: list[tuple[str, Any]] = [
+        ("unknown model", lambda h: h.embed("nope", ["x"])),
+        ("wrong task", lambda h: h.embed("r", ["x"])),
+        ("rerank on embed model", lambda h: h.rerank("m", query="q", documents=["d"])),
+        ("transport unavailable", lambda h: h.embed("far", ["x"])),
+        ("transport not installed", lambda h: h.embed("ghost", ["x"])),
+        ("empty input", lambda h: h.embed("m", [])),
+        ("empty documents", lambda h: h.rerank("r", query="q", documents=[])),
+        ("empty sequence", lambda h: h.embed("m", ["fine", "  ", "fine"])),
+        ("empty query", lambda h: h.rerank("r", query=" ", documents=["d"])),
+        ("over ceiling", lambda h: h.embed("m", ["ok", "a b c d e f g h i"])),
+        ("rerank pair over ceiling", lambda h: h.rerank("r", query="a b c", documents=["x", "d e f g h"])),
+    ]
+    got = []
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport, Unavailable())]) as host:
+        for name, call in cases:
+            with pytest.raises(synapse.Refused) as info:
+                await call(host)
+            err = info.value
+            got.append({"case": name, "code": err.code, "index": err.index, "model": err.model, "message": str(err)})
+        # Refusals happen before anything is spawned or fetched.
+        assert transport.launches == []
+        assert host.snapshot().lanes == {}
+    if os.environ.get("SYNAPSE_UPDATE_GOLDEN"):
+        GOLDEN.write_text(json.dumps(got, indent=2) + "\n")
+    assert got == json.loads(GOLDEN.read_text())
+
+
+async def test_packed_cancelled_mixed_call_drains_with_one_lease_at_a_time(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    transport = InProcessTransport()
+    transport.reply_gate = gate
+    host_box: list[synapse.Host] = []
+    leases_seen: list[int] = []
+
+    def armed(model: str, frame: Any) -> bool:
+        # Every frame the worker answers is a moment to count this call's leases.
+        leases_seen.append(host_box[0].snapshot().worker("m").leases)
+        return isinstance(frame, Infer) and frame.shape.bucket == 16
+
+    gate.armed = armed
+    cfg = make_config(make_model("m", max_batch=2))
+    # Three buckets, interleaved: 8 (1 word), 16 (10 words), 32 (20 words).
+    texts = ["a", "b " * 10, "c " * 20, "d", "e " * 10, "f " * 20, "g"]
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        host_box.append(host)
+        with anyio.CancelScope() as caller:
+
+            async def cancel_at_gate() -> None:
+                await gate.arrived.wait()
+                caller.cancel()
+
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(cancel_at_gate)
+                await host.embed("m", texts)
+        assert caller.cancelled_caught
+        worker = host.snapshot().worker("m")
+        assert worker.inflight == 1 and worker.leases == 1  # the task still owns its lease
+        gate.release.set()
+        await eventually(lambda: host.snapshot().worker("m").inflight == 0)
+        worker = host.snapshot().worker("m")
+        assert (worker.leases, worker.generation, worker.state) == (0, 1, "ready")
+        # The 8-bucket group ran (two chunks), the 16-bucket group's first chunk
+        # was drained, and the 32-bucket group never started.
+        buckets = [f["shape"][0] for f in transport.frames("infer") + transport.frames("admit")]
+        assert 32 not in buckets
+        assert [f["shape"][0] for f in transport.frames("infer")] == [8, 8, 16]
+        assert max(leases_seen) == 1
+        # The drained worker serves the next call without a restart.
+        again = await host.embed("m", ["h"])
+        assert again.vectors[0] == pytest.approx(expected_vector("h"), abs=1e-6)
+        assert host.snapshot().worker("m").generation == 1
+
+
+async def test_serving_caller_cancellation_drains_reply_without_restart(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    transport = InProcessTransport()
+    transport.reply_gate = gate
+    cfg = make_config(make_model("m"))
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.embed("m", ["warm up"])
+        gate.armed = lambda model, frame: isinstance(frame, Infer)
+        with anyio.move_on_after(30) as caller:
+            async with anyio.create_task_group() as tg:
+
+                async def cancel_at_gate() -> None:
+                    await gate.arrived.wait()
+                    caller.cancel()
+
+                tg.start_soon(cancel_at_gate)
+                await host.embed("m", ["cancelled"])
+        assert caller.cancelled_caught
+        assert host.snapshot().worker("m").inflight == 1  # reply not drained yet
+        gate.armed = lambda model, frame: False
+        gate.release.set()
+        await eventually(lambda: host.snapshot().worker("m").inflight == 0)
+        # The next exchange gets its own reply: the drained one did not leak into it.
+        result = await host.embed("m", ["next"])
+        assert result.vectors[0] == pytest.approx(expected_vector("next"), abs=1e-6)
+        worker = host.snapshot().worker("m")
+        assert (worker.generation, worker.state, worker.restarts) == (1, "ready", 0)
+        assert len(transport.launched("m")) == 1
+
+
+async def test_deadline_expired_before_a_group_starts_sends_nothing(make_model: Any, make_config: Any) -> None:
+    clock = synapse.FakeClock()
+    transport = InProcessTransport()
+    cfg = make_config(make_model("m"))
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)], clock=clock) as host:
+        await host.load("m")
+        with pytest.raises(synapse.DeadlineExceeded):
+            await host.embed("m", ["x"], deadline=synapse.Deadline(clock() - 1))
+        assert transport.frames("admit") == [] and transport.frames("infer") == []
+
+
+async def test_overloaded_beyond_max_waiting(make_model: Any, make_config: Any, gate: Any) -> None:
+    transport = InProcessTransport()
+    transport.reply_gate = gate
+    gate.armed = lambda model, frame: isinstance(frame, Infer)
+    cfg = make_config(make_model("m"), max_concurrent=1, max_waiting=1)
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(host.embed, "m", ["holds the permit"])
+            await gate.arrived.wait()
+            tg.start_soon(host.embed, "m", ["waits for it"])
+            await eventually(lambda: host.backlog.waiting == 1)
+            with pytest.raises(synapse.Overloaded, match="max_waiting = 1"):
+                await host.embed("m", ["one too many"])
+            gate.armed = lambda model, frame: False
+            gate.release.set()
+        assert host.snapshot().worker("m").inflight == 0
+
+
+async def test_retired_model_refuses_until_loaded_again(make_model: Any, make_config: Any) -> None:
+    transport = InProcessTransport()
+    cfg = make_config(make_model("m"))
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.embed("m", ["x"])
+        await host.retire("m")
+        with pytest.raises(synapse.Retired, match="load it again"):
+            await host.embed("m", ["x"])
+        await host.load("m")
+        assert (await host.embed("m", ["x"])).vectors
+        assert len(transport.launches) == 2
+
+
+async def test_leaving_the_host_retires_every_worker(make_model: Any, make_config: Any) -> None:
+    transport = InProcessTransport()
+    cfg = make_config(make_model("a"), make_model("b"))
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.embed("a", ["x"])
+        await host.load("b")
+    snap = host.snapshot()
+    assert {w.state for w in snap.lanes["mock:0"].workers} == {"exited"}
+    assert snap.lanes["mock:0"].reserved == 0
+    assert all(r.process.exited for r in transport.launches)
+    assert len(transport.frames("shutdown")) == 2
+
+
+async def test_opening_a_host_spawns_nothing(make_model: Any, make_config: Any) -> None:
+    transport = InProcessTransport()
+    async with synapse.open_host(make_config(make_model("a")), plugins=[transport_plugin(transport)]) as host:
+        assert host.snapshot().lanes == {}
+        assert transport.launches == []
