@@ -65,8 +65,10 @@ class Catalog:
                 info.transport.validate_model(spec)
             except ConfigError as exc:
                 problems.extend(f"models[{i}].{p}" for p in exc.problems)
-            problem = "" if info.availability.available else (
-                f"transport {spec.transport!r} cannot run here: {info.availability.reason}"
+            problem = (
+                ""
+                if info.availability.available
+                else (f"transport {spec.transport!r} cannot run here: {info.availability.reason}")
             )
             self.entries[spec.name] = Entry(
                 spec,
@@ -104,5 +106,7 @@ def _safe_models(info: TransportInfo, plugins: PluginHost) -> tuple[ModelSpec, .
     try:
         return tuple(info.transport.catalog_models())
     except Exception as exc:
-        plugins.problems.append(f"transport {info.transport.name!r}: catalog_models failed: {exc!r}")
+        plugins.problems.append(
+            f"transport {info.transport.name!r}: catalog_models failed: {exc!r}"
+        )
         return ()

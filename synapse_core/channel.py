@@ -56,7 +56,9 @@ class FramedChannel:
             raise ChannelClosed(f"receive failed: {exc!r}") from None
         return self.codec.decode(body)
 
-    async def exchange(self, frame: Frame, timeout: float, progress: Exchange | None = None) -> Frame:
+    async def exchange(
+        self, frame: Frame, timeout: float, progress: Exchange | None = None
+    ) -> Frame:
         """Send ``frame`` and return the next frame, within ``timeout`` seconds.
 
         ``progress.written`` turns true once the request is fully handed to the

@@ -112,7 +112,10 @@ _converter = cattrs.Converter(forbid_extra_keys=True)
 _converter.register_structure_hook(
     HostConfig,
     cattrs.gen.make_dict_structure_fn(
-        HostConfig, _converter, _cattrs_forbid_extra_keys=True, source=cattrs.gen.override(omit=True)
+        HostConfig,
+        _converter,
+        _cattrs_forbid_extra_keys=True,
+        source=cattrs.gen.override(omit=True),
     ),
 )
 
@@ -158,7 +161,9 @@ def _check_unique_names(config: HostConfig, source: str) -> None:
     problems = []
     for i, spec in enumerate(config.models):
         if spec.name in seen:
-            problems.append(f"models[{i}].name: {spec.name!r} is already used by models[{seen[spec.name]}]")
+            problems.append(
+                f"models[{i}].name: {spec.name!r} is already used by models[{seen[spec.name]}]"
+            )
         seen.setdefault(spec.name, i)
     if problems:
         raise ConfigError(source, problems)

@@ -50,7 +50,7 @@ class Refused(SynapseError):
     def __init__(self, code: str, message: str, *, model: str, index: int | None = None) -> None:
         if code not in self.CODES:
             raise ValueError(f"unknown refusal code {code!r}")
-        self.code = code  # type: ignore[misc]  # instance code narrows the class default
+        self.code = code  # the instance's code narrows the class default
         self.model = model
         self.index = index
         self.message = message

@@ -25,7 +25,9 @@ from .snapshot import HostSnapshot, take
 class Host:
     """Serves embed and rerank calls. Create it with :func:`open_host`."""
 
-    def __init__(self, config: HostConfig, plugins: PluginHost, clock: Clock, tg: TaskGroup) -> None:
+    def __init__(
+        self, config: HostConfig, plugins: PluginHost, clock: Clock, tg: TaskGroup
+    ) -> None:
         self.config = config
         self.plugins = plugins
         self.clock = clock
@@ -106,7 +108,12 @@ class Host:
         return entry.spec.task if entry else "embed"
 
     async def _call(
-        self, model: str, task: Task, texts: Sequence[str], query: str | None, deadline: Deadline | None
+        self,
+        model: str,
+        task: Task,
+        texts: Sequence[str],
+        query: str | None,
+        deadline: Deadline | None,
     ) -> Call:
         entry = self.catalog.entry(model, task)
         plan: Plan = plan_call(entry, texts, query)
@@ -147,7 +154,7 @@ class Host:
     def _worker(self, entry: Entry) -> Worker:
         name = entry.spec.name
         worker = self._workers.get(name)
-        if worker is None or worker.phase in (Phase.EXITED,) and worker.retiring:
+        if worker is None or (worker.phase in (Phase.EXITED,) and worker.retiring):
             sup = self._supervisor(entry)
             assert entry.transport is not None
             worker = Worker(
@@ -185,10 +192,17 @@ async def open_host(
         plugin_host = PluginHost(load_entry_points=True)
     else:
         plugin_host = PluginHost(plugins)
-    async with anyio.create_task_group() as tg:
-        host = Host(config, plugin_host, clock, tg)
-        try:
-            yield host
-        finally:
-            await host.aclose()
-            tg.cancel_scope.cancel()
+    try:
+        async with anyio.create_task_group() as tg:
+            host = Host(config, plugin_host, clock, tg)
+            try:
+                yield host
+            finally:
+                await host.aclose()
+                tg.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        # Detached tasks never raise, so a group holds the caller's own error:
+        # give it back as raised, so ``except Refused:`` works around a host.
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise

@@ -21,31 +21,31 @@ class Event(msgspec.Struct, tag_field="event", frozen=True):
     generation: int
 
 
-class WorkerStarted(Event, tag="worker_started"):
+class WorkerStarted(Event, tag="worker_started", frozen=True):
     model: str
     pid: int | None
 
 
-class ShapeAdmitted(Event, tag="shape_admitted"):
+class ShapeAdmitted(Event, tag="shape_admitted", frozen=True):
     shape: Shape
     units: int
     cold: bool
 
 
-class ShapeRefunded(Event, tag="shape_refunded"):
+class ShapeRefunded(Event, tag="shape_refunded", frozen=True):
     shape: Shape
     units: int
 
 
-class WorkerFaulted(Event, tag="worker_faulted"):
+class WorkerFaulted(Event, tag="worker_faulted", frozen=True):
     reason: str
 
 
-class WorkerExited(Event, tag="worker_exited"):
+class WorkerExited(Event, tag="worker_exited", frozen=True):
     confirmed: bool
 
 
-class WorkerInventory(Event, tag="worker_inventory"):
+class WorkerInventory(Event, tag="worker_inventory", frozen=True):
     """The shapes a worker reports it holds. ``shapes is None`` means the
     inventory could not be read: *missing*, which is not the same as empty."""
 
@@ -53,7 +53,7 @@ class WorkerInventory(Event, tag="worker_inventory"):
     reason: str = ""
 
 
-class AdmissionCount(Event, tag="admission_count"):
+class AdmissionCount(Event, tag="admission_count", frozen=True):
     """Admissions granted to this worker generation, minus its evictions,
     counted apart from the reservation table so the two can be compared."""
 

@@ -118,3 +118,4 @@ async def confirm_exit(process: WorkerProcess, grace_s: float) -> bool:
                 await process.wait()
                 return True
         return False
+    return False  # not reached: the shielded scope above always returns

@@ -153,7 +153,9 @@ class CallRunner:
                         f"worker for {plan.model!r} failed after receiving the request "
                         f"({fault.reason}); it may have run and is not replayed"
                     )
-                raise WorkerFault(f"worker for {plan.model!r} failed: {fault.reason}; retry the call")
+                raise WorkerFault(
+                    f"worker for {plan.model!r} failed: {fault.reason}; retry the call"
+                )
         call.identity = hello.identity
         call.done.set()
 
@@ -161,7 +163,9 @@ class CallRunner:
         if call.deadline.expired(self.clock):
             raise DeadlineExceeded(f"deadline passed {when}")
 
-    async def _run_group(self, call: Call, supervisor: Supervisor, lease: Lease, group: Group) -> Fault | None:
+    async def _run_group(
+        self, call: Call, supervisor: Supervisor, lease: Lease, group: Group
+    ) -> Fault | None:
         """Every chunk of one group under one lease; a fault is returned, not raised."""
         plan = call.plan
         hello = lease.worker.hello
@@ -190,13 +194,17 @@ class CallRunner:
                 break
         return None
 
-    def _validate(self, reply: Frame, request: Infer, chunk: Sequence[Item], width: int) -> list[list[float]]:
+    def _validate(
+        self, reply: Frame, request: Infer, chunk: Sequence[Item], width: int
+    ) -> list[list[float]]:
         if isinstance(reply, Failure) and reply.request_id == request.request_id:
             raise WorkerFault(f"worker rejected the request: {reply.code}: {reply.message}")
         if not isinstance(reply, Output):
             raise WireError(f"expected output, got {type(reply).__name__}")
         if reply.request_id != request.request_id:
-            raise WireError(f"reply is for request {reply.request_id}, expected {request.request_id}")
+            raise WireError(
+                f"reply is for request {reply.request_id}, expected {request.request_id}"
+            )
         if reply.shape != request.shape:
             raise WireError(f"reply shape {reply.shape} differs from request shape {request.shape}")
         if reply.rows != len(chunk) or reply.dims != width:

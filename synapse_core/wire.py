@@ -48,7 +48,7 @@ class Shape(msgspec.Struct, frozen=True, array_like=True):
 # -- worker -> host -------------------------------------------------------
 
 
-class Hello(Frame, tag="hello"):
+class Hello(Frame, tag="hello", frozen=True):
     protocol: int
     implementation: str
     version: str
@@ -62,14 +62,14 @@ class Hello(Frame, tag="hello"):
     identity: str
 
 
-class Admitted(Frame, tag="admitted"):
+class Admitted(Frame, tag="admitted", frozen=True):
     request_id: int
     shape: Shape
     cold: bool
     cost: int = 0
 
 
-class Output(Frame, tag="output"):
+class Output(Frame, tag="output", frozen=True):
     request_id: int
     shape: Shape
     rows: int
@@ -77,17 +77,17 @@ class Output(Frame, tag="output"):
     data: bytes  # rows * dims little-endian float32
 
 
-class Evicted(Frame, tag="evicted"):
+class Evicted(Frame, tag="evicted", frozen=True):
     request_id: int
     shape: Shape
 
 
-class Inventory(Frame, tag="inventory"):
+class Inventory(Frame, tag="inventory", frozen=True):
     request_id: int
     shapes: list[Shape]
 
 
-class Failure(Frame, tag="failure"):
+class Failure(Frame, tag="failure", frozen=True):
     request_id: int
     code: str
     message: str
@@ -96,12 +96,12 @@ class Failure(Frame, tag="failure"):
 # -- host -> worker -------------------------------------------------------
 
 
-class Admit(Frame, tag="admit"):
+class Admit(Frame, tag="admit", frozen=True):
     request_id: int
     shape: Shape
 
 
-class Infer(Frame, tag="infer"):
+class Infer(Frame, tag="infer", frozen=True):
     request_id: int
     shape: Shape
     task: Task
@@ -109,16 +109,16 @@ class Infer(Frame, tag="infer"):
     query: list[int] | None = None
 
 
-class Evict(Frame, tag="evict"):
+class Evict(Frame, tag="evict", frozen=True):
     request_id: int
     shape: Shape
 
 
-class InventoryRequest(Frame, tag="inventory_request"):
+class InventoryRequest(Frame, tag="inventory_request", frozen=True):
     request_id: int
 
 
-class Shutdown(Frame, tag="shutdown"):
+class Shutdown(Frame, tag="shutdown", frozen=True):
     pass
 
 
@@ -133,7 +133,7 @@ class Codec:
     def __init__(self, accepts: object = AnyFrame, max_frame: int = DEFAULT_MAX_FRAME) -> None:
         self.max_frame = max_frame
         self._encoder = msgspec.msgpack.Encoder()
-        self._decoder: msgspec.msgpack.Decoder[Frame] = msgspec.msgpack.Decoder(accepts)  # type: ignore[arg-type]
+        self._decoder: msgspec.msgpack.Decoder[Frame] = msgspec.msgpack.Decoder(accepts)
 
     def encode(self, frame: Frame) -> bytes:
         """Length prefix plus body, in one buffer."""

@@ -178,7 +178,6 @@ async def serve_streams(
         with anyio.CancelScope(shield=True):
             await send.aclose()
             await receive.aclose()
-    return 0
 
 
 __all__ = [

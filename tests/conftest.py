@@ -15,7 +15,9 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
-def model(name: str, task: str = "embed", package: str | None = None, ceiling: int = 200, **options: Any) -> dict[str, Any]:
+def model(
+    name: str, task: str = "embed", package: str | None = None, ceiling: int = 200, **options: Any
+) -> dict[str, Any]:
     """A mock catalog entry; ``options`` become the mock transport's options."""
     opts = {"buckets": [8, 16, 32], "dims": 4, "max_batch": 2}
     opts.update(options)

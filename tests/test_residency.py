@@ -10,11 +10,11 @@ from typing import Any
 
 import anyio
 import pytest
+from synapse_mock_transport.inprocess import InProcessTransport
 
 import synapse_core as synapse
 from synapse_core.testing import eventually, transport_plugin
 from synapse_core.wire import Admit, Infer
-from synapse_mock_transport.inprocess import InProcessTransport
 
 pytestmark = pytest.mark.anyio
 
@@ -196,7 +196,9 @@ async def test_serving_io_fault_recovers_and_retire_refunds_only_after_exit(
         assert lane(host).reserved == 0
 
 
-async def test_unconfirmed_exit_keeps_reservations_charged(make_model: Any, make_config: Any) -> None:
+async def test_unconfirmed_exit_keeps_reservations_charged(
+    make_model: Any, make_config: Any
+) -> None:
     transport = InProcessTransport()
     transport.hold_exits = True
     cfg = make_config(make_model("m"), exit_grace_s=0.05)
@@ -233,7 +235,9 @@ async def test_restart_budget_stops_a_crash_loop(make_model: Any, make_config: A
         assert len(transport.launched("m")) == 3
 
 
-async def test_lane_full_waits_then_capacity_exhausted(make_model: Any, make_config: Any, gate: Any) -> None:
+async def test_lane_full_waits_then_capacity_exhausted(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
     transport = InProcessTransport()
     transport.reply_gate = gate
     gate.armed = lambda model, frame: model == "a" and isinstance(frame, Infer)
@@ -261,7 +265,9 @@ async def test_shape_larger_than_lane_is_refused_at_once(make_model: Any, make_c
         assert transport.frames("admit") == []
 
 
-async def test_grant_admits_each_shape_once_under_concurrency(make_model: Any, make_config: Any) -> None:
+async def test_grant_admits_each_shape_once_under_concurrency(
+    make_model: Any, make_config: Any
+) -> None:
     transport = InProcessTransport()
     cfg = make_config(make_model("a"))
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:

@@ -9,14 +9,14 @@ from typing import Any
 
 import anyio
 import pytest
+from synapse_mock_transport.inprocess import InProcessTransport
+from synapse_mock_transport.logic import embed_tokens
 
 import synapse_core as synapse
 from synapse_core.testing import eventually, transport_plugin
+from synapse_core.tokenizer import BasicTokenizer
 from synapse_core.transport import Availability, Transport
 from synapse_core.wire import Infer
-from synapse_mock_transport.inprocess import InProcessTransport
-from synapse_mock_transport.logic import embed_tokens
-from synapse_core.tokenizer import BasicTokenizer
 
 pytestmark = pytest.mark.anyio
 
@@ -27,7 +27,9 @@ def expected_vector(text: str, dims: int = 4) -> list[float]:
     return embed_tokens(BasicTokenizer().encode(text), dims)
 
 
-async def test_rows_come_back_in_input_order_across_buckets(make_model: Any, make_config: Any) -> None:
+async def test_rows_come_back_in_input_order_across_buckets(
+    make_model: Any, make_config: Any
+) -> None:
     transport = InProcessTransport()
     cfg = make_config(make_model("m", dims=16))
     texts = ["w " * n for n in (20, 1, 9, 3, 25, 5, 1, 14)]
@@ -80,7 +82,9 @@ async def test_catalog_semantic_refusals_match_golden_and_never_fetch(
     far["transport"] = "far-away"
     ghost = make_model("ghost")
     ghost["transport"] = "not-installed"
-    cfg = make_config(make_model("m", ceiling=10), make_model("r", task="rerank", ceiling=10), far, ghost)
+    cfg = make_config(
+        make_model("m", ceiling=10), make_model("r", task="rerank", ceiling=10), far, ghost
+    )
     cases: list[tuple[str, Any]] = [
         ("unknown model", lambda h: h.embed("nope", ["x"])),
         ("wrong task", lambda h: h.embed("r", ["x"])),
@@ -92,7 +96,10 @@ async def test_catalog_semantic_refusals_match_golden_and_never_fetch(
         ("empty sequence", lambda h: h.embed("m", ["fine", "  ", "fine"])),
         ("empty query", lambda h: h.rerank("r", query=" ", documents=["d"])),
         ("over ceiling", lambda h: h.embed("m", ["ok", "a b c d e f g h i"])),
-        ("rerank pair over ceiling", lambda h: h.rerank("r", query="a b c", documents=["x", "d e f g h"])),
+        (
+            "rerank pair over ceiling",
+            lambda h: h.rerank("r", query="a b c", documents=["x", "d e f g h"]),
+        ),
     ]
     got = []
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport, Unavailable())]) as host:
@@ -100,7 +107,15 @@ async def test_catalog_semantic_refusals_match_golden_and_never_fetch(
             with pytest.raises(synapse.Refused) as info:
                 await call(host)
             err = info.value
-            got.append({"case": name, "code": err.code, "index": err.index, "model": err.model, "message": str(err)})
+            got.append(
+                {
+                    "case": name,
+                    "code": err.code,
+                    "index": err.index,
+                    "model": err.model,
+                    "message": str(err),
+                }
+            )
         # Refusals happen before anything is spawned or fetched.
         assert transport.launches == []
         assert host.snapshot().lanes == {}
@@ -187,7 +202,9 @@ async def test_serving_caller_cancellation_drains_reply_without_restart(
         assert len(transport.launched("m")) == 1
 
 
-async def test_deadline_expired_before_a_group_starts_sends_nothing(make_model: Any, make_config: Any) -> None:
+async def test_deadline_expired_before_a_group_starts_sends_nothing(
+    make_model: Any, make_config: Any
+) -> None:
     clock = synapse.FakeClock()
     transport = InProcessTransport()
     cfg = make_config(make_model("m"))
@@ -244,6 +261,8 @@ async def test_leaving_the_host_retires_every_worker(make_model: Any, make_confi
 
 async def test_opening_a_host_spawns_nothing(make_model: Any, make_config: Any) -> None:
     transport = InProcessTransport()
-    async with synapse.open_host(make_config(make_model("a")), plugins=[transport_plugin(transport)]) as host:
+    async with synapse.open_host(
+        make_config(make_model("a")), plugins=[transport_plugin(transport)]
+    ) as host:
         assert host.snapshot().lanes == {}
         assert transport.launches == []

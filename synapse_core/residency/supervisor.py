@@ -7,8 +7,10 @@ slip between the re-check and the reservation.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 from collections.abc import Awaitable, Callable
+from functools import partial
 
 import anyio
 import attrs
@@ -188,7 +190,7 @@ class Supervisor:
         False when the worker started retiring first: no replacement connects.
         """
         await self._open_lane(worker)
-        if worker.retiring:
+        if worker.is_retiring():
             return False
         launched = await worker.transport.launch(
             LaunchRequest(
@@ -210,9 +212,13 @@ class Supervisor:
         except (TimeoutError, *CHANNEL_FAULTS, ProtocolError) as exc:
             await channel.aclose()
             await confirm_exit(launched.process, self.config.exit_grace_s)
-            reason = "no hello within the exchange timeout" if isinstance(exc, TimeoutError) else str(exc)
+            reason = (
+                "no hello within the exchange timeout"
+                if isinstance(exc, TimeoutError)
+                else str(exc)
+            )
             raise WorkerFault(f"worker for {worker.spec.name!r} did not start: {reason}") from None
-        if worker.retiring:
+        if worker.is_retiring():
             # Recovery re-checks retirement before connecting a replacement.
             await channel.aclose()
             await confirm_exit(launched.process, self.config.exit_grace_s)
@@ -274,7 +280,12 @@ class Supervisor:
                 return self._grant(worker, generation, shape)
             busy = worker.busy_shapes.get(shape)
             if busy is not None:
-                await wait_bounded(busy.wait, deadline, self.clock, DeadlineExceeded("deadline passed waiting for an admission"))
+                await wait_bounded(
+                    busy.wait,
+                    deadline,
+                    self.clock,
+                    DeadlineExceeded("deadline passed waiting for an admission"),
+                )
                 continue
             decision = self._decide(worker, shape)
             if isinstance(decision, Wait):
@@ -333,7 +344,9 @@ class Supervisor:
         channel = worker.channel
         assert channel is not None
         try:
-            reply = await self._exchange(worker, generation, channel, Admit(self.next_request_id(), shape))
+            reply = await self._exchange(
+                worker, generation, channel, Admit(self.next_request_id(), shape)
+            )
             if isinstance(reply, Failure):
                 self.lane.refund(worker.worker_id, shape)  # the worker says it admitted nothing
                 raise WorkerFault(f"worker refused to admit {shape}: {reply.message}")
@@ -344,7 +357,9 @@ class Supervisor:
             worker.admission_count += 1
             self.admissions += 1
             lane = self.lane.lane_id
-            self._emit(lambda: ShapeAdmitted(lane, worker.worker_id, generation, shape, units, cold))
+            self._emit(
+                lambda: ShapeAdmitted(lane, worker.worker_id, generation, shape, units, cold)
+            )
         except Fault as fault:
             # The reservation stays charged until this generation's exit is confirmed.
             self.report_fault(worker, fault.generation, fault.reason)
@@ -374,7 +389,9 @@ class Supervisor:
             worker.leases[lease.shape] -= 1
         self.lane.notify()  # an unleased shape may now be evictable
 
-    async def _exchange(self, worker: Worker, generation: int, channel: FramedChannel, frame: Frame) -> Frame:
+    async def _exchange(
+        self, worker: Worker, generation: int, channel: FramedChannel, frame: Frame
+    ) -> Frame:
         progress = Exchange()
         try:
             return await channel.exchange(frame, self.config.exchange_timeout_s, progress)
@@ -404,12 +421,16 @@ class Supervisor:
         del victim.shapes[shape]
         victim.busy_shapes[shape] = done = anyio.Event()
         try:
-            reply = await self._exchange(victim, generation, victim.channel, Evict(self.next_request_id(), shape))
+            reply = await self._exchange(
+                victim, generation, victim.channel, Evict(self.next_request_id(), shape)
+            )
             if not isinstance(reply, Evicted):
                 raise Fault(generation, f"unexpected reply to evict: {reply!r:.120}", True)
             victim.admission_count -= 1
             units = self.lane.refund(victim.worker_id, shape)
-            self._emit(lambda: ShapeRefunded(self.lane.lane_id, victim.worker_id, generation, shape, units))
+            self._emit(
+                lambda: ShapeRefunded(self.lane.lane_id, victim.worker_id, generation, shape, units)
+            )
         except Fault as fault:
             self.report_fault(victim, fault.generation, fault.reason)
         finally:
@@ -418,11 +439,15 @@ class Supervisor:
 
     # -- certification ------------------------------------------------------------------------
 
-    async def _record_inventory(self, worker: Worker, generation: int, channel: FramedChannel) -> None:
+    async def _record_inventory(
+        self, worker: Worker, generation: int, channel: FramedChannel
+    ) -> None:
         shapes = None
         reason = ""
         try:
-            reply = await self._exchange(worker, generation, channel, InventoryRequest(self.next_request_id()))
+            reply = await self._exchange(
+                worker, generation, channel, InventoryRequest(self.next_request_id())
+            )
             if isinstance(reply, Inventory):
                 shapes = list(reply.shapes)
             else:
@@ -432,7 +457,9 @@ class Supervisor:
             self.report_fault(worker, generation, fault.reason)
         lane = self.lane.lane_id
         self._emit(lambda: WorkerInventory(lane, worker.worker_id, generation, shapes, reason))
-        self._emit(lambda: AdmissionCount(lane, worker.worker_id, generation, worker.admission_count))
+        self._emit(
+            lambda: AdmissionCount(lane, worker.worker_id, generation, worker.admission_count)
+        )
 
     # -- faults and recovery -----------------------------------------------------------------
 
@@ -450,7 +477,9 @@ class Supervisor:
         worker.reason = reason
         self._emit(lambda: WorkerFaulted(self.lane.lane_id, worker.worker_id, generation, reason))
         worker.notify()
-        self.tg.start_soon(self._recover, worker, generation, reason, name=f"recover {worker.worker_id}")
+        self.tg.start_soon(
+            self._recover, worker, generation, reason, name=f"recover {worker.worker_id}"
+        )
         return True
 
     async def _stop_process(self, worker: Worker, polite: bool) -> bool:
@@ -459,11 +488,11 @@ class Supervisor:
         channel, process = worker.channel, worker.process
         if channel is not None:
             if polite:
-                with anyio.move_on_after(self.config.exit_grace_s, shield=True):
-                    try:
-                        await channel.send(Shutdown())
-                    except (ChannelClosed, WireError):
-                        pass
+                with (
+                    anyio.move_on_after(self.config.exit_grace_s, shield=True),
+                    contextlib.suppress(ChannelClosed, WireError),
+                ):
+                    await channel.send(Shutdown())
             await channel.aclose()
         confirmed = True
         if process is not None:
@@ -483,7 +512,16 @@ class Supervisor:
             return False
         for shape, charge in self.lane.worker_charges(worker.worker_id):
             units = self.lane.refund(worker.worker_id, shape)
-            self._emit(lambda s=shape, g=charge.generation, u=units: ShapeRefunded(self.lane.lane_id, worker.worker_id, g, s, u))
+            self._emit(
+                partial(
+                    ShapeRefunded,
+                    self.lane.lane_id,
+                    worker.worker_id,
+                    charge.generation,
+                    shape,
+                    units,
+                )
+            )
         worker.shapes.clear()
         worker.channel = None
         worker.process = None

@@ -74,6 +74,10 @@ class Worker:
         buckets = self.buckets
         return min(self.spec.ceiling, buckets[-1]) if buckets else self.spec.ceiling
 
+    def is_retiring(self) -> bool:
+        """``retiring``, read after an await (a call, so type checkers do not narrow it)."""
+        return self.retiring
+
     def notify(self) -> None:
         self._changed.set()
         self._changed = anyio.Event()

@@ -16,7 +16,7 @@ import attrs
 
 from synapse_core.config import ModelSpec
 from synapse_core.memory import byte_pipe
-from synapse_core.transport import Launched, LaunchRequest, LaneInfo, Transport
+from synapse_core.transport import LaneInfo, Launched, LaunchRequest, Transport
 from synapse_core.wire import Frame
 from synapse_core.worker_kit import serve_streams
 

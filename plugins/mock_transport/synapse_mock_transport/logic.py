@@ -136,7 +136,9 @@ class MockLogic:
 
     def handle(self, frame: Frame) -> Action:
         shape = getattr(frame, "shape", None)
-        self._trace(_TRACE_NAMES.get(type(frame), "unknown"), shape, getattr(frame, "request_id", None))
+        self._trace(
+            _TRACE_NAMES.get(type(frame), "unknown"), shape, getattr(frame, "request_id", None)
+        )
         match frame:
             case Admit():
                 return self._admit(frame)
@@ -158,12 +160,17 @@ class MockLogic:
         if f and f.crash_on_admit == self.admits:
             return Crash()
         shape = frame.shape
-        if shape.bucket not in self.options.buckets or not 0 < shape.batch <= self.options.max_batch:
+        if (
+            shape.bucket not in self.options.buckets
+            or not 0 < shape.batch <= self.options.max_batch
+        ):
             return self._reply(Failure(frame.request_id, "bad-shape", f"cannot compile {shape}"))
         cold = shape not in self.shapes
         self.shapes.add(shape)
         extra = f.cold_admit_delay_s if (f and cold) else 0.0
-        return self._reply(Admitted(frame.request_id, shape, cold, shape.bucket * shape.batch), extra)
+        return self._reply(
+            Admitted(frame.request_id, shape, cold, shape.bucket * shape.batch), extra
+        )
 
     def _infer(self, frame: Infer) -> Action:
         self.infers += 1
@@ -188,7 +195,9 @@ class MockLogic:
         vectors = [embed_tokens(seq, dims) for seq in frame.sequences]
         if frame.task == "rerank":
             q = embed_tokens(frame.query or [], dims)
-            rows: list[list[float]] = [[sum(a * b for a, b in zip(q, v, strict=True))] for v in vectors]
+            rows: list[list[float]] = [
+                [sum(a * b for a, b in zip(q, v, strict=True))] for v in vectors
+            ]
             width = 1
         else:
             rows, width = vectors, dims

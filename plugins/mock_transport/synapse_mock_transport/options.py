@@ -40,6 +40,8 @@ class MockOptions:
             raise ValueError("buckets must be a non-empty list of positive sizes")
 
 
-def parse_options(options: Mapping[str, Any], source: str = "<options>", root: str = "options") -> MockOptions:
+def parse_options(
+    options: Mapping[str, Any], source: str = "<options>", root: str = "options"
+) -> MockOptions:
     """Structure ``options``; errors name the path, e.g. ``options.faults.crash_on_infer``."""
     return structure(dict(options), MockOptions, source, root="." + root)

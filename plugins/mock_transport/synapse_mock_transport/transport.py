@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from synapse_core.config import ModelSpec
 from synapse_core.process import spawn_worker
-from synapse_core.transport import Launched, LaunchRequest, LaneInfo, Transport
+from synapse_core.transport import LaneInfo, Launched, LaunchRequest, Transport
 
 from .options import parse_options
 

@@ -25,7 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     except (msgspec.DecodeError, msgspec.ValidationError, ConfigError) as exc:
         print(f"mock worker: bad launch spec: {exc}", file=sys.stderr)
         return 2
-    logic = MockLogic(model=spec.model, package=spec.package, generation=spec.generation, options=options)
+    logic = MockLogic(
+        model=spec.model, package=spec.package, generation=spec.generation, options=options
+    )
     return serve_stdio(logic)
 
 

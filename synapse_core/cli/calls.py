@@ -1,0 +1,150 @@
+"""Embed and rerank many inputs through one host, a batch at a time.
+
+Inputs are checked against the catalog as a whole before the first batch is
+sent, so a refusal names the input's position in the whole list (and its file
+line) and no batch runs for a call that would be refused later.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import anyio
+
+from ..config import HostConfig, Task
+from ..deadline import Deadline
+from ..errors import Refused, SynapseError
+from ..host import Host, open_host
+from ..plan import plan_call
+from ..plugins import PluginHost
+from ..serving import EmbedResult, RerankResult
+from .inputs import Inputs
+from .options import deadline_from
+
+#: texts per host call; small enough for steady progress, large enough to fill
+#: a worker's batch several times over
+BATCH = 64
+#: from this many batches on, the progress line is shown even when stderr is
+#: not a terminal, so a log says what a long run is doing
+MANY_BATCHES = 10
+
+OnBatch = Callable[[int], None]
+
+
+class IdentityChanged(SynapseError):
+    """Two batches of one command came from different vector spaces."""
+
+    code = "identity-changed"
+
+
+def spans(count: int, size: int = BATCH) -> list[range]:
+    return [range(start, min(start + size, count)) for start in range(0, count, size)]
+
+
+def show_progress(batches: int, stderr_is_tty: bool) -> bool:
+    return batches > 1 and (stderr_is_tty or batches >= MANY_BATCHES)
+
+
+def relocate(exc: Refused, inputs: Inputs, offset: int) -> Refused:
+    """``exc`` about the batch starting at ``offset``, told about the whole input."""
+    if exc.index is None:
+        return exc
+    index = exc.index + offset
+    message = exc.message
+    if offset:
+        message = re.sub(rf"\binput {exc.index}\b", f"input {index}", message, count=1)
+    where = inputs.where(index)
+    if where:
+        message = f"{message} ({where})"
+    return Refused(exc.code, message, model=exc.model, index=index)
+
+
+@contextmanager
+def located(inputs: Inputs, offset: int) -> Iterator[None]:
+    try:
+        yield
+    except Refused as exc:
+        raise relocate(exc, inputs, offset) from None
+
+
+def check_all(host: Host, model: str, task: Task, inputs: Inputs, query: str | None) -> None:
+    """Refuse the whole call up front (pure: spawns nothing)."""
+    with located(inputs, 0):
+        plan_call(host.catalog.entry(model, task), inputs.items, query)
+
+
+def same_identity(previous: str, current: str, model: str) -> str:
+    if previous and current != previous:
+        raise IdentityChanged(
+            f"model {model!r} answered from vector space {current!r} after {previous!r}; "
+            "results of one command must not mix spaces, run it again"
+        )
+    return current
+
+
+async def embed_all(
+    host: Host, model: str, inputs: Inputs, deadline: Deadline, on_batch: OnBatch
+) -> EmbedResult:
+    check_all(host, model, "embed", inputs, None)
+    vectors: list[list[float]] = []
+    identity = ""
+    for span in spans(len(inputs.items)):
+        with located(inputs, span.start):
+            batch = inputs.items[span.start : span.stop]
+            result = await host.embed(model, batch, deadline=deadline)
+        identity = same_identity(identity, result.identity, model)
+        vectors.extend(result.vectors)
+        on_batch(len(span))
+    return EmbedResult(model, vectors, identity)
+
+
+async def rerank_all(
+    host: Host, model: str, query: str, inputs: Inputs, deadline: Deadline, on_batch: OnBatch
+) -> RerankResult:
+    check_all(host, model, "rerank", inputs, query)
+    scores: list[float] = []
+    identity = ""
+    for span in spans(len(inputs.items)):
+        with located(inputs, span.start):
+            result = await host.rerank(
+                model, query, inputs.items[span.start : span.stop], deadline=deadline
+            )
+        identity = same_identity(identity, result.identity, model)
+        scores.extend(result.scores)
+        on_batch(len(span))
+    return RerankResult(model, scores, identity)
+
+
+def run_embed(
+    config: HostConfig,
+    plugins: PluginHost,
+    model: str,
+    inputs: Inputs,
+    deadline_s: float | None,
+    on_batch: OnBatch,
+) -> EmbedResult:
+    async def main() -> EmbedResult:
+        deadline = deadline_from(deadline_s)
+        async with open_host(config, plugins=plugins) as host:
+            return await embed_all(host, model, inputs, deadline, on_batch)
+
+    return anyio.run(main)
+
+
+def run_rerank(
+    config: HostConfig,
+    plugins: PluginHost,
+    model: str,
+    query: str,
+    inputs: Inputs,
+    deadline_s: float | None,
+    on_batch: OnBatch,
+) -> RerankResult:
+    async def main() -> RerankResult:
+        deadline = deadline_from(deadline_s)
+        async with open_host(config, plugins=plugins) as host:
+            return await rerank_all(host, model, query, inputs, deadline, on_batch)
+
+    return anyio.run(main)

@@ -1,0 +1,157 @@
+"""The built-in commands: ``plugins``, ``catalog``, ``embed`` and ``rerank``."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import TextIO
+
+import attrs
+import click
+
+from ..catalog import Catalog
+from ..plugins import PluginHost, selected_names
+from . import render
+from .calls import OnBatch, run_embed, run_rerank, show_progress, spans
+from .inputs import Field, Inputs, from_arguments, read_jsonl
+from .options import catalog_option, deadline_option, json_option, load_config
+from .report import PROG
+
+
+@attrs.define
+class AppState:
+    """What every command invocation shares; ``ctx.obj`` of the ``synapse`` group."""
+
+    plugins: PluginHost
+
+
+def emit(doc: render.Doc, as_json: bool, lines: Callable[[], list[str]]) -> None:
+    if as_json:
+        click.echo(json.dumps(doc))
+        return
+    for line in lines():
+        click.echo(line)
+
+
+def gather(arguments: tuple[str, ...], file: TextIO | None, field: Field) -> Inputs:
+    if file is None:
+        return from_arguments(arguments)
+    if arguments:
+        raise click.UsageError(f"give {field}s as arguments or with --file, not both")
+    return read_jsonl(file, "<stdin>" if file.name == "<stdin>" else str(file.name), field)
+
+
+@contextmanager
+def progress(total: int, verb: str, noun: str) -> Iterator[OnBatch]:
+    """A progress bar on stderr (never stdout) for inputs sent in several batches."""
+    batches = len(spans(total))
+    hidden = not show_progress(batches, sys.stderr.isatty())
+    label = f"{PROG}: {verb} {total} {noun} in {batches} batches"
+    with click.progressbar(length=total, label=label, file=sys.stderr, hidden=hidden) as bar:
+        yield bar.update
+
+
+def file_option(field: Field) -> Callable[[Callable[..., None]], Callable[..., None]]:
+    return click.option(
+        "--file",
+        "file",
+        type=click.File("r", encoding="utf-8"),
+        default=None,
+        help=f'JSON Lines input, one {{"{field}": "..."}} object per line ("-" reads stdin).',
+    )
+
+
+@click.command("plugins")
+@catalog_option
+@json_option
+@click.pass_obj
+def plugins_command(state: AppState, catalog: Path | None, as_json: bool) -> None:
+    """List installed plugins, the hooks they implement, and their transports."""
+    config = load_config(catalog)
+    doc = render.plugins_doc(state.plugins, config, selected_names())
+    emit(doc, as_json, lambda: render.plugins_lines(doc))
+
+
+@click.command("catalog")
+@catalog_option
+@json_option
+@click.pass_obj
+def catalog_command(state: AppState, catalog: Path | None, as_json: bool) -> None:
+    """List the catalog's models and whether each can run here (spawns nothing)."""
+    doc = render.catalog_doc(Catalog(load_config(catalog), state.plugins))
+    emit(doc, as_json, lambda: render.catalog_lines(doc))
+
+
+@click.command("embed")
+@click.argument("model")
+@click.argument("texts", nargs=-1)
+@file_option("text")
+@deadline_option
+@json_option
+@catalog_option
+@click.pass_obj
+def embed_command(
+    state: AppState,
+    model: str,
+    texts: tuple[str, ...],
+    file: TextIO | None,
+    deadline: float | None,
+    as_json: bool,
+    catalog: Path | None,
+) -> None:
+    """Embed TEXTS (or the texts of --file) with MODEL.
+
+    Prints each vector's index, dimensions, norm and first values; --json
+    prints every vector in input order with the model's vector-space identity.
+    """
+    config = load_config(catalog)
+    inputs = gather(texts, file, "text")
+    with progress(len(inputs.items), "embedding", "texts") as on_batch:
+        result = run_embed(config, state.plugins, model, inputs, deadline, on_batch)
+    emit(render.embed_doc(result), as_json, lambda: render.embed_lines(result, inputs))
+
+
+@click.command("rerank")
+@click.argument("model")
+@click.argument("documents", nargs=-1)
+@click.option("--query", "-q", required=True, help="The query to score the documents against.")
+@file_option("document")
+@deadline_option
+@json_option
+@catalog_option
+@click.pass_obj
+def rerank_command(
+    state: AppState,
+    model: str,
+    documents: tuple[str, ...],
+    query: str,
+    file: TextIO | None,
+    deadline: float | None,
+    as_json: bool,
+    catalog: Path | None,
+) -> None:
+    """Score DOCUMENTS (or the documents of --file) against --query with MODEL.
+
+    Prints documents best first with their input index; --json prints the
+    scores in input order with the model's identity.
+    """
+    config = load_config(catalog)
+    inputs = gather(documents, file, "document")
+    with progress(len(inputs.items), "reranking", "documents") as on_batch:
+        result = run_rerank(config, state.plugins, model, query, inputs, deadline, on_batch)
+    emit(
+        render.rerank_doc(result, query),
+        as_json,
+        lambda: render.rerank_lines(result, query, inputs),
+    )
+
+
+BUILTIN: tuple[click.Command, ...] = (
+    plugins_command,
+    catalog_command,
+    embed_command,
+    rerank_command,
+)

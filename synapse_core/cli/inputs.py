@@ -1,0 +1,74 @@
+"""Inputs of ``synapse embed`` / ``synapse rerank``: arguments or a JSONL file.
+
+A file holds one JSON object per line (``{"text": ...}`` for embed,
+``{"document": ...}`` for rerank; other keys are ignored). Blank lines are
+skipped; any other unusable line stops the command with its line number.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Literal, TextIO
+
+import attrs
+import msgspec
+
+from .report import InputError
+
+Field = Literal["text", "document"]
+
+
+class _Text(msgspec.Struct):
+    text: str
+
+
+class _Document(msgspec.Struct):
+    document: str
+
+
+_DECODERS: dict[Field, msgspec.json.Decoder[_Text] | msgspec.json.Decoder[_Document]] = {
+    "text": msgspec.json.Decoder(_Text),
+    "document": msgspec.json.Decoder(_Document),
+}
+
+
+@attrs.frozen
+class Inputs:
+    items: list[str]
+    #: file name and line number of each item, when they came from a file
+    source: str = ""
+    lines: list[int] = attrs.field(factory=list)
+
+    def where(self, index: int) -> str:
+        """Where input ``index`` came from, for messages ("" for arguments)."""
+        if not self.source or not 0 <= index < len(self.lines):
+            return ""
+        return f"{self.source} line {self.lines[index]}"
+
+
+def from_arguments(items: Sequence[str]) -> Inputs:
+    return Inputs(list(items))
+
+
+def read_jsonl(stream: TextIO, source: str, field: Field) -> Inputs:
+    """Read ``{"<field>": "..."}`` lines; raise :class:`InputError` naming a bad line."""
+    decoder = _DECODERS[field]
+    items: list[str] = []
+    lines: list[int] = []
+    number = 0
+    try:
+        for number, raw in enumerate(stream, start=1):
+            if not raw.strip():
+                continue
+            try:
+                record = decoder.decode(raw)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                raise InputError(
+                    f'{source} line {number}: expected a JSON object with a "{field}" string '
+                    f"({exc})"
+                ) from None
+            items.append(record.text if isinstance(record, _Text) else record.document)
+            lines.append(number)
+    except UnicodeDecodeError as exc:
+        raise InputError(f"{source} line {number + 1}: not UTF-8 text ({exc.reason})") from None
+    return Inputs(items, source, lines)

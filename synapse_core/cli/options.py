@@ -1,0 +1,65 @@
+"""Options shared by the built-in commands, and by plugin commands that want them.
+
+A plugin command that needs the host configuration can reuse these::
+
+    from synapse_core.cli import catalog_option, load_config
+
+    @cli.command()
+    @catalog_option
+    def mine(catalog: Path | None) -> None:
+        config = load_config(catalog)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any, TypeVar
+
+import click
+
+from ..config import HostConfig
+from ..deadline import Deadline
+
+ENV_CATALOG = "SYNAPSE_CATALOG"
+F = TypeVar("F", bound=Callable[..., Any])
+
+catalog_option: Callable[[F], F] = click.option(
+    "--catalog",
+    type=click.Path(dir_okay=False, path_type=Path),
+    envvar=ENV_CATALOG,
+    show_envvar=True,
+    default=None,
+    help="Catalog file (TOML) to use instead of the one shipped with Synapse.",
+)
+
+json_option: Callable[[F], F] = click.option(
+    "--json",
+    "as_json",
+    is_flag=True,
+    help="Print one JSON document on stdout instead of a human-readable listing.",
+)
+
+deadline_option: Callable[[F], F] = click.option(
+    "--deadline",
+    type=click.FloatRange(min=0, min_open=True),
+    default=None,
+    metavar="SECONDS",
+    help="Give up (exit 1) if the answer is not ready this many seconds from the start.",
+)
+
+
+def load_config(catalog: Path | None) -> HostConfig:
+    """The catalog file's configuration, or the shipped default catalog.
+
+    Raises :class:`~synapse_core.errors.ConfigError` naming the bad field.
+    """
+    if catalog is None:
+        from ..catalog import default_config
+
+        return default_config()
+    return HostConfig.from_toml(catalog)
+
+
+def deadline_from(seconds: float | None) -> Deadline:
+    return Deadline.never() if seconds is None else Deadline.after(seconds)

@@ -1,0 +1,202 @@
+"""What the commands print: plain data for ``--json`` and lines for people.
+
+Every listing is built once as JSON-ready data; the human form is drawn from
+that data, so the two never disagree.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+from ..catalog import Catalog
+from ..config import HostConfig
+from ..plugins import PluginHost
+from ..serving import EmbedResult, RerankResult
+from .inputs import Inputs
+
+#: values of a vector shown in the human listing
+HEAD = 4
+#: characters of an input shown in the human listing
+CLIP = 40
+
+Doc = dict[str, Any]
+
+
+def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
+    """Left-aligned columns, two spaces apart; the last column is not padded."""
+    widths = [max(len(str(row[i])) for row in [header, *rows]) for i in range(len(header))]
+    lines = []
+    for row in [header, *rows]:
+        cells = [str(cell).ljust(width) for cell, width in zip(row[:-1], widths, strict=False)]
+        lines.append("  ".join([*cells, str(row[-1])]).rstrip())
+    return lines
+
+
+def clip(text: str, width: int = CLIP) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 3] + "..."
+
+
+# -- embed / rerank -----------------------------------------------------------------
+
+
+def embed_doc(result: EmbedResult) -> Doc:
+    return {
+        "model": result.model,
+        "identity": result.identity,
+        "dims": len(result.vectors[0]) if result.vectors else 0,
+        "vectors": result.vectors,
+    }
+
+
+def embed_lines(result: EmbedResult, inputs: Inputs) -> list[str]:
+    rows = []
+    for index, vector in enumerate(result.vectors):
+        head = ", ".join(f"{v:+.4f}" for v in vector[:HEAD])
+        more = ", ..." if len(vector) > HEAD else ""
+        norm = math.sqrt(sum(v * v for v in vector))
+        text = clip(inputs.items[index])
+        rows.append([str(index), str(len(vector)), f"{norm:.4f}", f"[{head}{more}]", text])
+    title = f"{result.model}: {len(rows)} vectors, identity {result.identity}"
+    return [title, *table(["index", "dims", "norm", "first values", "text"], rows)]
+
+
+def rerank_doc(result: RerankResult, query: str) -> Doc:
+    return {
+        "model": result.model,
+        "identity": result.identity,
+        "query": query,
+        "scores": result.scores,
+    }
+
+
+def rerank_lines(result: RerankResult, query: str, inputs: Inputs) -> list[str]:
+    # Highest score first; equal scores keep their input order.
+    order = sorted(range(len(result.scores)), key=lambda i: (-result.scores[i], i))
+    rows = [
+        [str(rank), str(i), f"{result.scores[i]:.4f}", clip(inputs.items[i])]
+        for rank, i in enumerate(order, start=1)
+    ]
+    title = f"{result.model}: {len(rows)} documents for {clip(query)!r}, identity {result.identity}"
+    return [title, *table(["rank", "index", "score", "document"], rows)]
+
+
+# -- catalog ----------------------------------------------------------------------------
+
+
+def catalog_doc(catalog: Catalog) -> Doc:
+    models = []
+    for name, entry in catalog.entries.items():
+        spec = entry.spec
+        buckets = spec.options.get("buckets")
+        models.append(
+            {
+                "name": name,
+                "task": spec.task,
+                "transport": spec.transport,
+                "package": spec.package,
+                "lane": entry.lane.lane_id if entry.lane else None,
+                "ceiling": spec.ceiling,
+                # Buckets are reported by a worker's hello; before that only
+                # the configured ones (if any) are known.
+                "buckets": list(buckets) if isinstance(buckets, list | tuple) else None,
+                "available": entry.available,
+                "problem": entry.problem,
+            }
+        )
+    return {"source": catalog.source, "models": models}
+
+
+def catalog_lines(doc: Doc) -> list[str]:
+    if not doc["models"]:
+        return [f"The catalog {doc['source']} has no models."]
+    rows = [
+        [
+            m["name"],
+            m["task"],
+            m["transport"],
+            m["lane"] or "-",
+            str(m["ceiling"]),
+            ",".join(str(b) for b in m["buckets"]) if m["buckets"] else "-",
+            "available" if m["available"] else f"unavailable: {m['problem']}",
+        ]
+        for m in doc["models"]
+    ]
+    header = ["model", "task", "transport", "lane", "ceiling", "buckets", "status"]
+    return [f"Catalog {doc['source']}:", *table(header, rows)]
+
+
+# -- plugins ----------------------------------------------------------------------------
+
+
+def plugins_doc(plugins: PluginHost, config: HostConfig, selected: set[str] | None) -> Doc:
+    infos = [
+        {
+            "name": info.name,
+            "distribution": info.distribution,
+            "version": info.version,
+            "hooks": list(info.hooks),
+            "error": info.error,
+        }
+        for info in plugins.infos
+    ]
+    transports = [
+        {
+            "name": name,
+            "plugin": t.plugin,
+            "available": t.availability.available,
+            "reason": t.availability.reason,
+            "models": [m.name for m in config.models if m.transport == name],
+        }
+        for name, t in sorted(plugins.transports().items())
+    ]
+    shown = {f"plugin {info.name!r}: {info.error}" for info in plugins.infos if info.error}
+    return {
+        "selected": sorted(selected) if selected is not None else None,
+        "plugins": infos,
+        "transports": transports,
+        "problems": [p for p in plugins.problems if p not in shown],
+    }
+
+
+def plugins_lines(doc: Doc) -> list[str]:
+    lines: list[str] = []
+    selected = doc["selected"]
+    if not doc["plugins"]:
+        if selected == []:
+            lines.append("No plugins loaded: SYNAPSE_PLUGINS is set and empty.")
+        elif selected:
+            lines.append(f"No plugins loaded: SYNAPSE_PLUGINS={','.join(selected)} matched none.")
+        else:
+            lines.append("No plugins installed.")
+    else:
+        limit = f" (SYNAPSE_PLUGINS={','.join(selected)})" if selected is not None else ""
+        lines.append(f"Plugins{limit}:")
+        for p in doc["plugins"]:
+            origin = " ".join(x for x in (p["distribution"], p["version"]) if x)
+            lines.append(f"  {p['name']}" + (f"  {origin}" if origin else ""))
+            if p["error"]:
+                lines.append(f"    error: {p['error']}")
+            else:
+                lines.append(f"    hooks: {', '.join(p['hooks']) or '(none)'}")
+        missing = sorted(set(selected or ()) - {p["name"] for p in doc["plugins"]})
+        if missing:
+            lines.append(f"  not installed but named in SYNAPSE_PLUGINS: {', '.join(missing)}")
+    if doc["transports"]:
+        lines.append("Transports:")
+        for t in doc["transports"]:
+            status = "available" if t["available"] else f"unavailable: {t['reason']}"
+            models = ", ".join(t["models"]) or "none"
+            lines.append(f"  {t['name']}  {status}")
+            lines.append(f"    plugin {t['plugin']}; catalog models: {models}")
+    else:
+        lines.append(
+            "No transports: no model can run. Install a transport plugin "
+            "(e.g. synapse-mock-transport) or check SYNAPSE_PLUGINS."
+        )
+    if doc["problems"]:
+        lines.append("Problems:")
+        lines.extend(f"  {problem}" for problem in doc["problems"])
+    return lines

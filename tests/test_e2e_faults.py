@@ -1,0 +1,104 @@
+"""End to end through real mock worker subprocesses: each fault knob, one recovery."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import synapse_core as synapse
+
+pytestmark = [pytest.mark.anyio, pytest.mark.subprocess]
+
+
+def trace_lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+@pytest.mark.parametrize(
+    ("knob", "error"),
+    [
+        ("crash_on_infer", synapse.OutcomeUnknown),
+        ("malformed_on_infer", synapse.OutcomeUnknown),
+        ("hang_on_infer", synapse.OutcomeUnknown),
+    ],
+)
+async def test_inference_fault_is_not_replayed_and_recovers(
+    tmp_path: Path, make_model: Any, make_config: Any, knob: str, error: type[Exception]
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    faults = {knob: 1, "only_generation": 1}
+    cfg = make_config(
+        make_model("m", faults=faults, trace=str(trace)), exchange_timeout_s=1.0, exit_grace_s=2.0
+    )
+    async with synapse.open_host(cfg) as host:
+        with pytest.raises(error):
+            await host.embed("m", ["the first call"])
+        await host.load("m")
+        result = await host.embed("m", ["the second call"])
+        assert len(result.vectors) == 1
+        snap = host.snapshot().worker("m")
+        assert (snap.generation, snap.state, snap.restarts) == (2, "ready", 1)
+        served_by = snap.pid
+    assert served_by is not None and served_by != os.getpid()
+    lines = trace_lines(trace)
+    hellos = [line for line in lines if line["frame"] == "hello"]
+    assert [h["generation"] for h in hellos] == [1, 2]
+    assert not any(pid_alive(h["pid"]) for h in hellos)
+    infers = [line for line in lines if line["frame"] == "infer"]
+    # One infer per generation: the one that may have run was never replayed.
+    assert [i["generation"] for i in infers] == [1, 2]
+    assert len({i["request_id"] for i in infers}) == 2
+
+
+async def test_ignore_sigterm_worker_is_killed_and_confirmed(
+    tmp_path: Path, make_model: Any, make_config: Any
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    cfg = make_config(
+        make_model("m", faults={"ignore_sigterm": True, "hang_on_infer": 1}, trace=str(trace)),
+        exchange_timeout_s=0.5,
+        exit_grace_s=0.5,
+        restart_budget={"max_restarts": 0, "window_s": 60.0},
+    )
+    async with synapse.open_host(cfg) as host:
+        with pytest.raises(synapse.OutcomeUnknown):
+            await host.embed("m", ["hangs"])
+        worker = host.worker("m")
+        assert worker is not None
+        while worker.state == "recovering":
+            await worker.changed()
+        snap = host.snapshot().worker("m")
+        # SIGTERM was ignored, SIGKILL reaped it; the budget of 0 restarts stops there.
+        assert snap.state == "failed" and "giving up" in snap.reason
+        assert host.snapshot().lanes["mock:0"].reserved == 0
+    (hello,) = [line for line in trace_lines(trace) if line["frame"] == "hello"]
+    assert not pid_alive(hello["pid"])
+
+
+async def test_crash_on_admit_restarts_once_then_serves(
+    tmp_path: Path, make_model: Any, make_config: Any
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    cfg = make_config(
+        make_model("m", faults={"crash_on_admit": 1, "only_generation": 1}, trace=str(trace))
+    )
+    async with synapse.open_host(cfg) as host:
+        with pytest.raises(synapse.WorkerFault, match="retry"):
+            await host.embed("m", ["x"])
+        await host.load("m")
+        assert (await host.embed("m", ["x"])).vectors
+    frames = [(line["frame"], line["generation"]) for line in trace_lines(trace)]
+    assert frames[:2] == [("hello", 1), ("admit", 1)]
+    assert ("infer", 1) not in frames and ("infer", 2) in frames
