@@ -48,7 +48,35 @@ _EXPORTS = {
     "PluginError": "errors",
 }
 
-__all__ = ["__version__", *_EXPORTS]
+__all__ = [
+    "CapacityExhausted",
+    "ConfigError",
+    "Deadline",
+    "DeadlineExceeded",
+    "EmbedResult",
+    "FakeClock",
+    "Host",
+    "HostConfig",
+    "HostSnapshot",
+    "LaneConfig",
+    "LaneLocked",
+    "ModelSpec",
+    "OutcomeUnknown",
+    "Overloaded",
+    "PluginError",
+    "PluginHost",
+    "ProtocolError",
+    "Refused",
+    "RerankResult",
+    "RestartBudget",
+    "Retired",
+    "SynapseError",
+    "Transport",
+    "WorkerFault",
+    "__version__",
+    "hookimpl",
+    "open_host",
+]
 
 
 def __getattr__(name: str) -> Any:

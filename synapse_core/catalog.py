@@ -91,10 +91,11 @@ class Catalog:
                 model=name,
             )
         if entry.spec.task != task:
+            article = "an" if task == "embed" else "a"
             raise Refused(
                 "wrong-task",
                 f"model {name!r} serves {entry.spec.task}, not {task}; "
-                f"use `synapse {entry.spec.task}` or pick {'an' if task == 'embed' else 'a'} {task} model",
+                f"use `synapse {entry.spec.task}` or pick {article} {task} model",
                 model=name,
             )
         if entry.problem:

@@ -5,6 +5,8 @@ Used over subprocess pipes and over in-process memory streams alike.
 
 from __future__ import annotations
 
+import contextlib
+
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
 from anyio.streams.buffered import BufferedByteReceiveStream
@@ -78,10 +80,8 @@ class FramedChannel:
         self.closed = True
         with anyio.CancelScope(shield=True):
             for stream in (self._send, self._raw_receive):
-                try:
+                with contextlib.suppress(anyio.BrokenResourceError, OSError):
                     await stream.aclose()
-                except (anyio.BrokenResourceError, OSError):
-                    pass
 
 
 __all__ = ["ChannelClosed", "Exchange", "ExchangeTimeout", "FramedChannel", "WireError"]

@@ -415,7 +415,8 @@ class Supervisor:
             or victim.channel is None
         ):
             raise CapacityExhausted(
-                f"synapse_lane_full asked to evict {victim_id} {shape}, which is not an unleased admitted shape"
+                f"synapse_lane_full asked to evict {victim_id} {shape}, "
+                "which is not an unleased admitted shape"
             )
         generation = victim.generation
         del victim.shapes[shape]
