@@ -9,7 +9,7 @@ from collections.abc import Sequence
 
 from .config import ModelSpec
 from .hookspecs import hookimpl
-from .residency.policy import AdmissionRequest, Decision, LaneView, Wait
+from .residency.policy import AdmissionRequest, Decision, Evict, LaneView, Wait
 from .wire import Shape
 
 
@@ -20,6 +20,12 @@ def synapse_admission_cost(model: ModelSpec, shape: Shape, lane: LaneView) -> in
 
 @hookimpl
 def synapse_lane_full(request: AdmissionRequest, lane: LaneView) -> Decision:
+    # Unleased resident shapes are a cache: evict the least recently used one
+    # rather than make callers wait for a refund that only retirement brings.
+    victims = [r for r in lane.reservations if r.evictable]
+    if victims:
+        victim = min(victims, key=lambda r: r.last_used)
+        return Evict(victim.worker_id, victim.shape)
     return Wait()
 
 

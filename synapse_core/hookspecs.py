@@ -101,9 +101,11 @@ def synapse_lane_full(request: AdmissionRequest, lane: LaneView) -> Decision | N
     Return one of :class:`~synapse_core.residency.policy.Wait` (wait for a
     refund, within the caller's deadline; then ``CapacityExhausted``),
     :class:`~synapse_core.residency.policy.Evict` naming an *unleased*
-    reservation of ``lane.reservations`` (the host evicts it and decides
-    again), or :class:`~synapse_core.residency.policy.Refuse`. Stops at the
-    first non-``None`` result; the default is ``Wait()``.
+    reservation of ``lane.reservations`` whose ``evictable`` is true (the
+    host evicts it, refunds it, and decides again), or
+    :class:`~synapse_core.residency.policy.Refuse`. Stops at the first
+    non-``None`` result. The default evicts the least recently used evictable
+    reservation and waits when there is none.
 
     :param request: the worker, generation, model, shape and units asked for.
     :param lane: a read-only picture of the lane, with every reservation.

@@ -71,7 +71,7 @@ class Host:
         """Start the model's worker and wait for its hello; no inference."""
         entry = self.catalog.entry(model, self._task_of(model))
         self._retired.discard(model)
-        worker = self._worker(entry)
+        worker = self._worker(entry, fresh=True)
         await self._supervisor(entry).wait_ready(worker, deadline or Deadline.never())
 
     async def retire(self, model: str) -> None:
@@ -151,11 +151,22 @@ class Host:
             self.supervisors[lane_id] = sup
         return sup
 
-    def _worker(self, entry: Entry) -> Worker:
+    def _worker(self, entry: Entry, fresh: bool = False) -> Worker:
+        """The model's worker record; ``fresh`` replaces one that is gone for good.
+
+        Only an explicit load replaces a failed worker, so a crash loop stopped
+        by the restart budget is not restarted by the next call.
+        """
         name = entry.spec.name
         worker = self._workers.get(name)
-        if worker is None or (worker.phase in (Phase.EXITED,) and worker.retiring):
+        gone = worker is not None and (
+            worker.phase is Phase.EXITED or (fresh and worker.phase is Phase.FAILED)
+        )
+        if worker is None or gone:
             sup = self._supervisor(entry)
+            if worker is not None:
+                # Nothing of it is charged any more (refunds follow confirmed exits).
+                del sup.workers[worker.worker_id]
             assert entry.transport is not None
             worker = Worker(
                 worker_id=f"{name}#{next(self._serial)}",

@@ -148,7 +148,7 @@ async def test_retirement_during_exit_confirmation_never_connects_replacement(
         with pytest.raises(synapse.OutcomeUnknown):
             await host.embed("m", ["boom"])
         process = transport.launched("m")[0].process
-        await eventually(lambda: process.exit_waiters > 0)  # recovery awaits exit
+        await eventually(lambda: process.terminated)  # recovery awaits exit
         assert host.snapshot().worker("m").state == "recovering"
         assert lane(host).reserved == 16  # still charged: exit not confirmed
         async with anyio.create_task_group() as tg:
@@ -173,7 +173,7 @@ async def test_serving_io_fault_recovers_and_retire_refunds_only_after_exit(
         with pytest.raises(synapse.OutcomeUnknown):
             await host.embed("m", ["boom"])
         first = transport.launched("m")[0].process
-        await eventually(lambda: first.exit_waiters > 0)
+        await eventually(lambda: first.terminated)
         assert lane(host).reserved == 16  # not refunded before exit is confirmed
         first.confirm_exit()
         await host.load("m")
@@ -187,7 +187,7 @@ async def test_serving_io_fault_recovers_and_retire_refunds_only_after_exit(
         second = transport.launched("m")[1].process
         async with anyio.create_task_group() as tg:
             tg.start_soon(host.retire, "m")
-            await eventually(lambda: second.exit_waiters > 0)
+            await eventually(lambda: second.exited)  # shut down, exit not yet confirmed
             snap = host.snapshot().worker("m")
             assert snap.state == "retiring"
             assert lane(host).reserved == 16  # charged until exit is confirmed
@@ -251,7 +251,7 @@ async def test_lane_full_waits_then_capacity_exhausted(
                 await host.embed("b", ["y"], deadline=synapse.Deadline.after(0.05))
             gate.release.set()
         assert lane(host).reserved == 16
-        # Once the lease is released the shape stays resident; b still cannot fit.
+        # b gave up at its deadline and charged nothing.
         assert [w.shapes for w in lane(host).workers if w.model == "b"] == [[]]
 
 
@@ -281,3 +281,27 @@ async def test_grant_admits_each_shape_once_under_concurrency(
 
 def _is_admit(model: str, frame: Any) -> bool:
     return isinstance(frame, Admit)
+
+
+async def test_full_lane_evicts_least_recently_used_unleased_shape(
+    make_model: Any, make_config: Any
+) -> None:
+    transport = InProcessTransport()
+    # Room for two 8x2 shapes (16 units each), not three.
+    cfg = make_config(
+        make_model("a"), make_model("b"), make_model("c"), lanes={LANE: {"capacity": 40}}
+    )
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.embed("a", ["x"])
+        await host.embed("b", ["x"])
+        await host.embed("a", ["x"])  # b's shape is now the least recently used
+        await host.embed("c", ["x"])
+        evicts = transport.frames("evict")
+        assert [(e["model"], e["shape"]) for e in evicts] == [("b", [8, 2])]
+        workers = {w.model: w for w in lane(host).workers}
+        assert workers["b"].shapes == []
+        assert lane(host).reserved == 32
+        # b comes back by evicting in turn; nothing is ever over capacity.
+        await host.embed("b", ["x"])
+        assert lane(host).reserved == 32
+        assert [e["model"] for e in transport.frames("evict")] == ["b", "a"]

@@ -13,6 +13,8 @@ import attrs
 import click
 
 from ..catalog import Catalog
+from ..config import HostConfig
+from ..errors import ConfigError
 from ..plugins import PluginHost, selected_names
 from . import render
 from .calls import OnBatch, run_embed, run_rerank, show_progress, spans
@@ -70,8 +72,14 @@ def file_option(field: Field) -> Callable[[Callable[..., None]], Callable[..., N
 @click.pass_obj
 def plugins_command(state: AppState, catalog: Path | None, as_json: bool) -> None:
     """List installed plugins, the hooks they implement, and their transports."""
-    config = load_config(catalog)
+    # A diagnostic command: a broken catalog is one more problem to list.
+    try:
+        config, problem = load_config(catalog), ""
+    except ConfigError as exc:
+        config, problem = HostConfig(), str(exc)
     doc = render.plugins_doc(state.plugins, config, selected_names())
+    if problem:
+        doc["problems"].append(problem)
     emit(doc, as_json, lambda: render.plugins_lines(doc))
 
 

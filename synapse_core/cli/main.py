@@ -41,6 +41,10 @@ class SynapseGroup(click.Group):
             self._builtin = dict(self.commands)
         self.commands = dict(self._builtin)
         plugins.register_commands(self)
+        for name, command in self._builtin.items():
+            if self.commands.get(name) is not command:
+                self.commands[name] = command
+                plugins.problems.append(f"a plugin replaced the built-in command {name!r}; ignored")
         return plugins
 
     def main(

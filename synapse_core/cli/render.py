@@ -34,6 +34,10 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> list[str]:
     return lines
 
 
+def count(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 def clip(text: str, width: int = CLIP) -> str:
     flat = " ".join(text.split())
     return flat if len(flat) <= width else flat[: width - 3] + "..."
@@ -59,7 +63,7 @@ def embed_lines(result: EmbedResult, inputs: Inputs) -> list[str]:
         norm = math.sqrt(sum(v * v for v in vector))
         text = clip(inputs.items[index])
         rows.append([str(index), str(len(vector)), f"{norm:.4f}", f"[{head}{more}]", text])
-    title = f"{result.model}: {len(rows)} vectors, identity {result.identity}"
+    title = f"{result.model}: {count(len(rows), 'vector')}, identity {result.identity}"
     return [title, *table(["index", "dims", "norm", "first values", "text"], rows)]
 
 
@@ -79,7 +83,8 @@ def rerank_lines(result: RerankResult, query: str, inputs: Inputs) -> list[str]:
         [str(rank), str(i), f"{result.scores[i]:.4f}", clip(inputs.items[i])]
         for rank, i in enumerate(order, start=1)
     ]
-    title = f"{result.model}: {len(rows)} documents for {clip(query)!r}, identity {result.identity}"
+    documents = count(len(rows), "document")
+    title = f"{result.model}: {documents} for {clip(query)!r}, identity {result.identity}"
     return [title, *table(["rank", "index", "score", "document"], rows)]
 
 

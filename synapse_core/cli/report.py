@@ -72,6 +72,9 @@ def describe(exc: BaseException) -> tuple[int, str]:
 
 def fail(exc: BaseException) -> int:
     """Print ``exc`` as one line on stderr (plus a traceback when debugging)."""
+    if isinstance(exc, click.exceptions.NoArgsIsHelpError):
+        exc.show()  # a bare ``synapse`` (or group) asks for help, not an error line
+        return EXIT_USAGE
     status, message = describe(exc)
     if debugging():
         traceback.print_exception(exc, file=sys.stderr)

@@ -14,6 +14,7 @@ from .policy import LaneView, Reservation
 class Charge:
     generation: int
     units: int
+    last_used: float = 0.0
 
 
 class CapacityError(AssertionError):
@@ -36,6 +37,11 @@ class Lane:
     @property
     def free(self) -> int:
         return self.capacity - self.reserved
+
+    def touch(self, worker_id: str, shape: Shape, now: float) -> None:
+        charge = self.charges.get((worker_id, shape))
+        if charge is not None:
+            charge.last_used = now
 
     def charge(self, worker_id: str, generation: int, shape: Shape, units: int) -> None:
         key = (worker_id, shape)
@@ -66,13 +72,21 @@ class Lane:
     async def changed(self) -> None:
         await self._changed.wait()
 
-    def view(self, leased: set[tuple[str, Shape]]) -> LaneView:
+    def view(self, leased: set[tuple[str, Shape]], evictable: set[tuple[str, Shape]]) -> LaneView:
         return LaneView(
             lane_id=self.lane_id,
             capacity=self.capacity,
             reserved=self.reserved,
             reservations=tuple(
-                Reservation(wid, c.generation, shape, c.units, (wid, shape) in leased)
+                Reservation(
+                    wid,
+                    c.generation,
+                    shape,
+                    c.units,
+                    (wid, shape) in leased,
+                    (wid, shape) in evictable,
+                    c.last_used,
+                )
                 for (wid, shape), c in self.charges.items()
             ),
         )

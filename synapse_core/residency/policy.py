@@ -14,7 +14,12 @@ class Reservation:
     generation: int
     shape: Shape
     units: int
+    #: held by a lease, or its admission or eviction is under way
     leased: bool
+    #: can be evicted now: unleased, admitted, and its worker is ready
+    evictable: bool = False
+    #: the host clock when it was last leased (or admitted)
+    last_used: float = 0.0
 
 
 @attrs.frozen

@@ -48,6 +48,8 @@ class Worker:
     inflight: int = 0
     restarts: list[float] = attrs.field(factory=list)
     restart_count: int = 0
+    #: why the last first start failed, when its type matters to callers
+    start_error: Exception | None = None
     #: admissions minus evictions of this generation, kept apart from the
     #: reservation table for certification
     admission_count: int = 0

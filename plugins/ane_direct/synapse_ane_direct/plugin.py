@@ -1,0 +1,15 @@
+"""Entry point of the ``ane_direct`` plugin (entry-point group ``synapse``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from synapse_core.hookspecs import hookimpl
+from synapse_core.transport import Transport
+
+from .transport import AneDirectTransport
+
+
+@hookimpl
+def synapse_register_transports(register: Callable[[Transport], None]) -> None:
+    register(AneDirectTransport())

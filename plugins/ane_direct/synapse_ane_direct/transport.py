@@ -1,0 +1,126 @@
+"""The ``ane-direct`` transport: Neural Engine workers on lane ``ane:0``.
+
+The lane needs the cross-process lane lock (:mod:`.lanelock`), taken by the
+host's first load on the lane and inherited by every worker. Workers start
+with ``TMPDIR`` removed: the native Neural Engine compiler needs its normal
+per-user temporary directory, not an override.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from synapse_core.config import ModelSpec
+from synapse_core.process import spawn_worker
+from synapse_core.transport import Availability, LaneInfo, Launched, LaunchRequest, Transport
+
+from . import hardware
+from .lanelock import LaneLock, acquire
+from .options import DEVICE_KINDS, parse_options
+
+NAME = "ane-direct"
+#: Capacity in reservation units (bucket x batch with the default cost).
+LANE = LaneInfo("ane:0", capacity=65_536, hardware_lock=True)
+WORKER_MODULE = "synapse_ane_direct.worker"
+
+ENV_DEVICE = "SYNAPSE_ANE_DEVICE"
+ENV_LANE_FD = "SYNAPSE_ANE_LANE_FD"
+ENV_LANE_LOCK = "SYNAPSE_ANE_LANE_LOCK"
+#: Removed from every worker's environment (see the module docstring).
+UNSET_ENV = ("TMPDIR",)
+
+SHIPPED_MODELS = (
+    ModelSpec(
+        name="ane-minilm",
+        task="embed",
+        transport=NAME,
+        package="ane-all-minilm-l6-v2",
+        ceiling=512,
+        options={"dims": 384},
+    ),
+    ModelSpec(
+        name="ane-rerank-minilm",
+        task="rerank",
+        transport=NAME,
+        package="ane-ms-marco-minilm-l6",
+        ceiling=512,
+        options={"dims": 384},
+    ),
+)
+
+
+class AneDirectTransport(Transport):
+    """Direct Neural Engine transport.
+
+    ``device="simulated"`` (or ``SYNAPSE_ANE_DEVICE=simulated``) runs the
+    simulated device, for tests. ``runtime_dir`` overrides where lane locks
+    live (default: ``$XDG_RUNTIME_DIR/synapse`` or ``<temp>/synapse-<uid>``).
+    """
+
+    name = NAME
+
+    def __init__(
+        self,
+        device: str | None = None,
+        *,
+        runtime_dir: str | Path | None = None,
+        probe: Callable[[], str] = hardware.probe,
+    ) -> None:
+        self._device = device
+        self.runtime_dir = Path(runtime_dir) if runtime_dir is not None else None
+        self._probe = probe
+
+    @property
+    def device(self) -> str:
+        """The workers' device: the constructor's, else ``$SYNAPSE_ANE_DEVICE``, else hardware."""
+        return self._device or os.environ.get(ENV_DEVICE) or "hardware"
+
+    def availability(self) -> Availability:
+        device = self.device
+        if device not in DEVICE_KINDS:
+            return Availability.no(
+                f"{ENV_DEVICE}={device!r} is not one of {', '.join(DEVICE_KINDS)}"
+            )
+        if device == "simulated":
+            return Availability.yes()
+        reason = self._probe()
+        return Availability.no(reason) if reason else Availability.yes()
+
+    def catalog_models(self) -> Sequence[ModelSpec]:
+        return SHIPPED_MODELS
+
+    def validate_model(self, model: ModelSpec) -> None:
+        parse_options(model.options, source=f"model {model.name!r}")
+
+    def lane_for(self, model: ModelSpec) -> LaneInfo:
+        return LANE
+
+    async def open_lane(self, lane: LaneInfo) -> LaneLock:
+        return acquire(lane.lane_id, self.runtime_dir)
+
+    async def launch(self, request: LaunchRequest) -> Launched:
+        lock = held_lane(request)
+        return await spawn_worker(
+            WORKER_MODULE,
+            request,
+            env=self.worker_env(lock),
+            unset_env=UNSET_ENV,
+            pass_fds=lock.pass_fds,
+        )
+
+    def worker_env(self, lock: LaneLock) -> Mapping[str, str]:
+        """What a worker is told besides its launch spec."""
+        return {ENV_DEVICE: self.device, ENV_LANE_FD: str(lock.fd), ENV_LANE_LOCK: str(lock.path)}
+
+
+def held_lane(request: LaunchRequest) -> LaneLock:
+    """The request's lane lock; a direct-ANE worker never starts without one."""
+    session = request.lane_session
+    if not isinstance(session, LaneLock) or session.closed:
+        raise RuntimeError(
+            f"{request.model.name!r}: direct-ANE workers start only on a lane whose lock this "
+            "host holds (open_lane was not called or the lock was released)"
+        )
+    return session

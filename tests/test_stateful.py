@@ -1,0 +1,392 @@
+"""Simulation test: a hypothesis state machine drives one host through embeds,
+caller cancellations, deadline expiry, worker crashes, stale faults, retirement
+and exit confirmation, checking the residency invariants after every step.
+
+The host lives in an event loop on a blocking portal's thread; each rule is a
+synchronous step that runs to quiescence on that loop. Time is a FakeClock.
+On failure hypothesis prints the falsifying steps and a reproduction blob.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, defaultdict
+from concurrent.futures import Future
+from typing import Any
+
+import anyio
+import pytest
+from anyio.from_thread import BlockingPortal, start_blocking_portal
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+import synapse_core as synapse
+from synapse_core.residency.lane import Lane
+from synapse_core.residency.supervisor import Supervisor
+from synapse_core.residency.worker import Phase
+from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core.tokenizer import BasicTokenizer
+from synapse_core.wire import Infer
+from synapse_mock_transport.inprocess import InProcessTransport
+from synapse_mock_transport.logic import embed_tokens
+
+MODELS = ("a", "b")
+DIMS = 4
+WORDS = {8: 2, 16: 10, 32: 20}  # words per text that land in each bucket
+CAPACITY = 100  # room for a few shapes: 8x2=16, 16x2=32, 32x2=64 units
+
+
+def _config() -> synapse.HostConfig:
+    options = {"buckets": [8, 16, 32], "dims": DIMS, "max_batch": 2}
+    models = [
+        {
+            "name": m,
+            "task": "embed",
+            "transport": "mock",
+            "package": "same",
+            "ceiling": 64,
+            "options": options,
+        }
+        for m in MODELS
+    ]
+    return synapse.HostConfig.from_toml_text(
+        catalog_toml(
+            *models,
+            exit_grace_s=30.0,
+            exchange_timeout_s=30.0,
+            restart_budget={"max_restarts": 1000, "window_s": 1.0},
+            lanes={"mock:0": {"capacity": CAPACITY}},
+        )
+    )
+
+
+def _expected(text: str) -> list[float]:
+    return embed_tokens(BasicTokenizer().encode(text), DIMS)
+
+
+class Held:
+    """Replies held at the worker until a rule lets them go."""
+
+    def __init__(self) -> None:
+        self.waiting: list[anyio.Event] = []
+        self.hold = True
+
+    async def __call__(self, model: str, frame: Any) -> None:
+        if self.hold and isinstance(frame, Infer):
+            event = anyio.Event()
+            self.waiting.append(event)
+            await event.wait()
+
+
+class ResidencyMachine(RuleBasedStateMachine):
+    backend = "asyncio"
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.portal_cm = start_blocking_portal(self.backend)
+        self.portal: BlockingPortal = self.portal_cm.__enter__()
+        self.clock = synapse.FakeClock()
+        self.transport = InProcessTransport()
+        self.transport.hold_exits = True
+        self.held = Held()
+        self.transport.reply_gate = self.held
+        self.host_cm = synapse.open_host(
+            _config(), plugins=[transport_plugin(self.transport)], clock=self.clock
+        )
+        self.host_context = self.portal.wrap_async_context_manager(self.host_cm)
+        self.host: synapse.Host = self.host_context.__enter__()
+        self.calls: list[tuple[Future[Any], list[str]]] = []
+        self.retires: list[Future[Any]] = []
+        self.refunds_before_exit: list[str] = []
+        self.leases_by_task: Counter[int] = Counter()
+        self.lease_owner: dict[int, int] = {}
+        self.max_leases_per_task = 0
+        self._instrument()
+
+    # -- instrumentation -----------------------------------------------------------
+
+    def _instrument(self) -> None:
+        machine = self
+        original_refund = Lane.refund
+        original_lease = Supervisor.lease
+        original_release = Supervisor.release
+
+        def refund(lane: Lane, worker_id: str, shape: Any) -> int:
+            worker = next(
+                w
+                for sup in machine.host.supervisors.values()
+                for w in sup.workers.values()
+                if w.worker_id == worker_id
+            )
+            process = worker.process
+            # A refund while the shape's evict (or refused admit) exchange is
+            # under way follows the worker's own word; any other refund must
+            # follow a confirmed exit.
+            said_so = shape in worker.busy_shapes
+            if not said_so and process is not None and process.returncode is None:
+                machine.refunds_before_exit.append(f"{worker_id} {shape}")
+            return original_refund(lane, worker_id, shape)
+
+        async def lease(sup: Supervisor, *args: Any, **kwargs: Any) -> Any:
+            granted = await original_lease(sup, *args, **kwargs)
+            task = anyio.get_current_task().id
+            machine.leases_by_task[task] += 1
+            machine.max_leases_per_task = max(
+                machine.max_leases_per_task, machine.leases_by_task[task]
+            )
+            machine.lease_owner[id(granted)] = task
+            return granted
+
+        def release(sup: Supervisor, granted: Any) -> None:
+            if not granted.released:
+                machine.leases_by_task[machine.lease_owner.pop(id(granted))] -= 1
+            original_release(sup, granted)
+
+        self._patches = [
+            (Lane, "refund", original_refund),
+            (Supervisor, "lease", original_lease),
+            (Supervisor, "release", original_release),
+        ]
+        Lane.refund = refund  # type: ignore[method-assign]
+        Supervisor.lease = lease  # type: ignore[method-assign]
+        Supervisor.release = release  # type: ignore[method-assign]
+
+    def teardown(self) -> None:
+        try:
+            self._liveness()
+        finally:
+            for cls, name, original in self._patches:
+                setattr(cls, name, original)
+            self.portal.call(self._open_everything)
+            try:
+                self.host_context.__exit__(None, None, None)
+            finally:
+                self.portal_cm.__exit__(None, None, None)
+
+    # -- helpers ---------------------------------------------------------------------------
+
+    def settle(self) -> None:
+        """Let the loop run until every task is blocked (on a gate, an exit, ...)."""
+
+        async def idle() -> None:
+            await anyio.wait_all_tasks_blocked()
+
+        self.portal.call(idle)
+
+    def worker(self, model: str) -> Any:
+        return self.host.worker(model)
+
+    async def _open_everything(self) -> None:
+        self.held.hold = False
+        self.transport.hold_exits = False
+        for event in self.held.waiting:
+            event.set()
+        for record in self.transport.launches:
+            record.process.confirm_exit()
+
+    # -- rules ---------------------------------------------------------------------------
+
+    @rule(
+        model=st.sampled_from(MODELS),
+        buckets=st.lists(st.sampled_from([8, 16, 32]), min_size=1, max_size=5),
+        budget=st.sampled_from([5.0, 50.0, None]),
+    )
+    def embed(self, model: str, buckets: list[int], budget: float | None) -> None:
+        texts = [("w%d " % i) * WORDS[b] for i, b in enumerate(buckets)]
+        deadline = synapse.Deadline(self.clock() + budget) if budget is not None else None
+        future = self.portal.start_task_soon(self._embed, model, texts, deadline)
+        self.calls.append((future, texts))
+        self.settle()
+
+    async def _embed(self, model: str, texts: list[str], deadline: Any) -> Any:
+        try:
+            return await self.host.embed(model, texts, deadline=deadline)
+        except synapse.SynapseError as exc:
+            return exc
+
+    @rule(pick=st.integers(0, 1000))
+    def cancel_a_caller(self, pick: int) -> None:
+        pending = [f for f, _ in self.calls if not f.done()]
+        if pending:
+            pending[pick % len(pending)].cancel()
+        self.settle()
+
+    @rule()
+    def expire_deadlines(self) -> None:
+        self.clock.advance(20.0)
+
+        async def wake() -> None:
+            for sup in self.host.supervisors.values():
+                sup.lane.notify()
+                for w in sup.workers.values():
+                    w.notify()
+
+        self.portal.call(wake)
+        self.settle()
+
+    @rule(pick=st.integers(0, 1000))
+    def release_a_reply(self, pick: int) -> None:
+        waiting = [e for e in self.held.waiting if not e.is_set()]
+        if waiting:
+            event = waiting[pick % len(waiting)]
+
+            async def release() -> None:
+                event.set()
+
+            self.portal.call(release)
+        self.settle()
+
+    @rule(model=st.sampled_from(MODELS))
+    def crash_worker(self, model: str) -> None:
+        launched = self.transport.launched(model)
+        if launched:
+            process = launched[-1].process
+
+            async def kill() -> None:
+                process.kill()
+
+            self.portal.call(kill)
+        self.settle()
+
+    @rule(model=st.sampled_from(MODELS))
+    def stale_fault(self, model: str) -> None:
+        worker = self.worker(model)
+        if worker is not None and worker.generation > 1:
+            sup = self.host.supervisors["mock:0"]
+            before = worker.generation
+
+            async def report() -> bool:
+                return sup.report_fault(worker, before - 1, "stale")
+
+            assert self.portal.call(report) is False
+        self.settle()
+
+    @rule()
+    def confirm_exits(self) -> None:
+        async def confirm() -> None:
+            for record in self.transport.launches:
+                if record.process.exited:
+                    record.process.confirm_exit()
+
+        self.portal.call(confirm)
+        self.settle()
+
+    @rule(model=st.sampled_from(MODELS))
+    def retire(self, model: str) -> None:
+        self.retires.append(self.portal.start_task_soon(self.host.retire, model))
+        self.settle()
+
+    @rule(model=st.sampled_from(MODELS))
+    def load_again(self, model: str) -> None:
+        worker = self.worker(model)
+        if worker is not None and worker.phase in (Phase.EXITED, Phase.FAILED):
+            self.portal.start_task_soon(self._load, model)
+        self.settle()
+
+    async def _load(self, model: str) -> None:
+        try:
+            await self.host.load(model)
+        except synapse.SynapseError:
+            pass
+
+    # -- invariants ------------------------------------------------------------------------
+
+    @invariant()
+    def reservations_add_up(self) -> None:
+        async def check() -> None:
+            for sup in self.host.supervisors.values():
+                lane = sup.lane
+                assert lane.reserved == sum(c.units for c in lane.charges.values())
+                assert 0 <= lane.reserved <= lane.capacity
+                for w in sup.workers.values():
+                    if w.phase is Phase.EXITED:
+                        assert not lane.worker_charges(w.worker_id), w.worker_id
+
+        self.portal.call(check)
+
+    @invariant()
+    def one_lease_per_call(self) -> None:
+        assert self.max_leases_per_task <= 1
+
+    @invariant()
+    def no_refund_before_exit(self) -> None:
+        assert self.refunds_before_exit == []
+
+    @invariant()
+    def each_generation_restarts_at_most_once(self) -> None:
+        per_model: dict[str, list[int]] = defaultdict(list)
+        for record in self.transport.launches:
+            per_model[record.model].append(record.generation)
+        for generations in per_model.values():
+            assert len(generations) == len(set((g, i) for i, g in enumerate(generations)))
+        # Within one worker record generations are strictly increasing by one.
+        hellos: dict[tuple[str, int], int] = Counter(
+            (f["model"], f["pid"]) for f in self.transport.frames("hello")
+        )
+        assert all(n == 1 for n in hellos.values())
+
+    @invariant()
+    def no_request_inferred_twice(self) -> None:
+        ids = [(f["model"], f["request_id"]) for f in self.transport.frames("infer")]
+        assert len(ids) == len(set(ids))
+
+    @invariant()
+    def results_in_input_order(self) -> None:
+        for future, texts in self.calls:
+            if future.done() and not future.cancelled():
+                result = future.result()
+                if isinstance(result, synapse.EmbedResult):
+                    for text, vector in zip(texts, result.vectors, strict=True):
+                        assert vector == pytest.approx(_expected(text), abs=1e-6)
+
+    # -- liveness ----------------------------------------------------------------------------
+
+    def _liveness(self) -> None:
+        """Stop injecting faults, let everything finish, then demand service."""
+        self.portal.call(self._open_everything)
+        for _ in range(20):
+            self.portal.call(self._open_everything)
+            self.settle()
+            if all(f.done() for f, _ in self.calls) and all(f.done() for f in self.retires):
+                break
+
+        async def finish() -> None:
+            with anyio.fail_after(20):
+                while not (
+                    all(f.done() for f, _ in self.calls) and all(f.done() for f in self.retires)
+                ):
+                    await self._open_everything()
+                    await anyio.sleep(0.001)
+
+        self.portal.call(finish)
+        self.reservations_add_up()
+
+        async def serve_again() -> None:
+            with anyio.fail_after(20):
+                for model in MODELS:
+                    await self.host.load(model)
+                    result = await self.host.embed(model, ["alive again"])
+                    assert result.vectors[0] == pytest.approx(_expected("alive again"), abs=1e-6)
+
+        self.portal.call(serve_again)
+
+
+class AsyncioMachine(ResidencyMachine):
+    backend = "asyncio"
+
+
+class TrioMachine(ResidencyMachine):
+    backend = "trio"
+
+
+_settings = settings(
+    max_examples=25,
+    stateful_step_count=25,
+    deadline=None,
+    print_blob=True,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestResidencyAsyncio = AsyncioMachine.TestCase
+TestResidencyAsyncio.settings = _settings
+TestResidencyTrio = TrioMachine.TestCase
+TestResidencyTrio.settings = _settings
