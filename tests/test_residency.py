@@ -10,11 +10,11 @@ from typing import Any
 
 import anyio
 import pytest
-from synapse_mock_transport.inprocess import InProcessTransport
 
 import synapse_core as synapse
 from synapse_core.testing import eventually, transport_plugin
 from synapse_core.wire import Admit, Infer
+from synapse_mock_transport.inprocess import InProcessTransport
 
 pytestmark = pytest.mark.anyio
 

@@ -9,14 +9,14 @@ from typing import Any
 
 import anyio
 import pytest
-from synapse_mock_transport.inprocess import InProcessTransport
-from synapse_mock_transport.logic import embed_tokens
 
 import synapse_core as synapse
 from synapse_core.testing import eventually, transport_plugin
 from synapse_core.tokenizer import BasicTokenizer
 from synapse_core.transport import Availability, Transport
 from synapse_core.wire import Infer
+from synapse_mock_transport.inprocess import InProcessTransport
+from synapse_mock_transport.logic import embed_tokens
 
 pytestmark = pytest.mark.anyio
 

@@ -9,6 +9,7 @@ On failure hypothesis prints the falsifying steps and a reproduction blob.
 
 from __future__ import annotations
 
+import contextlib
 from collections import Counter, defaultdict
 from concurrent.futures import Future
 from typing import Any
@@ -192,7 +193,7 @@ class ResidencyMachine(RuleBasedStateMachine):
         budget=st.sampled_from([5.0, 50.0, None]),
     )
     def embed(self, model: str, buckets: list[int], budget: float | None) -> None:
-        texts = [("w%d " % i) * WORDS[b] for i, b in enumerate(buckets)]
+        texts = [f"w{i} " * WORDS[b] for i, b in enumerate(buckets)]
         deadline = synapse.Deadline(self.clock() + budget) if budget is not None else None
         future = self.portal.start_task_soon(self._embed, model, texts, deadline)
         self.calls.append((future, texts))
@@ -284,10 +285,8 @@ class ResidencyMachine(RuleBasedStateMachine):
         self.settle()
 
     async def _load(self, model: str) -> None:
-        try:
+        with contextlib.suppress(synapse.SynapseError):
             await self.host.load(model)
-        except synapse.SynapseError:
-            pass
 
     # -- invariants ------------------------------------------------------------------------
 

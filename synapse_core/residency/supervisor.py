@@ -22,6 +22,7 @@ from ..deadline import Clock, Deadline
 from ..errors import (
     CapacityExhausted,
     DeadlineExceeded,
+    LaneLocked,
     ProtocolError,
     Retired,
     SynapseError,
@@ -153,6 +154,8 @@ class Supervisor:
                     self._start_boot(worker)
                 case Phase.FAILED if first and worker.generation == 0:
                     self._start_boot(worker)  # a failed first start is retried by a new call
+                case Phase.FAILED if isinstance(worker.start_error, LaneLocked):
+                    raise LaneLocked(worker.reason)  # keep the type: another host holds the lane
                 case Phase.FAILED | Phase.EXITED | Phase.EXIT_UNCONFIRMED:
                     raise WorkerFault(f"model {worker.spec.name!r} is unavailable: {worker.reason}")
             await wait_bounded(
@@ -165,11 +168,16 @@ class Supervisor:
 
     def _start_boot(self, worker: Worker) -> None:
         worker.phase = Phase.STARTING
+        worker.start_error = None
         self.tg.start_soon(self._boot, worker, name=f"boot {worker.worker_id}")
 
     async def _boot(self, worker: Worker) -> None:
         try:
             await self._connect(worker, worker.generation + 1)
+        except LaneLocked as exc:
+            worker.phase = Phase.FAILED
+            worker.reason = str(exc)
+            worker.start_error = exc
         except Exception as exc:  # every waiter sees the reason; a later call retries
             worker.phase = Phase.FAILED
             worker.reason = f"worker failed to start: {exc}"
@@ -235,8 +243,18 @@ class Supervisor:
         worker.reason = ""
         lane, pid = self.lane.lane_id, launched.process.pid
         self._emit(lambda: WorkerStarted(lane, worker.worker_id, generation, worker.spec.name, pid))
+        self.tg.start_soon(self._watch, worker, generation, name=f"watch {worker.worker_id}")
         worker.notify()
         return True
+
+    async def _watch(self, worker: Worker, generation: int) -> None:
+        """Notice a worker that exits on its own, even while idle, and recover it
+        before the next call finds a dead channel."""
+        process = worker.process
+        assert process is not None
+        status = await process.wait()
+        if worker.generation == generation and not worker.retiring:
+            self.report_fault(worker, generation, f"worker exited on its own with status {status}")
 
     def _check_hello(self, worker: Worker, frame: Frame, generation: int) -> None:
         if not isinstance(frame, Hello):
@@ -312,7 +330,8 @@ class Supervisor:
         """The locked grant decision: charge and return the units, or wait, or evict."""
         if worker.retiring:
             raise Retired(f"model {worker.spec.name!r} is retiring; it takes no new work")
-        view = self.lane.view(self._leased())
+        leased = self._leased()
+        view = self.lane.view(leased, self._evictable(leased))
         units = self.plugins.admission_cost(worker.spec, shape, view)
         if units > self.lane.capacity:
             raise CapacityExhausted(
@@ -333,6 +352,15 @@ class Supervisor:
             case Refuse(reason=reason):
                 raise CapacityExhausted(f"lane {self.lane.lane_id} refused {shape}: {reason}")
         raise TypeError(f"synapse_lane_full returned {decision!r}; expected Wait, Evict or Refuse")
+
+    def _evictable(self, leased: set[tuple[str, Shape]]) -> set[tuple[str, Shape]]:
+        return {
+            (w.worker_id, s)
+            for w in self.workers.values()
+            if w.phase is Phase.READY
+            for s in w.shapes
+            if (w.worker_id, s) not in leased
+        }
 
     def _leased(self) -> set[tuple[str, Shape]]:
         return {
@@ -378,6 +406,7 @@ class Supervisor:
             raise Retired(f"model {worker.spec.name!r} is retiring; it takes no new work")
         assert worker.channel is not None and worker.phase is Phase.READY
         worker.leases[shape] += 1
+        self.lane.touch(worker.worker_id, shape, self.clock())
         return Lease(worker, generation, shape, worker.channel)
 
     def release(self, lease: Lease) -> None:
