@@ -1,0 +1,212 @@
+"""The placement gate, including the two named certification checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import anyio
+import anyio.lowlevel
+import pytest
+from synapse_certify import Recorder, check, read_stream
+from synapse_certify.stream import dumps, loads
+
+from synapse_core.config import HostConfig
+from synapse_core.host import open_host
+from synapse_core.observation import (
+    AdmissionCount,
+    Event,
+    ShapeAdmitted,
+    WorkerInventory,
+    WorkerStarted,
+)
+from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core.wire import Frame, InventoryRequest, Shape
+
+LANE = "mock:0"
+WORKER = "mini-a#1"
+S16, S32, S64 = Shape(16, 1), Shape(32, 1), Shape(64, 1)
+
+
+def started(generation: int = 1) -> WorkerStarted:
+    return WorkerStarted(LANE, WORKER, generation, "mini-a", 4242)
+
+
+def admitted(shape: Shape, generation: int = 1) -> ShapeAdmitted:
+    return ShapeAdmitted(LANE, WORKER, generation, shape, shape.bucket, True)
+
+
+def inventory(shapes: list[Shape] | None, generation: int = 1) -> WorkerInventory:
+    reason = "ChannelClosed: worker closed the channel" if shapes is None else ""
+    return WorkerInventory(LANE, WORKER, generation, shapes, reason)
+
+
+def count(n: int, generation: int = 1) -> AdmissionCount:
+    return AdmissionCount(LANE, WORKER, generation, n)
+
+
+def recorded(tmp_path: Path, name: str, events: list[Event]) -> list[Event]:
+    """Write ``events`` the way a recording does and read them back."""
+    path = tmp_path / name
+    with Recorder(path, keep=False) as recorder:
+        for event in events:
+            recorder.synapse_observe(event)
+    return read_stream(path)
+
+
+def rules(events: list[Event]) -> list[tuple[str, str | None, int | None]]:
+    return [(p.rule, p.worker_id, p.generation) for p in check(events).problems]
+
+
+def certify_config() -> HostConfig:
+    text = catalog_toml(
+        {
+            "name": "mini-a",
+            "task": "embed",
+            "transport": "mock",
+            "package": "mock-minilm",
+            "ceiling": 512,
+            "options": {"dims": 8},
+        },
+        certify_observation=True,
+    )
+    return HostConfig.from_toml_text(text)
+
+
+# -- named checks ----------------------------------------------------------------------
+
+
+@pytest.mark.anyio
+async def test_serialized_inventory_omission_fails_placement_gate(tmp_path: Path) -> None:
+    # Missing and empty differ only in ``shapes``; everything else is identical.
+    missing = recorded(tmp_path, "missing.jsonl", [started(), inventory(None), count(0)])
+    empty = recorded(tmp_path, "empty.jsonl", [started(), inventory([]), count(0)])
+
+    assert b'"shapes":null' in (tmp_path / "missing.jsonl").read_bytes()
+    read_back = [e for e in missing if isinstance(e, WorkerInventory)]
+    assert [e.shapes for e in read_back] == [None]  # not [] after the round trip
+    assert rules(missing) == [("inventory-missing", WORKER, 1)]
+    assert not check(missing).ok
+    assert check(empty).ok, check(empty).problems
+
+    # The supervisor side: an inventory that cannot be read is recorded as
+    # missing (not as an empty list, not left out), and the gate fails it.
+    inprocess = pytest.importorskip("synapse_mock_transport.inprocess")
+    transport = inprocess.InProcessTransport()
+    killed: list[int] = []
+
+    async def kill_on_first_inventory(model: str, frame: Frame) -> None:
+        if isinstance(frame, InventoryRequest) and not killed:
+            record = transport.launched(model)[-1]
+            killed.append(record.generation)
+            record.process.kill()
+            await anyio.lowlevel.checkpoint()  # the worker dies here, without replying
+
+    transport.reply_gate = kill_on_first_inventory
+    path = tmp_path / "live.jsonl"
+    recorder = Recorder(path, keep=False)
+    async with open_host(certify_config(), plugins=[transport_plugin(transport), recorder]) as host:
+        result = await host.embed("mini-a", ["short text"])
+    recorder.close()
+
+    assert killed == [1] and len(result.vectors) == 1
+    live = read_stream(path)
+    first = [e for e in live if isinstance(e, WorkerInventory) and e.generation == 1]
+    assert [e.shapes for e in first] == [None]
+    assert ("inventory-missing", WORKER, 1) in rules(live)
+    # The replacement generation's inventory was read and agrees with its count.
+    assert [r for r in rules(live) if r[2] != 1] == []
+
+
+def test_validator_refuses_placement_inventory_count_mismatch(tmp_path: Path) -> None:
+    # The supervisor follows every admission with an inventory and a count.
+    one_shape = [started(), admitted(S16), inventory([S16]), count(1)]
+    two_shapes = [*one_shape, admitted(S32), inventory([S16, S32])]
+
+    refused = recorded(tmp_path, "mismatch.jsonl", [*two_shapes, count(3)])
+    report = check(refused)
+    assert not report.ok
+    assert [(p.rule, p.worker_id, p.generation) for p in report.problems] == [
+        ("count-mismatch", WORKER, 1)
+    ]
+    assert "2 shape(s), admission count is 3" in report.problems[0].message
+
+    fewer = recorded(tmp_path, "fewer.jsonl", [*two_shapes, count(1)])
+    assert rules(fewer) == [("count-mismatch", WORKER, 1)]
+
+    equal = recorded(tmp_path, "equal.jsonl", [*two_shapes, count(2)])
+    assert check(equal).ok, check(equal).problems
+
+    # Each inventory is held to the count recorded with it, not to the last one.
+    early = [started(), admitted(S16), inventory([S16]), count(2), admitted(S32)]
+    late = recorded(tmp_path, "early.jsonl", [*early, inventory([S16, S32]), count(2)])
+    assert rules(late) == [("count-mismatch", WORKER, 1)]
+
+
+# -- the other gate rules --------------------------------------------------------------
+
+
+def test_admission_without_any_inventory_fails() -> None:
+    # What a recording made with certify_observation off looks like.
+    assert rules([started(), admitted(S16), admitted(S32)]) == [
+        ("inventory-absent", WORKER, 1),
+        ("empty-stream", None, None),
+    ]
+
+
+def test_each_admission_needs_its_own_inventory() -> None:
+    events = [started(), admitted(S16), inventory([S16]), count(1), admitted(S32)]
+    assert rules(events) == [("inventory-absent", WORKER, 1)]
+    assert "1 admitted shape(s)" in check(events).problems[0].message
+
+
+def test_inventories_are_matched_per_worker_generation() -> None:
+    # Generation 2's inventory does not stand in for generation 1's.
+    events = [
+        admitted(S16, generation=1),
+        admitted(S16, generation=2),
+        inventory([S16], generation=2),
+        count(1, generation=2),
+    ]
+    assert rules(events) == [("inventory-absent", WORKER, 1)]
+
+
+def test_inventory_and_count_must_come_in_pairs() -> None:
+    assert rules([admitted(S16), inventory([S16])]) == [("count-absent", WORKER, 1)]
+    assert rules([admitted(S16), inventory([S16]), count(1), count(1)]) == [
+        ("inventory-absent", WORKER, 1)
+    ]
+
+
+def test_a_shape_listed_twice_is_refused() -> None:
+    events = [
+        admitted(S16),
+        inventory([S16]),
+        count(1),
+        admitted(S64),
+        inventory([S16, S16]),
+        count(2),
+    ]
+    assert sorted(rules(events)) == [("count-mismatch", WORKER, 1), ("duplicate-shape", WORKER, 1)]
+
+
+def test_an_empty_stream_certifies_nothing() -> None:
+    report = check([])
+    assert not report.ok
+    assert [p.rule for p in report.problems] == ["empty-stream"]
+    assert report.problems[0].line().startswith("stream: ")
+
+
+def test_report_counts_and_lines() -> None:
+    events = [started(), admitted(S16), inventory([S16]), count(1)]
+    report = check(loads(dumps(events)))
+    assert report.ok
+    assert (report.events, report.inventories, report.generations) == (4, 1, 1)
+    assert report.summary() == (
+        "placement gate passed: 4 events, 1 inventories of 1 worker generation(s)"
+    )
+    bad = check([*events, admitted(S32), inventory(None), count(2)])
+    assert [p.line() for p in bad.problems] == [
+        f"{WORKER} generation 1: inventory is missing "
+        "(not read: ChannelClosed: worker closed the channel) [inventory-missing]"
+    ]
+    assert bad.to_dict()["problems"][0]["worker_id"] == WORKER

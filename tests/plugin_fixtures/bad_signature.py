@@ -1,0 +1,15 @@
+"""A plugin whose hook implementation asks for an argument the spec lacks."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from synapse_mock_transport.inprocess import InProcessTransport
+
+from synapse_core.hookspecs import hookimpl
+from synapse_core.transport import Transport
+
+
+@hookimpl
+def synapse_register_transports(register: Callable[[Transport], None], lane: str) -> None:
+    register(InProcessTransport(name="bad-signature"))

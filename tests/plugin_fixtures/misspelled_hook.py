@@ -1,0 +1,15 @@
+"""A plugin whose hook name has a typo (``transport`` for ``transports``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from synapse_mock_transport.inprocess import InProcessTransport
+
+from synapse_core.hookspecs import hookimpl
+from synapse_core.transport import Transport
+
+
+@hookimpl
+def synapse_register_transport(register: Callable[[Transport], None]) -> None:
+    register(InProcessTransport(name="misspelled"))

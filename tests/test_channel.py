@@ -1,0 +1,256 @@
+"""FramedChannel over in-memory byte pipes: exchanges, timeouts, closes, garbage streams."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import anyio
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from synapse_core.channel import ChannelClosed, Exchange, ExchangeTimeout, FramedChannel
+from synapse_core.memory import MemoryByteSendStream, byte_pipe
+from synapse_core.wire import (
+    PREFIX,
+    Admit,
+    Admitted,
+    Codec,
+    Frame,
+    HostFrame,
+    Inventory,
+    InventoryRequest,
+    Shape,
+    Shutdown,
+    WireError,
+    WorkerFrame,
+)
+
+BACKENDS = ["asyncio", "trio"]
+# A bound that keeps a broken channel from hanging the suite, not a timing claim.
+BOUND_S = 10.0
+
+
+@asynccontextmanager
+async def channel_pair(
+    max_frame: int = 1 << 20,
+) -> AsyncIterator[tuple[FramedChannel, FramedChannel]]:
+    """A host end and a worker end, each speaking its own side's frames."""
+    host_send, worker_receive = byte_pipe()
+    worker_send, host_receive = byte_pipe()
+    host = FramedChannel(host_send, host_receive, Codec(WorkerFrame, max_frame=max_frame))
+    worker = FramedChannel(worker_send, worker_receive, Codec(HostFrame, max_frame=max_frame))
+    try:
+        yield host, worker
+    finally:
+        await host.aclose()
+        await worker.aclose()
+
+
+def raw_receiver(max_frame: int) -> tuple[MemoryByteSendStream, FramedChannel]:
+    """A channel whose peer writes raw bytes (to feed it anything)."""
+    peer_send, receive = byte_pipe(buffer=1024)
+    unused_send, _ = byte_pipe()
+    return peer_send, FramedChannel(unused_send, receive, Codec(WorkerFrame, max_frame=max_frame))
+
+
+@pytest.mark.anyio
+async def test_exchange_round_trip() -> None:
+    async with channel_pair() as (host, worker):
+
+        async def serve() -> None:
+            for _ in range(2):
+                request = await worker.receive()
+                assert isinstance(request, Admit)
+                await worker.send(Admitted(request.request_id, request.shape, cold=True, cost=3))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(serve)
+            with anyio.fail_after(BOUND_S):
+                progress = Exchange()
+                first = await host.exchange(Admit(1, Shape(16, 2)), 5.0, progress)
+                second = await host.exchange(Admit(2, Shape(32, 1)), 5.0)
+    assert progress.written
+    assert first == Admitted(1, Shape(16, 2), True, 3)
+    assert second == Admitted(2, Shape(32, 1), True, 3)
+
+
+@pytest.mark.anyio
+async def test_exchanges_are_serialised() -> None:
+    """Two concurrent exchanges never interleave: each gets its own reply."""
+    async with channel_pair() as (host, worker):
+        seen: list[int] = []
+
+        async def serve() -> None:
+            for _ in range(2):
+                request = await worker.receive()
+                assert isinstance(request, InventoryRequest)
+                seen.append(request.request_id)
+                await worker.send(Inventory(request.request_id, [Shape(request.request_id, 1)]))
+
+        replies: dict[int, Frame] = {}
+
+        async def call(rid: int) -> None:
+            replies[rid] = await host.exchange(InventoryRequest(rid), 5.0)
+
+        with anyio.fail_after(BOUND_S):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(serve)
+                tg.start_soon(call, 1)
+                tg.start_soon(call, 2)
+    assert sorted(seen) == [1, 2]
+    assert replies == {1: Inventory(1, [Shape(1, 1)]), 2: Inventory(2, [Shape(2, 1)])}
+
+
+@pytest.mark.anyio
+async def test_exchange_timeout_after_the_request_was_written() -> None:
+    async with channel_pair() as (host, worker):
+        progress = Exchange()
+        with anyio.fail_after(BOUND_S), pytest.raises(ExchangeTimeout, match="no reply within"):
+            await host.exchange(Admit(5, Shape(16, 1)), 0.05, progress)
+        assert progress.written
+        # The worker did get the request: it may have acted on it.
+        with anyio.fail_after(BOUND_S):
+            assert await worker.receive() == Admit(5, Shape(16, 1))
+
+
+@pytest.mark.anyio
+async def test_exchange_to_a_closed_peer_is_not_written() -> None:
+    host_send, worker_receive = byte_pipe()
+    _, host_receive = byte_pipe()
+    host = FramedChannel(host_send, host_receive, Codec(WorkerFrame))
+    await worker_receive.aclose()
+    progress = Exchange()
+    with anyio.fail_after(BOUND_S), pytest.raises(ChannelClosed, match="send failed"):
+        await host.exchange(Shutdown(), 5.0, progress)
+    assert not progress.written
+    await host.aclose()
+    assert host.closed
+
+
+@pytest.mark.anyio
+async def test_peer_close_mid_frame_is_channel_closed() -> None:
+    peer, channel = raw_receiver(max_frame=1 << 20)
+    whole = Codec().encode(Admitted(1, Shape(16, 1), cold=False))
+    await peer.send(whole[:-3])
+    await peer.aclose()
+    with anyio.fail_after(BOUND_S), pytest.raises(ChannelClosed, match="closed its end"):
+        await channel.receive()
+    await channel.aclose()
+
+
+@pytest.mark.anyio
+async def test_peer_close_mid_prefix_is_channel_closed() -> None:
+    peer, channel = raw_receiver(max_frame=1 << 20)
+    await peer.send(PREFIX.pack(12)[:2])
+    await peer.aclose()
+    with anyio.fail_after(BOUND_S), pytest.raises(ChannelClosed):
+        await channel.receive()
+    await channel.aclose()
+
+
+@pytest.mark.anyio
+async def test_peer_close_during_exchange_is_channel_closed() -> None:
+    async with channel_pair() as (host, worker):
+
+        async def crash() -> None:
+            await worker.receive()
+            await worker.aclose()
+
+        progress = Exchange()
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(crash)
+            with anyio.fail_after(BOUND_S), pytest.raises(ChannelClosed):
+                await host.exchange(Admit(1, Shape(16, 1)), 5.0, progress)
+        assert progress.written
+
+
+@pytest.mark.anyio
+async def test_frames_split_across_chunks_reassemble() -> None:
+    peer, channel = raw_receiver(max_frame=1 << 20)
+    codec = Codec()
+    frames = [Admitted(i, Shape(16, i), cold=bool(i % 2), cost=i) for i in range(1, 4)]
+    stream = b"".join(codec.encode(f) for f in frames)
+    for i in range(len(stream)):  # one byte at a time
+        await peer.send(stream[i : i + 1])
+    await peer.aclose()
+    with anyio.fail_after(BOUND_S):
+        got = [await channel.receive() for _ in frames]
+        with pytest.raises(ChannelClosed):
+            await channel.receive()
+    assert got == frames
+    await channel.aclose()
+
+
+@pytest.mark.anyio
+async def test_oversized_header_is_wire_error_without_reading_the_body() -> None:
+    peer, channel = raw_receiver(max_frame=64)
+    await peer.send(PREFIX.pack(65))  # no body follows, and the peer stays open
+    with anyio.fail_after(BOUND_S), pytest.raises(WireError, match="announces 65 bytes"):
+        await channel.receive()
+    await peer.aclose()
+    await channel.aclose()
+
+
+# -- fuzzed byte streams ------------------------------------------------------------
+
+MAX_FRAME = 4096
+frame_bytes = st.sampled_from(
+    [
+        Codec().encode(Admitted(1, Shape(16, 1), cold=True)),
+        Codec().encode(Inventory(2, [Shape(16, 1), Shape(32, 2)])),
+        Codec().encode(Admit(3, Shape(16, 1))),  # a host frame: wrong direction
+    ]
+)
+pieces = st.one_of(
+    st.binary(max_size=64),  # arbitrary bytes
+    frame_bytes,  # a whole valid frame
+    frame_bytes.flatmap(lambda b: st.integers(1, len(b) - 1).map(lambda n: b[:n])),  # truncated
+    st.integers(0, 2**32 - 1).map(PREFIX.pack),  # any header, huge ones included
+    st.tuples(st.integers(0, 64), st.binary(max_size=64)).map(
+        lambda lb: PREFIX.pack(lb[0]) + lb[1]  # a plausible header and some body
+    ),
+)
+streams = st.lists(pieces, min_size=0, max_size=6)
+
+
+async def _drain(chunks: list[bytes]) -> list[Frame]:
+    peer, channel = raw_receiver(max_frame=MAX_FRAME)
+    for chunk in chunks:
+        await peer.send(chunk)
+    await peer.aclose()  # so truncated input ends instead of waiting for more
+    frames: list[Frame] = []
+    try:
+        with anyio.fail_after(BOUND_S):
+            while True:
+                try:
+                    frames.append(await channel.receive())
+                except (WireError, ChannelClosed):
+                    return frames
+    finally:
+        await channel.aclose()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@settings(max_examples=60, deadline=None)
+@given(chunks=streams)
+def test_fuzzed_streams_end_in_frames_or_typed_errors(backend: str, chunks: list[bytes]) -> None:
+    frames = anyio.run(_drain, chunks, backend=backend)
+    assert all(isinstance(f, WorkerFrame.__args__) for f in frames)
+    # Frames only come out of the bytes that went in: each one costs a header.
+    assert len(frames) * PREFIX.size <= sum(len(c) for c in chunks)
+
+
+worker_frames = [Admitted(1, Shape(16, 1), cold=True), Inventory(2, [Shape(16, 1)])]
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@settings(max_examples=30, deadline=None)
+@given(valid=st.lists(st.sampled_from(worker_frames), max_size=3), tail=pieces)
+def test_valid_frames_arrive_in_order_before_garbage(
+    backend: str, valid: list[Frame], tail: bytes
+) -> None:
+    codec = Codec()
+    frames = anyio.run(_drain, [*(codec.encode(f) for f in valid), tail], backend=backend)
+    assert frames[: len(valid)] == valid

@@ -1,0 +1,527 @@
+"""The ``synapse`` command line, through click's CliRunner.
+
+Which plugins load is always explicit: ``SYNAPSE_PLUGINS`` names the installed
+entry points a test may use ("mock" is the mock transport; "" loads none), or
+the test hands ``make_cli`` its own plugin objects.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import math
+import os
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import click
+import pytest
+from click.testing import CliRunner, Result
+
+from synapse_core.cli import make_cli
+from synapse_core.cli.calls import BATCH, MANY_BATCHES, show_progress
+from synapse_core.hookspecs import hookimpl
+from synapse_core.plugins import PluginHost
+from synapse_core.testing import catalog_toml
+
+needs_mock = pytest.mark.skipif(
+    importlib.util.find_spec("synapse_mock_transport") is None,
+    reason="the synapse-mock-transport plugin is not installed",
+)
+
+
+def invoke(
+    args: Sequence[str],
+    *,
+    plugins: str | None = "mock",
+    load: Callable[[], PluginHost] | None = None,
+    env: dict[str, str] | None = None,
+) -> Result:
+    """Run ``synapse ARGS``; ``plugins`` is SYNAPSE_PLUGINS (None: unset)."""
+    environment: dict[str, str | None] = {
+        "SYNAPSE_PLUGINS": plugins,
+        "SYNAPSE_CATALOG": None,
+        "SYNAPSE_DEBUG": None,
+    }
+    environment.update(env or {})
+    return CliRunner().invoke(make_cli(load), list(args), env=environment)
+
+
+def error_line(result: Result) -> str:
+    """The single line a failing command printed on stderr."""
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr
+    assert lines[0].startswith("synapse: "), lines[0]
+    return lines[0]
+
+
+def model(name: str, task: str = "embed", **options: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "task": task,
+        "transport": "mock",
+        "package": f"pkg-{name}",
+        "ceiling": 512,
+        "options": options,
+    }
+
+
+def write_catalog(path: Path, *models: dict[str, Any], **settings: Any) -> Path:
+    path.write_text(catalog_toml(*models, **settings), encoding="utf-8")
+    return path
+
+
+def trace_records(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def assert_served_by_exited_subprocesses(trace: Path, commands: int = 1) -> None:
+    """One worker process per command, none of them this one, all gone now."""
+    records = trace_records(trace)
+    assert {r["frame"] for r in records} >= {"hello", "infer"}
+    pids = {r["pid"] for r in records}
+    assert len(pids) == commands
+    assert os.getpid() not in pids
+    for pid in pids:
+        with pytest.raises(ProcessLookupError):  # the command confirmed its exit
+            os.kill(pid, 0)
+
+
+# -- plugins -------------------------------------------------------------------------
+
+
+@needs_mock
+def test_plugins_lists_the_selected_plugin_and_its_transport() -> None:
+    result = invoke(["plugins"])
+    assert result.exit_code == 0, result.stderr
+    assert "Plugins (SYNAPSE_PLUGINS=mock):" in result.stdout
+    assert "synapse-mock-transport" in result.stdout
+    assert "hooks: synapse_register_transports" in result.stdout
+    assert "mock  available" in result.stdout
+    assert "catalog models: mini-a, mini-b, rr" in result.stdout
+
+    doc = json.loads(invoke(["plugins", "--json"]).stdout)
+    assert doc["selected"] == ["mock"]
+    assert [p["name"] for p in doc["plugins"]] == ["mock"]
+    assert doc["plugins"][0]["distribution"] == "synapse-mock-transport"
+    assert doc["plugins"][0]["hooks"] == ["synapse_register_transports"]
+    assert doc["transports"] == [
+        {
+            "name": "mock",
+            "plugin": "mock",
+            "available": True,
+            "reason": "",
+            "models": ["mini-a", "mini-b", "rr"],
+        }
+    ]
+
+
+def test_plugins_with_empty_selection_lists_none_and_says_so() -> None:
+    result = invoke(["plugins"], plugins="")
+    assert result.exit_code == 0, result.stderr
+    assert "No plugins loaded: SYNAPSE_PLUGINS is set and empty." in result.stdout
+    assert "No transports" in result.stdout
+
+    doc = json.loads(invoke(["plugins", "--json"], plugins="").stdout)
+    assert doc == {"selected": [], "plugins": [], "transports": [], "problems": []}
+
+
+class _Misspelled:
+    __name__ = "misspelled"
+
+    @hookimpl
+    def synapse_register_transport(self, register: Callable[[object], None]) -> None:
+        """Misspelled on purpose: the hook is ``synapse_register_transports``."""
+
+
+class _BrokenCommands:
+    __name__ = "broken-commands"
+
+    @hookimpl
+    def synapse_register_commands(self, cli: click.Group) -> None:
+        raise RuntimeError("cannot add my commands")
+
+
+class _Commands:
+    __name__ = "commands"
+
+    @hookimpl
+    def synapse_register_commands(self, cli: click.Group) -> None:
+        @cli.command("hello")
+        def hello() -> None:
+            """Say hello."""
+            click.echo("hello from a plugin")
+
+        @cli.command("explode")
+        def explode() -> None:
+            raise RuntimeError("boom")
+
+
+class _Shadowing:
+    __name__ = "shadowing"
+
+    @hookimpl
+    def synapse_register_commands(self, cli: click.Group) -> None:
+        @cli.command("catalog")
+        def catalog() -> None:
+            click.echo("not the catalog")
+
+
+def test_a_plugin_cannot_replace_a_built_in_command() -> None:
+    result = invoke(["catalog", "--json"], load=lambda: PluginHost([_Shadowing()]))
+    assert result.exit_code == 0
+    assert [m["name"] for m in json.loads(result.stdout)["models"]] == ["mini-a", "mini-b", "rr"]
+    assert "replaced the built-in command 'catalog'" in error_line(result)
+
+
+def test_plugins_reports_a_broken_plugin_by_name() -> None:
+    result = invoke(["plugins"], load=lambda: PluginHost([_Misspelled()]))
+    assert result.exit_code == 0, result.stderr
+    assert "misspelled" in result.stdout
+    assert "error: unknown hooks (misspelled?): synapse_register_transport" in result.stdout
+
+
+def test_plugin_commands_are_added_and_a_failing_hook_is_only_a_warning() -> None:
+    def load() -> PluginHost:
+        return PluginHost([_BrokenCommands(), _Commands()])
+
+    help_text = invoke(["--help"], load=load)
+    assert help_text.exit_code == 0
+    assert "hello" in help_text.stdout
+
+    result = invoke(["hello"], load=load)
+    assert result.exit_code == 0
+    assert result.stdout == "hello from a plugin\n"
+    line = error_line(result)
+    assert "warning" in line and "broken-commands" in line and "cannot add my commands" in line
+
+    listing = invoke(["plugins"], load=load)
+    assert listing.exit_code == 0
+    assert "synapse_register_commands failed" in listing.stdout
+    assert listing.stderr == ""  # listed, not warned about twice
+
+
+def test_internal_error_is_one_line_unless_debugging() -> None:
+    def load() -> PluginHost:
+        return PluginHost([_Commands()])
+
+    result = invoke(["explode"], load=load)
+    assert result.exit_code == 1
+    line = error_line(result)
+    assert "internal error: RuntimeError: boom" in line
+    assert "SYNAPSE_DEBUG=1" in line
+
+    debug = invoke(["explode"], load=load, env={"SYNAPSE_DEBUG": "1"})
+    assert debug.exit_code == 1
+    assert "Traceback" in debug.stderr
+
+
+# -- refusals and usage errors ------------------------------------------------------
+
+
+def test_embed_without_any_transport_is_refused() -> None:
+    result = invoke(["embed", "mini-a", "hi"], plugins="")
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert "refused (transport-unavailable)" in line
+    assert "no installed transport provides model 'mini-a'" in line
+    assert result.stdout == ""
+
+
+@needs_mock
+def test_unknown_model_exits_2_with_one_line() -> None:
+    result = invoke(["embed", "no-such-model", "hi"])
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert "refused (unknown-model): model 'no-such-model' is not in the catalog" in line
+
+
+@needs_mock
+def test_wrong_task_and_over_ceiling_are_refusals() -> None:
+    wrong = invoke(["rerank", "mini-a", "--query", "q", "doc"])
+    assert wrong.exit_code == 2
+    assert "refused (wrong-task)" in error_line(wrong)
+
+    over = invoke(["embed", "mini-a", "short", "word " * 600])
+    assert over.exit_code == 2
+    assert "refused (over-ceiling): input 1 has 602 tokens" in error_line(over)
+
+
+def test_usage_errors_exit_2_with_one_line() -> None:
+    missing = invoke(["embed"], plugins="")
+    assert missing.exit_code == 2
+    assert "usage error: Missing argument 'MODEL'" in error_line(missing)
+
+    no_query = invoke(["rerank", "rr", "doc"], plugins="")
+    assert no_query.exit_code == 2
+    assert "--query" in error_line(no_query)
+
+    bad_deadline = invoke(["embed", "mini-a", "hi", "--deadline", "0"], plugins="")
+    assert bad_deadline.exit_code == 2
+    assert "--deadline" in error_line(bad_deadline)
+
+    unknown = invoke(["frobnicate"], plugins="")
+    assert unknown.exit_code == 2
+    assert "frobnicate" in error_line(unknown)
+
+
+def test_no_command_prints_the_help() -> None:
+    result = invoke([], plugins="")
+    assert result.exit_code == 2
+    assert "Usage: synapse [OPTIONS] COMMAND" in result.stderr
+    assert "embed" in result.stderr and "rerank" in result.stderr
+
+
+def test_texts_and_file_together_are_a_usage_error(tmp_path: Path) -> None:
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"text": "a"}\n', encoding="utf-8")
+    result = invoke(["embed", "mini-a", "b", "--file", str(data)], plugins="")
+    assert result.exit_code == 2
+    assert "not both" in error_line(result)
+
+
+@needs_mock
+def test_bad_jsonl_line_is_named(tmp_path: Path) -> None:
+    data = tmp_path / "in.jsonl"
+    lines = ['{"text": "fine"}', "", '{"txt": "typo"}', '{"text": "never read"}']
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = invoke(["embed", "mini-a", "--file", str(data)])
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert f"{data} line 3" in line
+    assert '"text"' in line
+
+    docs = tmp_path / "docs.jsonl"
+    docs.write_text('{"document": "fine"}\nnot json\n', encoding="utf-8")
+    result = invoke(["rerank", "rr", "-q", "q", "--file", str(docs)])
+    assert result.exit_code == 2
+    assert f"{docs} line 2" in error_line(result)
+
+
+@needs_mock
+def test_refusal_from_a_file_names_the_line(tmp_path: Path) -> None:
+    data = tmp_path / "in.jsonl"
+    data.write_text('{"text": "one"}\n\n{"text": ""}\n', encoding="utf-8")
+    result = invoke(["embed", "mini-a", "--file", str(data)])
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert "refused (empty-sequence): input 1 is empty" in line
+    assert f"({data} line 3)" in line
+
+
+# -- catalog ---------------------------------------------------------------------------
+
+
+def test_bad_catalog_file_exits_2_naming_the_field(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text(
+        '[[models]]\nname = "m"\ntask = "embed"\ntransport = "mock"\n'
+        'package = "p"\nceiling = "lots"\n',
+        encoding="utf-8",
+    )
+    for args, env in (
+        (["catalog", "--catalog", str(bad)], {}),
+        (["embed", "m", "hi"], {"SYNAPSE_CATALOG": str(bad)}),
+    ):
+        result = invoke(args, plugins="", env=env)
+        assert result.exit_code == 2
+        line = error_line(result)
+        assert str(bad) in line
+        assert "models[0].ceiling: expected int" in line
+
+
+@needs_mock
+def test_bad_transport_option_exits_2_naming_the_option(tmp_path: Path) -> None:
+    path = write_catalog(tmp_path / "c.toml", model("m", dims="wide"))
+    result = invoke(["catalog", "--catalog", str(path)])
+    assert result.exit_code == 2
+    assert "models[0].options.dims: expected int" in error_line(result)
+
+
+def test_plugins_lists_a_bad_catalog_as_a_problem(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("max_waiting = 0\n", encoding="utf-8")
+    result = invoke(["plugins", "--json"], plugins="", env={"SYNAPSE_CATALOG": str(bad)})
+    assert result.exit_code == 0
+    (problem,) = json.loads(result.stdout)["problems"]
+    assert "max_waiting must be greater than 0" in problem
+
+
+def test_missing_catalog_file_exits_2(tmp_path: Path) -> None:
+    result = invoke(["catalog", "--catalog", str(tmp_path / "absent.toml")], plugins="")
+    assert result.exit_code == 2
+    assert "cannot read file" in error_line(result)
+
+
+@needs_mock
+def test_catalog_option_and_environment_choose_the_catalog(tmp_path: Path) -> None:
+    one = write_catalog(tmp_path / "one.toml", model("from-option", buckets=[16, 64]))
+    two = write_catalog(tmp_path / "two.toml", model("from-env"))
+
+    def names(result: Result) -> list[str]:
+        assert result.exit_code == 0, result.stderr
+        return [m["name"] for m in json.loads(result.stdout)["models"]]
+
+    assert names(invoke(["catalog", "--json"])) == ["mini-a", "mini-b", "rr"]
+    assert names(invoke(["catalog", "--json", "--catalog", str(one)])) == ["from-option"]
+    assert names(invoke(["catalog", "--json"], env={"SYNAPSE_CATALOG": str(two)})) == ["from-env"]
+    # An explicit option wins over the environment.
+    both = ["catalog", "--json", "--catalog", str(one)]
+    chosen = invoke(both, env={"SYNAPSE_CATALOG": str(two)})
+    assert names(chosen) == ["from-option"]
+
+
+@needs_mock
+def test_catalog_shows_configured_buckets_and_availability(tmp_path: Path) -> None:
+    path = write_catalog(
+        tmp_path / "c.toml",
+        model("bucketed", buckets=[16, 64]),
+        model("plain", task="rerank"),
+        {**model("elsewhere"), "transport": "not-installed"},
+    )
+    doc = json.loads(invoke(["catalog", "--json", "--catalog", str(path)]).stdout)
+    rows = {m["name"]: m for m in doc["models"]}
+    assert rows["bucketed"]["buckets"] == [16, 64]
+    assert rows["bucketed"]["lane"] == "mock:0"
+    assert rows["bucketed"]["available"] is True
+    assert rows["plain"]["buckets"] is None
+    assert rows["plain"]["task"] == "rerank"
+    assert rows["elsewhere"]["available"] is False
+    assert "no installed transport provides model 'elsewhere'" in rows["elsewhere"]["problem"]
+
+    human = invoke(["catalog", "--catalog", str(path)])
+    assert human.exit_code == 0
+    lines = {line.split()[0]: line.split() for line in human.stdout.splitlines()[2:]}
+    assert " ".join(lines["bucketed"]) == "bucketed embed mock mock:0 512 16,64 available"
+    assert lines["plain"][5] == "-"
+    assert lines["elsewhere"][6] == "unavailable:"
+
+
+# -- embed and rerank through the real subprocess worker ----------------------------------
+
+
+@pytest.mark.subprocess
+@needs_mock
+def test_embed_human_output_is_served_by_a_subprocess_worker(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    path = write_catalog(tmp_path / "c.toml", model("m", dims=32, trace=str(trace)))
+    result = invoke(["embed", "m", "first text", "second text", "--catalog", str(path)])
+    assert result.exit_code == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert lines[0] == "m: 2 vectors, identity mock:pkg-m:d32:v1"
+    assert lines[1].split() == ["index", "dims", "norm", "first", "values", "text"]
+    for index, text in ((0, "first text"), (1, "second text")):
+        cells = lines[2 + index].split()
+        assert cells[:3] == [str(index), "32", "1.0000"]
+        assert lines[2 + index].endswith(text)
+    assert_served_by_exited_subprocesses(trace)
+
+
+@pytest.mark.subprocess
+@needs_mock
+def test_embed_json_has_full_vectors_in_input_order(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    path = write_catalog(tmp_path / "c.toml", model("m", trace=str(trace)))
+    texts = ["alpha beta", "gamma", "alpha beta"]
+    result = invoke(["embed", "m", *texts, "--json", "--catalog", str(path)])
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["model"] == "m"
+    assert doc["identity"] == "mock:pkg-m:d64:v1"
+    assert doc["dims"] == 64
+    vectors = doc["vectors"]
+    assert [len(v) for v in vectors] == [64, 64, 64]
+    assert all(math.isclose(math.hypot(*v), 1.0, rel_tol=1e-5) for v in vectors)
+    assert vectors[0] == vectors[2] != vectors[1]
+    assert_served_by_exited_subprocesses(trace)
+
+
+@pytest.mark.subprocess
+@needs_mock
+def test_rerank_human_sorts_by_score_and_json_keeps_input_order(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    path = write_catalog(tmp_path / "c.toml", model("r", task="rerank", trace=str(trace)))
+    docs = ["a brain junction", "what is synapse", "a serving host"]
+    args = ["rerank", "r", "--query", "what is synapse", *docs, "--catalog", str(path)]
+
+    human = invoke(args)
+    assert human.exit_code == 0, human.stderr
+    lines = human.stdout.splitlines()
+    assert lines[0].startswith("r: 3 documents for 'what is synapse'")
+    assert lines[1].split() == ["rank", "index", "score", "document"]
+    # The document equal to the query scores 1 (unit vectors) and comes first.
+    assert lines[2].split() == ["1", "1", "1.0000", "what", "is", "synapse"]
+    assert sorted(line.split()[1] for line in lines[2:]) == ["0", "1", "2"]
+
+    doc = json.loads(invoke([*args, "--json"]).stdout)
+    assert doc["model"] == "r"
+    assert doc["query"] == "what is synapse"
+    assert doc["identity"] == "mock:pkg-r:d64:v1"
+    assert len(doc["scores"]) == 3
+    assert math.isclose(doc["scores"][1], 1.0, rel_tol=1e-5)
+    assert max(doc["scores"]) == doc["scores"][1]
+    assert_served_by_exited_subprocesses(trace, commands=2)
+
+
+@pytest.mark.subprocess
+@needs_mock
+def test_file_input_is_sent_in_batches_and_reassembled_in_order(tmp_path: Path) -> None:
+    count = BATCH * MANY_BATCHES + 3
+    data = tmp_path / "in.jsonl"
+    data.write_text(
+        "".join(json.dumps({"text": f"text number {i}", "id": i}) + "\n" for i in range(count)),
+        encoding="utf-8",
+    )
+    trace = tmp_path / "trace.jsonl"
+    path = write_catalog(tmp_path / "c.toml", model("m", trace=str(trace)))
+    result = invoke(["embed", "m", "--file", str(data), "--json", "--catalog", str(path)])
+    assert result.exit_code == 0, result.stderr
+    vectors = json.loads(result.stdout)["vectors"]  # stdout holds nothing but the JSON
+    assert len(vectors) == count
+    # Many batches: the progress label goes to stderr, never stdout.
+    assert f"embedding {count} texts in {MANY_BATCHES + 1} batches" in result.stderr
+
+    picks = [0, BATCH - 1, BATCH, count - 1]
+    direct = invoke(
+        ["embed", "m", "--json", "--catalog", str(path), *(f"text number {i}" for i in picks)]
+    )
+    assert json.loads(direct.stdout)["vectors"] == [vectors[i] for i in picks]
+
+
+@pytest.mark.subprocess
+@needs_mock
+def test_refusal_in_a_later_batch_names_its_place_in_the_whole_input(tmp_path: Path) -> None:
+    # The worker's largest bucket (16) caps the ceiling below the catalog's
+    # 512, so this refusal comes from a batch, not from the up-front check.
+    path = write_catalog(tmp_path / "c.toml", model("m", buckets=[16]))
+    data = tmp_path / "in.jsonl"
+    lines = [json.dumps({"text": "short"})] * (BATCH + 5)
+    lines.append(json.dumps({"text": "word " * 20}))
+    data.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    result = invoke(["embed", "m", "--file", str(data), "--catalog", str(path)])
+    assert result.exit_code == 2
+    line = error_line(result)
+    assert f"refused (over-ceiling): input {BATCH + 5} has 22 tokens" in line
+    assert f"({data} line {BATCH + 6})" in line
+
+
+@pytest.mark.subprocess
+@needs_mock
+def test_deadline_exceeded_exits_1_with_one_line(tmp_path: Path) -> None:
+    # Replies take a second; a 0.2 s deadline cannot be met, however fast the machine.
+    path = write_catalog(tmp_path / "c.toml", model("slow", faults={"reply_delay_s": 1.0}))
+    result = invoke(["embed", "slow", "hi", "--deadline", "0.2", "--catalog", str(path)])
+    assert result.exit_code == 1
+    assert "synapse: deadline-exceeded:" in error_line(result)
+    assert result.stdout == ""
+
+
+@pytest.mark.parametrize(
+    ("batches", "tty", "shown"),
+    [(1, True, False), (2, True, True), (2, False, False), (MANY_BATCHES, False, True)],
+)
+def test_progress_is_shown_for_several_batches_on_a_terminal_or_many_batches(
+    batches: int, tty: bool, shown: bool
+) -> None:
+    assert show_progress(batches, tty) is shown
