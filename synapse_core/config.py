@@ -22,12 +22,21 @@ _T = TypeVar("_T")
 
 
 class FieldInvalid(ValueError):
-    """Raised by validators; its message is shown to the user as is."""
+    """Raised by validators: names the field, and its message is shown as is."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
 
 
 def _positive(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if not value > 0:
-        raise FieldInvalid(f"{attribute.name} must be greater than 0, got {value!r}")
+        raise FieldInvalid(attribute.name, f"must be greater than 0, got {value!r}")
+
+
+def _not_negative(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if value < 0:
+        raise FieldInvalid(attribute.name, f"must be 0 or more, got {value!r}")
 
 
 @attrs.frozen
@@ -47,7 +56,7 @@ class ModelSpec:
 class RestartBudget:
     """At most ``max_restarts`` restarts of one model within ``window_s``."""
 
-    max_restarts: int = 5
+    max_restarts: int = attrs.field(default=5, validator=_not_negative)
     window_s: float = attrs.field(default=60.0, validator=_positive)
 
 
@@ -108,6 +117,25 @@ class HostConfig:
 
 
 _converter = cattrs.Converter(forbid_extra_keys=True)
+
+
+def _strict(kind: type, accepts: tuple[type, ...]) -> None:
+    """Refuse values of another type instead of coercing (no int(1.5), bool("false"))."""
+
+    def structure_value(value: Any, _: type) -> Any:
+        if isinstance(value, bool) and bool not in accepts:
+            raise TypeError(f"expected {kind.__name__}, got {value!r}")
+        if not isinstance(value, accepts):
+            raise TypeError(f"expected {kind.__name__}, got {value!r}")
+        return kind(value)
+
+    _converter.register_structure_hook(kind, structure_value)
+
+
+_strict(int, (int,))
+_strict(float, (int, float))
+_strict(str, (str,))
+_strict(bool, (bool,))
 # ``source`` is bookkeeping, not a key a user writes.
 _converter.register_structure_hook(
     HostConfig,
@@ -119,7 +147,8 @@ _converter.register_structure_hook(
     ),
 )
 
-_PATH = re.compile(r"^(?P<what>.*) @ \$(?P<path>.*)$")
+_PATH = re.compile(r"^(?P<what>.*) @ \$(?P<path>.*)$", re.DOTALL)
+_FIELD_MARK = "\x1f"
 
 
 def structure(data: Any, cls: type[_T], source: str, root: str = "") -> _T:
@@ -138,13 +167,19 @@ def describe(exc: BaseException, root: str = "") -> list[str]:
         if match is None:
             lines.append(message)
             continue
-        path = (root + match["path"]).lstrip(".") or "(top level)"
-        lines.append(f"{path}: {_plain(match['what'])}")
+        path, what = root + match["path"], match["what"]
+        if what.startswith(_FIELD_MARK):
+            # A validator names its own field: point at it, not at its object.
+            field, what = what[1:].split(_FIELD_MARK, 1)
+            path = f"{path}.{field}"
+        lines.append(f"{path.lstrip('.') or '(top level)'}: {_plain(what)}")
     return lines
 
 
 def _format(exc: BaseException, type_: type | None) -> str:
     if isinstance(exc, FieldInvalid):
+        return f"{_FIELD_MARK}{exc.field}{_FIELD_MARK}{exc}"
+    if isinstance(exc, TypeError) and str(exc).startswith("expected "):
         return str(exc)
     if type(exc).__name__ == "LiteralError" or "not in literal" in str(exc):
         allowed = ", ".join(repr(a) for a in getattr(type_, "__args__", ()))

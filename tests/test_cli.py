@@ -345,7 +345,7 @@ def test_plugins_lists_a_bad_catalog_as_a_problem(tmp_path: Path) -> None:
     result = invoke(["plugins", "--json"], plugins="", env={"SYNAPSE_CATALOG": str(bad)})
     assert result.exit_code == 0
     (problem,) = json.loads(result.stdout)["problems"]
-    assert "max_waiting must be greater than 0" in problem
+    assert "max_waiting: must be greater than 0" in problem
 
 
 def test_missing_catalog_file_exits_2(tmp_path: Path) -> None:

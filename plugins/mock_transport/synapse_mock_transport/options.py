@@ -7,7 +7,7 @@ from typing import Any
 
 import attrs
 
-from synapse_core.config import structure
+from synapse_core.config import FieldInvalid, structure
 
 
 @attrs.frozen
@@ -27,17 +27,20 @@ class Faults:
         return self.only_generation is None or self.only_generation == generation
 
 
+def _buckets(instance: object, attribute: attrs.Attribute[Any], value: tuple[int, ...]) -> None:
+    if not value or any(b <= 0 for b in value):
+        raise FieldInvalid(
+            "buckets", f"must be a non-empty list of positive sizes, got {list(value)}"
+        )
+
+
 @attrs.frozen
 class MockOptions:
-    buckets: tuple[int, ...] = (16, 32, 64, 128, 256, 512)
+    buckets: tuple[int, ...] = attrs.field(default=(16, 32, 64, 128, 256, 512), validator=_buckets)
     dims: int = 64
     max_batch: int = 32
     faults: Faults = Faults()
     trace: str | None = None
-
-    def __attrs_post_init__(self) -> None:
-        if not self.buckets or any(b <= 0 for b in self.buckets):
-            raise ValueError("buckets must be a non-empty list of positive sizes")
 
 
 def parse_options(
