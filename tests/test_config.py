@@ -6,13 +6,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from synapse_mock_transport.transport import MockTransport
 
 from synapse_core.catalog import Catalog, default_config
 from synapse_core.config import HostConfig, LaneConfig, ModelSpec, RestartBudget
 from synapse_core.errors import ConfigError
 from synapse_core.plugins import PluginHost
 from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_mock_transport.transport import MockTransport
 
 MODEL: dict[str, Any] = {
     "name": "a",
@@ -162,7 +162,11 @@ def test_bad_task_literal_lists_the_choices() -> None:
             "must be greater than 0, got 0",
         ),
         ("[restart_budget]\nwindow_s = 0\n", "restart_budget.window_s", "must be greater than 0"),
-        ("[restart_budget]\nmax_restarts = -1\n", "restart_budget.max_restarts", "must be 0 or more"),
+        (
+            "[restart_budget]\nmax_restarts = -1\n",
+            "restart_budget.max_restarts",
+            "must be 0 or more",
+        ),
         (catalog_toml(max_concurrent=0), "max_concurrent", "must be greater than 0"),
         (catalog_toml(exchange_timeout_s=-1.0), "exchange_timeout_s", "must be greater than 0"),
     ],

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
-from synapse_mock_transport.inprocess import InProcessTransport
 
 from synapse_core import plugins as plugins_module
 from synapse_core.catalog import Catalog, default_config
@@ -24,6 +23,7 @@ from synapse_core.host import open_host
 from synapse_core.plugins import ENTRY_POINT_GROUP, PluginHost, PluginInfo
 from synapse_core.testing import catalog_toml, transport_plugin
 from synapse_core.transport import Availability, Transport
+from synapse_mock_transport.inprocess import InProcessTransport
 
 FIXTURES = "plugin_fixtures"
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from synapse_mock_transport.inprocess import InProcessTransport
-
 from synapse_core.hookspecs import hookimpl
 from synapse_core.transport import Transport
+from synapse_mock_transport.inprocess import InProcessTransport
 
 
 @hookimpl

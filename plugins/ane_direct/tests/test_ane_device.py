@@ -6,6 +6,7 @@ import math
 import sys
 
 import pytest
+
 from synapse_ane_direct.device import (
     DeviceError,
     DeviceUnavailable,
@@ -18,7 +19,6 @@ from synapse_ane_direct.hardware import NOT_WRITTEN, HardwareDevice
 from synapse_ane_direct.logic import AneLogic
 from synapse_ane_direct.options import AneOptions, parse_options
 from synapse_ane_direct.worker import device_kind, open_device
-
 from synapse_core.wire import (
     Admit,
     Admitted,

@@ -11,6 +11,7 @@ import tempfile
 from pathlib import Path
 
 import pytest
+
 from synapse_ane_direct.lanelock import (
     LaneLock,
     RuntimeDirError,
@@ -21,7 +22,6 @@ from synapse_ane_direct.lanelock import (
     private_dir,
     system_temp_dir,
 )
-
 from synapse_core.errors import LaneLocked
 
 LANE = "ane:0"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import anyio
 import pytest
-from synapse_ane_direct.inprocess import InProcessAneTransport, ReplyGate
 
+from synapse_ane_direct.inprocess import InProcessAneTransport, ReplyGate
 from synapse_core import (
     Deadline,
     DeadlineExceeded,

@@ -6,10 +6,10 @@ import sys
 from pathlib import Path
 
 import pytest
+
 from synapse_ane_direct.hardware import FRAMEWORK, probe
 from synapse_ane_direct.options import AneOptions, parse_options
 from synapse_ane_direct.transport import LANE, AneDirectTransport, held_lane
-
 from synapse_core import HostConfig, Refused, open_host
 from synapse_core.catalog import Catalog
 from synapse_core.config import ModelSpec

@@ -9,11 +9,11 @@ from pathlib import Path
 import click
 import pytest
 from click.testing import CliRunner
+
 from synapse_certify import plugin as certify_plugin
 from synapse_certify import read_stream
 from synapse_certify.cli import make_group
 from synapse_certify.stream import dumps
-
 from synapse_core.observation import AdmissionCount, ShapeAdmitted, WorkerInventory
 from synapse_core.plugins import PluginHost
 from synapse_core.testing import catalog_toml, transport_plugin

@@ -6,9 +6,9 @@ from pathlib import Path
 
 import attrs
 import pytest
+
 from synapse_certify import Recorder, check, read_stream
 from synapse_certify import plugin as certify_plugin
-
 from synapse_core.config import HostConfig
 from synapse_core.host import open_host
 from synapse_core.observation import AdmissionCount, ShapeAdmitted, WorkerInventory

@@ -7,11 +7,11 @@ from typing import Any
 
 import attrs
 import pytest
+
+import synapse_core
 from synapse_certify import Approval, CertifiedIdentity, IdentityMismatch, VectorSpace
 from synapse_certify import plugin as certify_plugin
 from synapse_certify.identity import installed_identity, serving_plugins
-
-import synapse_core
 from synapse_core.plugins import PluginHost
 from synapse_core.testing import transport_plugin
 

@@ -6,9 +6,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+
 from synapse_certify import Recorder, RecordingError, StreamError, read_stream
 from synapse_certify.stream import dumps, loads
-
 from synapse_core.observation import (
     AdmissionCount,
     Event,

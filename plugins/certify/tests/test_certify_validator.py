@@ -7,9 +7,9 @@ from pathlib import Path
 import anyio
 import anyio.lowlevel
 import pytest
+
 from synapse_certify import Recorder, check, read_stream
 from synapse_certify.stream import dumps, loads
-
 from synapse_core.config import HostConfig
 from synapse_core.host import open_host
 from synapse_core.observation import (

@@ -18,8 +18,6 @@ from typing import Any
 import anyio
 import attrs
 import pytest
-from synapse_mock_transport.inprocess import InProcessTransport
-from synapse_mock_transport.transport import LANE
 
 from synapse_core.channel import Exchange, FramedChannel
 from synapse_core.config import ModelSpec
@@ -36,6 +34,8 @@ from synapse_core.wire import (
     Task,
     WorkerFrame,
 )
+from synapse_mock_transport.inprocess import InProcessTransport
+from synapse_mock_transport.transport import LANE
 
 WORKER_MODULE = "synapse_mock_transport.worker"
 #: Bounds that keep a broken worker from hanging the suite; never timing claims.

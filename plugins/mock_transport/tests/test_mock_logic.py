@@ -6,8 +6,6 @@ import math
 from typing import Any
 
 import pytest
-from synapse_mock_transport import Faults, MockOptions, parse_options
-from synapse_mock_transport.logic import IMPLEMENTATION, MALFORMED, MockLogic, embed_tokens
 
 from synapse_core.errors import ConfigError
 from synapse_core.wire import (
@@ -32,6 +30,8 @@ from synapse_core.wire import (
     unpack_rows,
 )
 from synapse_core.worker_kit import Crash, Hang, RawReply, Reply, Stop
+from synapse_mock_transport import Faults, MockOptions, parse_options
+from synapse_mock_transport.logic import IMPLEMENTATION, MALFORMED, MockLogic, embed_tokens
 
 
 def logic(generation: int = 1, **options: Any) -> MockLogic:

@@ -11,8 +11,6 @@ from typing import Any
 import anyio
 import msgspec
 import pytest
-from synapse_mock_transport.logic import IMPLEMENTATION, MockLogic
-from synapse_mock_transport.options import MockOptions
 
 from synapse_core.channel import ChannelClosed
 from synapse_core.process import LaunchSpec
@@ -31,6 +29,8 @@ from synapse_core.wire import (
     unpack_rows,
 )
 from synapse_core.worker_kit import Reply
+from synapse_mock_transport.logic import IMPLEMENTATION, MockLogic
+from synapse_mock_transport.options import MockOptions
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.anyio]
 

@@ -1,0 +1,71 @@
+"""``python -m benchmarks --quick --smoke`` runs and writes a valid results file.
+
+No timing is asserted: only that every figure is measured and reported as
+numbers with their repetitions.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+REQUIRED = (
+    "overhead_ratio_vs_raw",
+    "speedup_vs_processpool",
+    "composed_padding_ratio",
+    "optimal_padding_ratio",
+    "pad_to_max_padding_ratio",
+    "composed_wall_ratio_vs_raw",
+    "throughput_scaling_2_workers",
+    "grant_release_us",
+    "worker_cold_start_ms",
+    "worker_rss_mib",
+    "observation_off_ratio",
+    "observation_on_ratio",
+    "overhead_ratio_vs_raw_trio",
+    "speedup_vs_processpool_trio",
+)
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+@pytest.mark.subprocess
+def test_benchmarks_smoke_run_writes_valid_results(tmp_path: Path) -> None:
+    out = tmp_path / "results" / "smoke.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks", "--quick", "--smoke", "--output", str(out)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    doc = json.loads(out.read_text(encoding="utf-8"))
+
+    missing = [key for key in REQUIRED if not is_number(doc.get(key))]
+    assert not missing, f"figures missing or not numbers: {missing}"
+    assert doc["mode"] == "smoke"
+    assert is_number(doc["machine"]["cores"]) and doc["machine"]["python"]
+
+    for key in REQUIRED:
+        figure = doc["figures"][key]
+        assert figure["repetitions"] >= 2, key
+        assert len(figure["values"]) == figure["repetitions"], key
+        assert all(is_number(figure[s]) for s in ("median", "min", "max")), key
+        assert figure["min"] <= figure["median"] <= figure["max"], key
+    # The composed call's padding is counted from the frames sent, so it
+    # cannot be below the smallest-fit optimum.
+    assert doc["composed_padding_ratio"] >= doc["optimal_padding_ratio"] >= 1.0
+    # The printed table names every figure.
+    for key in REQUIRED:
+        assert key in done.stdout
