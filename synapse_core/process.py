@@ -17,16 +17,7 @@ import msgspec
 from anyio.abc import Process
 
 from .transport import Launched, LaunchRequest, WorkerProcess
-
-
-class LaunchSpec(msgspec.Struct, frozen=True):
-    """What a worker process is told on its command line (``--spec JSON``)."""
-
-    model: str
-    package: str
-    worker_id: str
-    generation: int
-    options: dict[str, object] = {}
+from .wire import LaunchSpec
 
 
 class SubprocessWorker:

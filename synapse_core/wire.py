@@ -122,6 +122,16 @@ class Shutdown(Frame, tag="shutdown", frozen=True):
     pass
 
 
+class LaunchSpec(msgspec.Struct, frozen=True):
+    """What a worker process is told on its command line (``--spec JSON``)."""
+
+    model: str
+    package: str
+    worker_id: str
+    generation: int
+    options: dict[str, object] = {}
+
+
 WorkerFrame = Hello | Admitted | Output | Evicted | Inventory | Failure
 HostFrame = Admit | Infer | Evict | InventoryRequest | Shutdown
 AnyFrame = WorkerFrame | HostFrame

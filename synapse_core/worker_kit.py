@@ -19,7 +19,8 @@ from typing import BinaryIO, Protocol
 
 import attrs
 
-from .wire import PREFIX, Codec, Frame, Hello, HostFrame, Shutdown, WireError
+from .errors import SynapseError
+from .wire import PREFIX, Codec, Frame, Hello, HostFrame, LaunchSpec, Shutdown, WireError
 
 
 @attrs.frozen
@@ -62,6 +63,29 @@ class WorkerLogic(Protocol):
     def hello(self) -> Hello: ...
 
     def handle(self, frame: Frame) -> Action: ...
+
+
+def worker_main(
+    prog: str, build: Callable[[LaunchSpec], WorkerLogic], argv: list[str] | None = None
+) -> int:
+    """The ``main`` of a worker module: read ``--spec``, build the logic, serve.
+
+    ``build`` may raise ``ConfigError`` or ``ValueError`` for options it cannot
+    use: the worker then exits 2 with the message on stderr.
+    """
+    import argparse
+
+    import msgspec
+
+    parser = argparse.ArgumentParser(prog=prog)
+    parser.add_argument("--spec", required=True, help="launch spec as JSON (set by the host)")
+    args = parser.parse_args(argv)
+    try:
+        logic = build(msgspec.json.decode(args.spec, type=LaunchSpec))
+    except (msgspec.DecodeError, msgspec.ValidationError, SynapseError, ValueError) as exc:
+        print(f"{prog}: bad launch spec: {exc}", file=sys.stderr)
+        return 2
+    return serve_stdio(logic)
 
 
 def host_codec() -> Codec:
@@ -192,4 +216,5 @@ __all__ = [
     "host_codec",
     "serve_stdio",
     "serve_streams",
+    "worker_main",
 ]

@@ -11,6 +11,7 @@ import pytest
 
 import synapse_core as synapse
 
+# Served through the installed mock plugin (synapse_mock_transport) via its entry point.
 pytestmark = [pytest.mark.anyio, pytest.mark.subprocess]
 
 

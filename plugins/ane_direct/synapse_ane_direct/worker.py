@@ -6,16 +6,12 @@ descriptor inherited and ``TMPDIR`` removed from the environment.
 
 from __future__ import annotations
 
-import argparse
 import os
 import sys
 from collections.abc import Mapping
 
-import msgspec
-
-from synapse_core.errors import ConfigError
-from synapse_core.process import LaunchSpec
-from synapse_core.worker_kit import serve_stdio
+from synapse_core.wire import LaunchSpec
+from synapse_core.worker_kit import worker_main
 
 from .device import Device, DeviceUnavailable, RefusingDevice, SimulatedDevice
 from .hardware import HardwareDevice
@@ -51,28 +47,22 @@ def open_device(kind: str, options: AneOptions, lane_locked: bool) -> Device:
         return RefusingDevice(str(exc))
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="synapse_ane_direct.worker")
-    parser.add_argument("--spec", required=True, help="launch spec as JSON (set by the host)")
-    args = parser.parse_args(argv)
-    try:
-        spec = msgspec.json.decode(args.spec, type=LaunchSpec)
-        options = parse_options(spec.options)
-    except (msgspec.DecodeError, msgspec.ValidationError, ConfigError) as exc:
-        print(f"ane-direct worker: bad launch spec: {exc}", file=sys.stderr)
-        return 2
+def build(spec: LaunchSpec) -> AneLogic:
+    options = parse_options(spec.options)
     env = os.environ
     lane_locked = inherited_lane_lock(env)
-    device = open_device(device_kind(options, env), options, lane_locked)
-    logic = AneLogic(
+    return AneLogic(
         model=spec.model,
         package=spec.package,
         generation=spec.generation,
         options=options,
-        device=device,
+        device=open_device(device_kind(options, env), options, lane_locked),
         facts={"tmpdir_set": "TMPDIR" in env, "lane_lock_inherited": lane_locked},
     )
-    return serve_stdio(logic)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return worker_main("synapse_ane_direct.worker", build, argv)
 
 
 if __name__ == "__main__":

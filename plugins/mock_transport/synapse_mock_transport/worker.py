@@ -2,33 +2,26 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-import msgspec
-
-from synapse_core.errors import ConfigError
-from synapse_core.process import LaunchSpec
-from synapse_core.worker_kit import serve_stdio
+from synapse_core.wire import LaunchSpec
+from synapse_core.worker_kit import worker_main
 
 from .logic import MockLogic
 from .options import parse_options
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="synapse_mock_transport.worker")
-    parser.add_argument("--spec", required=True, help="launch spec as JSON (set by the host)")
-    args = parser.parse_args(argv)
-    try:
-        spec = msgspec.json.decode(args.spec, type=LaunchSpec)
-        options = parse_options(spec.options)
-    except (msgspec.DecodeError, msgspec.ValidationError, ConfigError) as exc:
-        print(f"mock worker: bad launch spec: {exc}", file=sys.stderr)
-        return 2
-    logic = MockLogic(
-        model=spec.model, package=spec.package, generation=spec.generation, options=options
+def build(spec: LaunchSpec) -> MockLogic:
+    return MockLogic(
+        model=spec.model,
+        package=spec.package,
+        generation=spec.generation,
+        options=parse_options(spec.options),
     )
-    return serve_stdio(logic)
+
+
+def main(argv: list[str] | None = None) -> int:
+    return worker_main("synapse_mock_transport.worker", build, argv)
 
 
 if __name__ == "__main__":

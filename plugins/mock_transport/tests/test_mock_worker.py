@@ -13,7 +13,6 @@ import msgspec
 import pytest
 
 from synapse_core.channel import ChannelClosed
-from synapse_core.process import LaunchSpec
 from synapse_core.wire import (
     PROTOCOL_VERSION,
     Admit,
@@ -23,6 +22,7 @@ from synapse_core.wire import (
     Failure,
     Infer,
     Inventory,
+    LaunchSpec,
     Output,
     Shape,
     Shutdown,

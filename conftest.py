@@ -1,0 +1,31 @@
+"""Repository-wide pytest setup.
+
+The core must pass its own tests with no plugin installed, and each plugin on
+top of the core alone (the nox plugin matrix). A test module that imports a
+plugin distribution which is not installed is skipped at collection, not
+failed, and the run's header says which plugins are missing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+from pathlib import Path
+
+import pytest
+
+PLUGIN_PACKAGES = ("synapse_mock_transport", "synapse_ane_direct", "synapse_certify")
+MISSING = tuple(p for p in PLUGIN_PACKAGES if importlib.util.find_spec(p) is None)
+_NEEDS = re.compile(r"\b(" + "|".join(MISSING) + r")\b") if MISSING else None
+
+
+def pytest_ignore_collect(collection_path: Path, config: pytest.Config) -> bool | None:
+    if _NEEDS is None or collection_path.suffix != ".py":
+        return None
+    return _NEEDS.search(collection_path.read_text(encoding="utf-8")) is not None or None
+
+
+def pytest_report_header(config: pytest.Config) -> str | None:
+    if not MISSING:
+        return None
+    return "plugins not installed, their tests are skipped: " + ", ".join(MISSING)

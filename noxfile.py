@@ -1,0 +1,64 @@
+"""Sessions for operators and CI: the whole suite, the core alone, each plugin
+alone on the core, lint, type checks and the quick benchmarks.
+
+    python -m nox -l              # list sessions
+    python -m nox -s core plugin  # core alone, then each plugin alone
+"""
+
+from __future__ import annotations
+
+import nox
+
+nox.options.default_venv_backend = "venv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["tests", "core", "plugin", "lint", "typecheck"]
+
+PLUGINS = ["mock_transport", "ane_direct", "certify"]
+PYTEST = ("python", "-m", "pytest", "-n", "auto")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """The whole suite with every plugin installed (what the README runs)."""
+    session.install("-r", "requirements/dev.txt")
+    session.run(*PYTEST, *session.posargs)
+
+
+@nox.session
+def core(session: nox.Session) -> None:
+    """synapse-core with no plugin: it imports, serves nothing, passes its tests."""
+    session.install("-e", ".[test]")
+    session.run("synapse", "plugins")
+    session.run(*PYTEST, "tests", *session.posargs)
+
+
+@nox.session
+@nox.parametrize("name", PLUGINS)
+def plugin(session: nox.Session, name: str) -> None:
+    """One plugin installed alone on top of the core."""
+    session.install("-e", ".[test]", "-e", f"./plugins/{name}")
+    session.run("synapse", "plugins")
+    session.run(*PYTEST, "tests", f"plugins/{name}/tests", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    session.install("ruff>=0.5")
+    session.run("ruff", "check", ".")
+    session.run("ruff", "format", "--check", "synapse_core", "plugins")
+
+
+@nox.session
+def typecheck(session: nox.Session) -> None:
+    session.install("-r", "requirements/run.txt", "mypy>=1.10")
+    session.run("mypy", "synapse_core")
+    for name in PLUGINS:
+        package = "synapse_" + name
+        session.run("mypy", f"plugins/{name}/{package}")
+
+
+@nox.session
+def benchmarks(session: nox.Session) -> None:
+    """The quick benchmark run; writes benchmarks/results/latest.json."""
+    session.install("-r", "requirements/run.txt")
+    session.run("python", "-m", "benchmarks", "--quick", *session.posargs)
