@@ -67,10 +67,15 @@ class FramedChannel:
         stream: from then on the worker may have acted on it.
         """
         async with self._lock:
-            await self.send(frame)
-            if progress is not None:
-                progress.written = True
             with anyio.move_on_after(timeout) as scope:
+                sent = False
+                try:
+                    await self.send(frame)
+                    sent = True
+                finally:
+                    # A send cut short by the bound may still land: count it written.
+                    if progress is not None and (sent or scope.cancel_called):
+                        progress.written = True
                 reply = await self.receive()
             if scope.cancelled_caught:
                 raise ExchangeTimeout(f"no reply within {timeout:g}s")

@@ -70,6 +70,13 @@ class Host:
     async def load(self, model: str, *, deadline: Deadline | None = None) -> None:
         """Start the model's worker and wait for its hello; no inference."""
         entry = self.catalog.entry(model, self._task_of(model))
+        old = self._workers.get(model)
+        while (
+            old is not None
+            and old.retiring
+            and old.phase not in (Phase.EXITED, Phase.EXIT_UNCONFIRMED, Phase.FAILED)
+        ):
+            await old.changed()  # a draining worker is not a loaded one
         self._retired.discard(model)
         worker = self._worker(entry, fresh=True)
         await self._supervisor(entry).wait_ready(worker, deadline or Deadline.never())

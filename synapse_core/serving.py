@@ -104,16 +104,19 @@ class CallRunner:
 
     async def run(self, call: Call, supervisor: Supervisor, worker: Worker) -> None:
         """The detached task. Never raises: every outcome ends in ``call``."""
-        worker.enter()
+        entered = False
         try:
             async with self._permit(call):
+                worker.enter()
+                entered = True
                 await self._serve(call, supervisor, worker)
         except SynapseError as exc:
             call.fail(exc)
         except Exception as exc:  # a bug must not take the host's task group down
             call.fail(InternalError(f"internal error serving {call.plan.model!r}: {exc!r}"))
         finally:
-            worker.leave()
+            if entered:
+                worker.leave()
             call.done.set()
 
     def _permit(self, call: Call) -> _Permit:

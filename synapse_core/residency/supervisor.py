@@ -40,7 +40,7 @@ from ..observation import (
 )
 from ..plugins import PluginHost
 from ..process import confirm_exit
-from ..transport import LaunchRequest
+from ..transport import LaunchRequest, WorkerProcess
 from ..wire import (
     PROTOCOL_VERSION,
     Admit,
@@ -64,6 +64,10 @@ from .policy import Evict as EvictDecision
 from .worker import Phase, Worker
 
 CHANNEL_FAULTS = (ChannelClosed, ExchangeTimeout, WireError)
+
+
+class ExitUnconfirmed(WorkerFault):
+    """A launched process could not be confirmed gone: nothing may replace it."""
 
 
 class Fault(Exception):
@@ -135,7 +139,10 @@ class Supervisor:
     def _emit(self, make: Callable[[], Event]) -> None:
         # Events are built only when someone listens: serving pays nothing otherwise.
         if self._observe is not None:
-            self._observe(make())
+            try:
+                self._observe(make())
+            except Exception as exc:  # a broken sink must not take serving down
+                self.plugins.problems.append(f"synapse_observe failed: {exc!r}")
 
     # -- start and readiness ----------------------------------------------------------
 
@@ -178,11 +185,22 @@ class Supervisor:
             worker.phase = Phase.FAILED
             worker.reason = str(exc)
             worker.start_error = exc
+        except ExitUnconfirmed as exc:
+            worker.phase = Phase.EXIT_UNCONFIRMED
+            worker.reason = str(exc)
         except Exception as exc:  # every waiter sees the reason; a later call retries
             worker.phase = Phase.FAILED
             worker.reason = f"worker failed to start: {exc}"
-        if worker.retiring and worker.phase is not Phase.READY:
-            worker.phase = Phase.EXITED
+        finally:
+            # Also on cancellation: never leave a phase that retire() waits out.
+            self._settle(worker, Phase.STARTING, "worker start was cancelled")
+
+    def _settle(self, worker: Worker, transient: Phase, reason: str) -> None:
+        if worker.phase is transient:
+            worker.phase = Phase.FAILED
+            worker.reason = worker.reason or reason
+        if worker.is_retiring() and worker.phase is Phase.FAILED:
+            worker.phase = Phase.EXITED  # nothing of it runs: retirement is complete
         worker.notify()
 
     async def _open_lane(self, worker: Worker) -> None:
@@ -219,7 +237,7 @@ class Supervisor:
             self._check_hello(worker, hello, generation)
         except (TimeoutError, *CHANNEL_FAULTS, ProtocolError) as exc:
             await channel.aclose()
-            await confirm_exit(launched.process, self.config.exit_grace_s)
+            await self._confirm_or_flag(worker, launched.process)
             reason = (
                 "no hello within the exchange timeout"
                 if isinstance(exc, TimeoutError)
@@ -229,7 +247,7 @@ class Supervisor:
         if worker.is_retiring():
             # Recovery re-checks retirement before connecting a replacement.
             await channel.aclose()
-            await confirm_exit(launched.process, self.config.exit_grace_s)
+            await self._confirm_or_flag(worker, launched.process)
             return False
         assert isinstance(hello, Hello)
         worker.generation = generation
@@ -255,6 +273,14 @@ class Supervisor:
         status = await process.wait()
         if worker.generation == generation and not worker.retiring:
             self.report_fault(worker, generation, f"worker exited on its own with status {status}")
+
+    async def _confirm_or_flag(self, worker: Worker, process: WorkerProcess) -> None:
+        """Confirm a never-connected process's exit; if that fails, say so for good."""
+        if not await confirm_exit(process, self.config.exit_grace_s):
+            raise ExitUnconfirmed(
+                f"a worker process (pid {process.pid}) that never connected did not exit "
+                "after SIGTERM and SIGKILL; it may still hold the device"
+            )
 
     def _check_hello(self, worker: Worker, frame: Frame, generation: int) -> None:
         if not isinstance(frame, Hello):
@@ -305,6 +331,8 @@ class Supervisor:
                     DeadlineExceeded("deadline passed waiting for an admission"),
                 )
                 continue
+            if deadline.expired(self.clock):
+                raise DeadlineExceeded("deadline passed before admission; nothing was sent")
             decision = self._decide(worker, shape)
             if isinstance(decision, Wait):
                 exhausted = CapacityExhausted(
@@ -357,7 +385,7 @@ class Supervisor:
         return {
             (w.worker_id, s)
             for w in self.workers.values()
-            if w.phase is Phase.READY
+            if w.phase is Phase.READY and not w.retiring
             for s in w.shapes
             if (w.worker_id, s) not in leased
         }
@@ -390,10 +418,10 @@ class Supervisor:
             )
         except Fault as fault:
             # The reservation stays charged until this generation's exit is confirmed.
-            self.report_fault(worker, fault.generation, fault.reason)
+            restarting = self.report_fault(worker, fault.generation, fault.reason)
             raise WorkerFault(
                 f"worker for {worker.spec.name!r} failed while admitting {shape}: {fault.reason}; "
-                "it is being restarted, retry the call"
+                + ("it is being restarted, retry the call" if restarting else "retry the call")
             ) from None
         finally:
             del worker.busy_shapes[shape]
@@ -499,6 +527,8 @@ class Supervisor:
         Returns True when this report started a recovery. Call it only after
         releasing the lease of the exchange that saw the fault.
         """
+        if worker.retiring:
+            return False  # retirement stops this worker itself
         if generation != worker.generation:
             return False  # stale: that generation is already gone
         if worker.phase is not Phase.READY:
@@ -558,6 +588,12 @@ class Supervisor:
         return True
 
     async def _recover(self, worker: Worker, generation: int, reason: str) -> None:
+        try:
+            await self._recover_inner(worker, generation, reason)
+        finally:
+            self._settle(worker, Phase.RECOVERING, f"recovery stopped (last fault: {reason})")
+
+    async def _recover_inner(self, worker: Worker, generation: int, reason: str) -> None:
         if not await self._stop_process(worker, polite=False):
             return
         now = self.clock()
@@ -576,12 +612,12 @@ class Supervisor:
             if await self._connect(worker, generation + 1):
                 worker.restarts.append(now)
                 worker.restart_count += 1
+        except ExitUnconfirmed as exc:
+            worker.phase = Phase.EXIT_UNCONFIRMED
+            worker.reason = str(exc)
         except Exception as exc:
             worker.phase = Phase.FAILED
             worker.reason = f"replacement failed to start: {exc}"
-        if worker.retiring and worker.phase is not Phase.READY:
-            worker.phase = Phase.EXITED
-        worker.notify()
 
     # -- retirement -----------------------------------------------------------------------
 

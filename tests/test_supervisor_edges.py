@@ -1,0 +1,207 @@
+"""Edge cases of the supervisor found in review: cancellation during a start,
+a worker that stops reading, eviction racing retirement, a queued call and
+retirement, admissions after the deadline, and load during retirement."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Any
+
+import anyio
+import pytest
+from anyio.abc import ByteSendStream
+
+import synapse_core as synapse
+from synapse_core.hookspecs import hookimpl
+from synapse_core.residency.policy import Wait
+from synapse_core.testing import eventually, transport_plugin
+from synapse_core.transport import Launched, LaunchRequest
+from synapse_core.wire import Evict, Infer
+from synapse_mock_transport.inprocess import InProcessTransport
+
+pytestmark = pytest.mark.anyio
+HANG_GUARD_S = 10  # turns a hang into a failure; not a timing assertion
+
+
+class SlowLaunch(InProcessTransport):
+    """``launch`` waits until the test lets it go (a slow spawn)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.entered = anyio.Event()
+        self.go = anyio.Event()
+
+    async def launch(self, request: LaunchRequest) -> Launched:
+        self.entered.set()
+        await self.go.wait()
+        return await super().launch(request)
+
+
+class StuckSend(ByteSendStream):
+    """The host end of a pipe whose worker stopped reading: sends never finish."""
+
+    def __init__(self, inner: ByteSendStream) -> None:
+        self.inner = inner
+
+    async def send(self, item: bytes) -> None:
+        await anyio.sleep_forever()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class StopsReading(InProcessTransport):
+    async def launch(self, request: LaunchRequest) -> Launched:
+        launched = await super().launch(request)
+        if request.generation == 1:
+            return Launched(StuckSend(launched.send), launched.receive, launched.process)
+        return launched
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[Any] = []
+
+    @hookimpl
+    def synapse_observe(self, event: Any) -> None:
+        self.events.append(event)
+
+
+class AlwaysWait:
+    @hookimpl
+    def synapse_lane_full(self, request: Any, lane: Any) -> Any:
+        return Wait()
+
+
+async def quietly(coro: Any) -> None:
+    with contextlib.suppress(synapse.SynapseError):
+        await coro
+
+
+async def test_cancelling_the_host_during_a_worker_start_still_closes(
+    make_model: Any, make_config: Any
+) -> None:
+    transport = SlowLaunch()
+    hosts: list[synapse.Host] = []
+    with anyio.fail_after(HANG_GUARD_S):
+        with anyio.CancelScope() as outer:
+            async with synapse.open_host(
+                make_config(make_model("m")), plugins=[transport_plugin(transport)]
+            ) as host:
+                hosts.append(host)
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(host.load, "m")
+                    await transport.entered.wait()
+                    outer.cancel()  # Ctrl-C, or an enclosing timeout
+    assert outer.cancelled_caught
+    assert hosts[0].snapshot().worker("m").state in ("exited", "failed")
+
+
+async def test_a_send_that_never_finishes_is_a_fault_bounded_by_the_exchange_timeout(
+    make_model: Any, make_config: Any
+) -> None:
+    transport = StopsReading()
+    cfg = make_config(make_model("m"), exchange_timeout_s=0.2)
+    with anyio.fail_after(HANG_GUARD_S):
+        async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+            # The admit frame is the first send: it never completes.
+            with pytest.raises(synapse.WorkerFault):
+                await host.embed("m", ["x"])
+            await host.load("m")
+            assert host.snapshot().worker("m").generation == 2
+            assert (await host.embed("m", ["x"])).vectors
+
+
+async def test_eviction_racing_retirement_does_not_start_a_recovery(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    transport = InProcessTransport()
+    transport.reply_gate = gate
+    gate.armed = lambda model, frame: isinstance(frame, Evict)
+    recorder = Recorder()
+    cfg = make_config(
+        make_model("a"), make_model("b"), lanes={"mock:0": {"capacity": 20}}, exit_grace_s=0.5
+    )
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport), recorder]) as host:
+        await host.embed("b", ["x"])
+        await host.load("a")
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(quietly, host.embed("a", ["x"]))
+            await gate.arrived.wait()  # a is evicting b's shape
+            await host.retire("b")  # b has no call in flight: retirement goes ahead
+            gate.release.set()
+        kinds = [type(e).__name__ for e in recorder.events if e.worker_id.startswith("b#")]
+    assert "WorkerFaulted" not in kinds
+    assert kinds.count("WorkerExited") == 1
+
+
+async def test_retirement_is_not_held_up_by_a_call_queued_for_a_permit(
+    make_model: Any, make_config: Any
+) -> None:
+    transport = InProcessTransport()
+    cfg = make_config(
+        make_model("x"), make_model("y"), lanes={"mock:0": {"capacity": 16}}, max_concurrent=1
+    )
+    plugins = [transport_plugin(transport), AlwaysWait()]
+    async with synapse.open_host(cfg, plugins=plugins) as host:
+        await host.embed("x", ["a"])  # x's shape takes the whole lane, unleased
+        await host.load("y")
+        async with anyio.create_task_group() as tg:
+            # y holds the only permit and waits for room only x's retirement frees.
+            tg.start_soon(quietly, host.embed("y", ["a"], deadline=synapse.Deadline.after(30)))
+            await eventually(lambda: host.backlog.waiting == 1)
+            tg.start_soon(quietly, host.embed("x", ["b"]))  # queued for the permit
+            await eventually(lambda: host.backlog.waiting == 2)
+            with anyio.fail_after(HANG_GUARD_S):
+                await host.retire("x")
+        assert host.snapshot().worker("x").state == "exited"
+        assert host.snapshot().worker("y").shapes  # y got its room
+
+
+async def test_no_admission_starts_after_the_deadline(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    transport = InProcessTransport()
+    transport.reply_gate = gate
+    gate.armed = lambda model, frame: isinstance(frame, Evict)
+    cfg = make_config(make_model("a"), make_model("b"), lanes={"mock:0": {"capacity": 20}})
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.embed("b", ["x"])  # b's shape: 16 of 20 units, unleased
+        await host.load("a")
+        with pytest.raises(synapse.DeadlineExceeded):
+            await host.embed("a", ["x"], deadline=synapse.Deadline.after(0.1))
+        assert gate.holding == 1  # the eviction was under way at the deadline
+        gate.release.set()
+        await eventually(lambda: host.snapshot().worker("a").inflight == 0)
+        assert transport.frames("admit", model="a") == []
+
+
+async def test_load_during_retirement_waits_and_serves_from_a_fresh_worker(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    transport = InProcessTransport()
+    transport.reply_gate = gate
+    gate.armed = lambda model, frame: isinstance(frame, Infer)
+    async with synapse.open_host(
+        make_config(make_model("m")), plugins=[transport_plugin(transport)]
+    ) as host:
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(host.embed, "m", ["x"])
+            await gate.arrived.wait()
+            tg.start_soon(host.retire, "m")
+            await eventually(lambda: host.worker("m").retiring)  # type: ignore[union-attr]
+            loaded = anyio.Event()
+            states: list[str] = []
+
+            async def load() -> None:
+                await host.load("m")
+                states.append(host.snapshot().worker("m").state)
+                loaded.set()
+
+            tg.start_soon(load)
+            gate.armed = lambda model, frame: False
+            gate.release.set()
+            await loaded.wait()
+        assert states == ["ready"]  # not the draining worker, which was "retiring"
+        assert (await host.embed("m", ["y"])).vectors
+        assert len(transport.launched("m")) == 2
