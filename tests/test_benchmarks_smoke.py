@@ -15,6 +15,9 @@ from typing import Any
 
 import pytest
 
+# The benchmarks drive the mock transport's workers.
+pytest.importorskip("synapse_mock_transport")
+
 ROOT = Path(__file__).resolve().parents[1]
 
 REQUIRED = (

@@ -1,0 +1,138 @@
+"""Run modes, figures and the samplers every benchmark group shares.
+
+A figure holds one value per repetition; a repetition measures the subject and
+its baseline together (interleaved call by call where both are latencies), so
+drift of the machine hits both sides of a ratio alike.
+"""
+
+from __future__ import annotations
+
+import gc
+import math
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Literal
+
+import attrs
+
+
+@attrs.frozen
+class Mode:
+    """How much to measure. ``smoke`` only proves that everything runs."""
+
+    name: str
+    repetitions: int
+    #: calls per side per repetition of a latency figure
+    latency_samples: int
+    #: host and bare runs of the 1024-text composed call per repetition
+    composed_pairs: int
+    #: calls each of the 64 callers makes per repetition and configuration
+    scaling_calls: int
+    #: worker spawns per repetition
+    cold_starts: int
+    #: lease+release cycles per repetition
+    grant_cycles: int
+
+
+QUICK = Mode("quick", 5, 1_000, 5, 8, 4, 20_000)
+FULL = Mode("full", 15, 2_000, 5, 16, 6, 100_000)
+SMOKE = Mode("smoke", 2, 20, 1, 1, 1, 200)
+
+Op = Literal["<=", ">=", "=="]
+
+
+@attrs.frozen
+class Target:
+    op: Op
+    value: float
+    #: what a ``==`` target is compared with, when it is another figure
+    against: str = ""
+
+    def met(self, value: float, reference: float | None = None) -> bool:
+        goal = self.value if reference is None else reference
+        if self.op == "<=":
+            return value <= goal
+        if self.op == ">=":
+            return value >= goal
+        return math.isclose(value, goal, rel_tol=1e-9, abs_tol=1e-12)
+
+    def describe(self) -> str:
+        if self.against:
+            return f"= {self.against}"
+        return f"{self.op} {self.value:g}"
+
+
+@attrs.define
+class Figure:
+    """One reported number: a value per repetition plus what explains it."""
+
+    key: str
+    unit: str
+    what: str
+    values: list[float]
+    target: Target | None = None
+    #: medians over repetitions of the parts the figure is made of
+    detail: dict[str, float] = attrs.field(factory=dict)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.values)
+
+    @property
+    def min(self) -> float:
+        return min(self.values)
+
+    @property
+    def max(self) -> float:
+        return max(self.values)
+
+
+class Series:
+    """Per-repetition measurements of named parts, summarised as medians."""
+
+    def __init__(self) -> None:
+        self.parts: dict[str, list[float]] = {}
+
+    def add(self, **values: float) -> None:
+        for name, value in values.items():
+            self.parts.setdefault(name, []).append(value)
+
+    def __getitem__(self, name: str) -> list[float]:
+        return self.parts[name]
+
+    def ratio(self, top: str, bottom: str) -> list[float]:
+        return [a / b for a, b in zip(self.parts[top], self.parts[bottom], strict=True)]
+
+    def medians(self, *names: str) -> dict[str, float]:
+        return {name: statistics.median(self.parts[name]) for name in names}
+
+
+def now_ns() -> int:
+    return time.perf_counter_ns()
+
+
+def p50(samples_ns: Sequence[int]) -> float:
+    """The median of nanosecond samples, in microseconds."""
+    return statistics.median(samples_ns) / 1_000
+
+
+async def rotating_p50(
+    calls: Sequence[Callable[[], Awaitable[object]]], samples: int
+) -> list[float]:
+    """p50 (µs) of each call, sampled round-robin with a rotating start.
+
+    Each sample runs every call once, starting with a different one each
+    time, so neither side always runs first (warm caches, a just-woken peer).
+    """
+    times: list[list[int]] = [[] for _ in calls]
+    n = len(calls)
+    gc.collect()
+    for i in range(samples):
+        for j in range(n):
+            k = (i + j) % n
+            call = calls[k]
+            start = time.perf_counter_ns()
+            await call()
+            times[k].append(time.perf_counter_ns() - start)
+    return [p50(t) for t in times]

@@ -1,0 +1,98 @@
+"""One short embed on a warm worker: against a bare exchange and a process pool.
+
+Per repetition, ``host.embed`` of one short text and a bare framed exchange
+of the same tokens on the same worker's channel (no host, no supervisor) are
+sampled alternately, call by call; a block of ``ProcessPoolExecutor`` calls
+running the same embedding function (tokenise, then the mock worker's
+``embed_tokens``) runs before or after them, alternating by repetition. The
+pool's blocking ``result()`` runs on the event-loop thread, which is idle
+then, so the pool pays no thread hop it would not pay anyway.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+from concurrent.futures import ProcessPoolExecutor
+
+import anyio
+
+from synapse_core.host import open_host
+from synapse_core.tokenizer import BasicTokenizer
+from synapse_core.wire import Shape
+from synapse_mock_transport.logic import embed_tokens
+
+from . import rig
+from .harness import Figure, Mode, Series, Target, rotating_p50
+
+
+def embed_texts(texts: list[str], dims: int) -> list[list[float]]:
+    """The embedding the mock worker computes, plus the host's tokenisation."""
+    tokenizer = BasicTokenizer()
+    return [embed_tokens(tokenizer.encode(text), dims) for text in texts]
+
+
+def start_pool() -> ProcessPoolExecutor:
+    """A one-process pool, started and warm before any event loop runs."""
+    pool = ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn"))
+    for _ in range(20):
+        pool.submit(embed_texts, [rig.SHORT_TEXT], rig.DIMS).result()
+    return pool
+
+
+def measure(mode: Mode, backend: str) -> list[Figure]:
+    with start_pool() as pool:
+        series: Series = anyio.run(_measure, mode, pool, backend=backend)
+    suffix = "" if backend == "asyncio" else f"_{backend}"
+    parts = series.medians("host_p50_us", "raw_p50_us", "pool_p50_us")
+    return [
+        Figure(
+            "overhead_ratio_vs_raw" + suffix,
+            "ratio",
+            f"host.embed p50 / bare framed exchange p50, one short text ({backend})",
+            series.ratio("host_p50_us", "raw_p50_us"),
+            Target("<=", 1.25) if not suffix else None,
+            parts,
+        ),
+        Figure(
+            "speedup_vs_processpool" + suffix,
+            "ratio",
+            f"ProcessPoolExecutor p50 / host.embed p50, one short text ({backend})",
+            series.ratio("pool_p50_us", "host_p50_us"),
+            Target(">=", 2.0) if not suffix else None,
+            parts,
+        ),
+    ]
+
+
+async def _measure(mode: Mode, pool: ProcessPoolExecutor) -> Series:
+    series = Series()
+    async with open_host(rig.config(), plugins=rig.plugins()) as host:
+        worker = await rig.warm(host)
+        assert worker.channel is not None and worker.hello is not None
+        bare = rig.BareExchange(worker.channel)
+        tokens = [worker.tokenizer.encode(rig.SHORT_TEXT)]
+        length = worker.tokenizer.sequence_length(tokens[0])
+        shape = Shape(rig.smallest_fit(length), worker.hello.max_batch)
+        texts = [rig.SHORT_TEXT]
+
+        async def via_host() -> None:
+            await host.embed(rig.MODEL, texts)
+
+        async def via_bare() -> None:
+            await bare.infer(shape, tokens)
+
+        async def via_pool() -> None:
+            pool.submit(embed_texts, texts, rig.DIMS).result()
+
+        for rep in range(mode.repetitions):
+            # The pool runs in its own block: its feeder and result threads
+            # stay busy for a while after each call and would slow whichever
+            # call came next. Host and bare calls alternate call by call.
+            pool_first = rep % 2 == 1
+            if pool_first:
+                (pool_us,) = await rotating_p50([via_pool], mode.latency_samples)
+            host_us, raw_us = await rotating_p50([via_host, via_bare], mode.latency_samples)
+            if not pool_first:
+                (pool_us,) = await rotating_p50([via_pool], mode.latency_samples)
+            series.add(host_p50_us=host_us, raw_p50_us=raw_us, pool_p50_us=pool_us)
+    return series

@@ -1,0 +1,111 @@
+"""What the benchmark groups are built from: hosts, workers, inputs, bare exchanges.
+
+Hosts get their plugins explicitly (never the installed entry points), so a
+run measures exactly the mock transport and the core.
+"""
+
+from __future__ import annotations
+
+import itertools
+import random
+from collections.abc import Iterable
+from typing import Any
+
+from synapse_core.channel import FramedChannel
+from synapse_core.config import HostConfig
+from synapse_core.host import Host
+from synapse_core.residency.worker import Worker
+from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core.transport import Transport
+from synapse_core.wire import Frame, Infer, Shape
+from synapse_mock_transport.transport import MockTransport
+
+MODEL = "bench"
+PACKAGE = "bench-mock"
+#: one short text: two words, four positions with the special tokens
+SHORT_TEXT = "hello synapse"
+BUCKETS = (16, 32, 64, 128, 256, 512)
+DIMS = 64
+MAX_BATCH = 32
+#: mock options shared by every benchmark worker
+OPTIONS: dict[str, Any] = {"buckets": list(BUCKETS), "dims": DIMS, "max_batch": MAX_BATCH}
+
+
+def model(name: str = MODEL, **options: Any) -> dict[str, Any]:
+    """A catalog entry of the mock package; ``options`` override :data:`OPTIONS`."""
+    return {
+        "name": name,
+        "task": "embed",
+        "transport": "mock",
+        "package": PACKAGE,
+        "ceiling": BUCKETS[-1],
+        "options": {**OPTIONS, **options},
+    }
+
+
+def config(*models: dict[str, Any], **settings: Any) -> HostConfig:
+    return HostConfig.from_toml_text(catalog_toml(*(models or (model(),)), **settings))
+
+
+def plugins(transport: Transport | None = None, extra: Iterable[object] = ()) -> list[object]:
+    """The mock subprocess transport (or ``transport``) plus ``extra`` plugin objects."""
+    return [transport_plugin(transport or MockTransport()), *extra]
+
+
+async def warm(
+    host: Host, name: str = MODEL, texts: Iterable[str] = (SHORT_TEXT,), calls: int = 20
+) -> Worker:
+    """Start ``name``'s worker, admit the shapes ``texts`` need and warm the
+    path with ``calls`` calls; return the worker's record."""
+    await host.load(name)
+    for _ in range(calls):
+        await host.embed(name, list(texts))
+    worker = host.worker(name)
+    assert worker is not None and worker.channel is not None and worker.hello is not None
+    return worker
+
+
+_bare_ids = itertools.count(1 << 40)
+
+
+class BareExchange:
+    """Exchanges on a worker's own channel with no host or supervisor in between.
+
+    The channel is the anyio process pipe pair wrapped in the core's
+    ``FramedChannel``: the same worker, pipe and codec the host uses.
+    """
+
+    def __init__(self, channel: FramedChannel, timeout_s: float = 30.0) -> None:
+        self.channel = channel
+        self.timeout_s = timeout_s
+
+    async def infer(self, shape: Shape, sequences: list[list[int]]) -> Frame:
+        frame = Infer(next(_bare_ids), shape, "embed", sequences)
+        return await self.channel.exchange(frame, self.timeout_s)
+
+    async def replay(self, frames: Iterable[Infer]) -> None:
+        """Send ``frames`` one after another, as a composed call's groups."""
+        for frame in frames:
+            await self.channel.exchange(frame, self.timeout_s)
+
+
+def skewed_texts(count: int, seed: int = 20240) -> list[str]:
+    """``count`` texts whose lengths are skewed short with a long tail.
+
+    Each word is one token. Lengths (special tokens included) spread over
+    every bucket from 16 to 512: most texts are short, a few are near 512.
+    """
+    rng = random.Random(seed)
+    # (weight, fewest words, most words)
+    mix = ((55, 3, 14), (20, 15, 40), (12, 41, 110), (8, 111, 250), (5, 251, 508))
+    weights = [w for w, _, _ in mix]
+    texts = []
+    for _ in range(count):
+        _, low, high = rng.choices(mix, weights)[0]
+        words = rng.randint(low, high)
+        texts.append(" ".join(f"w{rng.randrange(50_000)}" for _ in range(words)))
+    return texts
+
+
+def smallest_fit(length: int, buckets: Iterable[int] = BUCKETS) -> int:
+    return min(b for b in buckets if b >= length)
