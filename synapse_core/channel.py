@@ -37,7 +37,7 @@ class FramedChannel:
         self._receive = BufferedByteReceiveStream(receive)
         self._raw_receive = receive
         self.codec = codec
-        self._lock = anyio.Lock()
+        self._lock = anyio.Lock(fast_acquire=True)
         self.closed = False
 
     async def send(self, frame: Frame) -> None:

@@ -45,6 +45,7 @@ class Host:
             self.backlog,
             config.exchange_timeout_s,
         )
+        self._runners = _Runners(tg, self._runner)
 
     # -- public API -----------------------------------------------------------------
 
@@ -134,7 +135,7 @@ class Host:
             )
         worker = self._worker(entry)
         call = Call.new(plan, deadline or Deadline.never())
-        self._tg.start_soon(runner.run, call, self._supervisor(entry), worker, name=f"call {model}")
+        self._runners.submit((call, self._supervisor(entry), worker))
         await runner.wait(call)
         if call.error is not None:
             raise call.error
@@ -185,6 +186,46 @@ class Host:
             self._workers[name] = worker
             sup.workers[worker.worker_id] = worker
         return worker
+
+
+class _Slot:
+    __slots__ = ("event", "job")
+
+    def __init__(self) -> None:
+        self.event = anyio.Event()
+        self.job: tuple[Call, Supervisor, Worker] | None = None
+
+    def take(self) -> tuple[Call, Supervisor, Worker]:
+        job, self.job = self.job, None
+        assert job is not None
+        return job
+
+
+class _Runners:
+    """Detached call tasks, reused: waking an idle one costs less than
+    starting a task per call. Each still runs in the host's task group."""
+
+    def __init__(self, tg: TaskGroup, runner: CallRunner) -> None:
+        self.tg = tg
+        self.runner = runner
+        self.idle: list[_Slot] = []
+
+    def submit(self, job: tuple[Call, Supervisor, Worker]) -> None:
+        if self.idle:
+            slot = self.idle.pop()
+            slot.job = job
+            slot.event.set()
+        else:
+            self.tg.start_soon(self._loop, job, name="call runner")
+
+    async def _loop(self, job: tuple[Call, Supervisor, Worker]) -> None:
+        slot = _Slot()
+        while True:
+            await self.runner.run(*job)
+            slot.event = anyio.Event()
+            self.idle.append(slot)
+            await slot.event.wait()
+            job = slot.take()
 
 
 @asynccontextmanager

@@ -87,8 +87,12 @@ def group_by_bucket(
 ) -> list[Group]:
     """Group items by the bucket ``select`` chooses, smallest bucket first."""
     grouped: dict[int, list[Item]] = {}
+    chosen: dict[int, int] = {}  # one hook call per distinct length
     for item in items:
-        grouped.setdefault(select(item.length), []).append(item)
+        bucket = chosen.get(item.length)
+        if bucket is None:
+            bucket = chosen[item.length] = select(item.length)
+        grouped.setdefault(bucket, []).append(item)
     return [Group(bucket, tuple(grouped[bucket])) for bucket in sorted(grouped)]
 
 

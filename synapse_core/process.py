@@ -10,11 +10,10 @@ import os
 import signal
 import sys
 from collections.abc import Mapping, Sequence
-from subprocess import PIPE
 
 import anyio
 import msgspec
-from anyio.abc import Process
+from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
 from .transport import Launched, LaunchRequest, WorkerProcess
 from .wire import LaunchSpec
@@ -80,18 +79,86 @@ async def spawn_worker(
     for name in unset_env:
         child_env.pop(name, None)
     spec = msgspec.json.encode(launch_spec(request)).decode()
-    process = await anyio.open_process(
-        [sys.executable, "-m", module, "--spec", spec],
-        stdin=PIPE,
-        stdout=PIPE,
-        stderr=None,
-        env=child_env,
-        start_new_session=True,
-        pass_fds=tuple(pass_fds),
-    )
-    assert process.stdin is not None and process.stdout is not None
+    # Our own pipes, read and written directly: anyio's asyncio process
+    # streams add an event-loop turn to every send and a StreamReader layer.
+    to_child, from_host = os.pipe()
+    from_child, to_host = os.pipe()
+    try:
+        process = await anyio.open_process(
+            [sys.executable, "-m", module, "--spec", spec],
+            stdin=to_child,
+            stdout=to_host,
+            stderr=None,
+            env=child_env,
+            start_new_session=True,
+            pass_fds=tuple(pass_fds),
+        )
+    except BaseException:
+        os.close(from_host)
+        os.close(from_child)
+        raise
+    finally:
+        os.close(to_child)
+        os.close(to_host)
     worker: WorkerProcess = SubprocessWorker(process)
-    return Launched(send=process.stdin, receive=process.stdout, process=worker)
+    return Launched(send=PipeSend(from_host), receive=PipeReceive(from_child), process=worker)
+
+
+class PipeSend(ByteSendStream):
+    """Writes straight to a non-blocking pipe; waits only while the pipe is full."""
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd = fd
+        self._closed = False
+
+    async def send(self, item: bytes) -> None:
+        view = memoryview(item)
+        while view:
+            if self._closed:
+                raise anyio.ClosedResourceError
+            try:
+                written = os.write(self._fd, view)
+            except BlockingIOError:
+                await anyio.wait_writable(self._fd)
+                continue
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                raise anyio.BrokenResourceError from exc
+            view = view[written:]
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            anyio.notify_closing(self._fd)
+            os.close(self._fd)
+
+
+class PipeReceive(ByteReceiveStream):
+    """Reads straight from a non-blocking pipe; waits only while it is empty."""
+
+    def __init__(self, fd: int) -> None:
+        os.set_blocking(fd, False)
+        self._fd = fd
+        self._closed = False
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        while True:
+            if self._closed:
+                raise anyio.ClosedResourceError
+            try:
+                data = os.read(self._fd, max_bytes)
+            except BlockingIOError:
+                await anyio.wait_readable(self._fd)
+                continue
+            if not data:
+                raise anyio.EndOfStream
+            return data
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            anyio.notify_closing(self._fd)
+            os.close(self._fd)
 
 
 async def confirm_exit(process: WorkerProcess, grace_s: float) -> bool:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import anyio
 import attrs
 
 from ..transport import LaneInfo, LaneSession
 from ..wire import Shape
 from .policy import LaneView, Reservation
+from .signal import Signal
 
 
 @attrs.define(eq=False)
@@ -28,7 +28,7 @@ class Lane:
     reserved: int = 0
     charges: dict[tuple[str, Shape], Charge] = attrs.field(factory=dict)
     session: LaneSession | None = None
-    _changed: anyio.Event = attrs.field(factory=anyio.Event)
+    _changed: Signal = attrs.field(factory=Signal)
 
     @property
     def lane_id(self) -> str:
@@ -66,8 +66,7 @@ class Lane:
 
     def notify(self) -> None:
         """Wake everything waiting for this lane to change."""
-        self._changed.set()
-        self._changed = anyio.Event()
+        self._changed.notify()
 
     async def changed(self) -> None:
         await self._changed.wait()

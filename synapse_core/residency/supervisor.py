@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import itertools
+import math
 from collections.abc import Awaitable, Callable
 from functools import partial
 
@@ -105,6 +106,9 @@ async def wait_bounded(
     remaining = deadline.remaining(clock)
     if remaining <= 0:
         raise error
+    if remaining == math.inf:
+        await wait()  # no deadline: a cancel scope would only cost time
+        return
     with anyio.move_on_after(remaining) as scope:
         await wait()
     if scope.cancelled_caught:

@@ -14,6 +14,7 @@ from ..tokenizer import Tokenizer
 from ..transport import Transport, WorkerProcess
 from ..wire import Hello, Shape
 from .lane import Lane
+from .signal import Signal
 
 
 class Phase(StrEnum):
@@ -53,7 +54,7 @@ class Worker:
     #: admissions minus evictions of this generation, kept apart from the
     #: reservation table for certification
     admission_count: int = 0
-    _changed: anyio.Event = attrs.field(factory=anyio.Event)
+    _changed: Signal = attrs.field(factory=Signal)
 
     @property
     def state(self) -> str:
@@ -81,8 +82,7 @@ class Worker:
         return self.retiring
 
     def notify(self) -> None:
-        self._changed.set()
-        self._changed = anyio.Event()
+        self._changed.notify()
 
     async def changed(self) -> None:
         await self._changed.wait()
