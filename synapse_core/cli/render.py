@@ -11,9 +11,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..catalog import Catalog
-from ..config import HostConfig
+from ..config import HostConfig, ModelSpec
 from ..plugins import PluginHost
 from ..serving import EmbedResult, RerankResult
+from ..transport import Transport
 from .inputs import Inputs
 
 #: values of a vector shown in the human listing
@@ -153,7 +154,7 @@ def plugins_doc(plugins: PluginHost, config: HostConfig, selected: set[str] | No
             "plugin": t.plugin,
             "available": t.availability.available,
             "reason": t.availability.reason,
-            "models": [m.name for m in config.models if m.transport == name],
+            "models": [m.name for m in _served(config, t.transport) if m.transport == name],
         }
         for name, t in sorted(plugins.transports().items())
     ]
@@ -205,3 +206,12 @@ def plugins_lines(doc: Doc) -> list[str]:
         lines.append("Problems:")
         lines.extend(f"  {problem}" for problem in doc["problems"])
     return lines
+
+
+def _served(config: HostConfig, transport: Transport) -> tuple[ModelSpec, ...]:
+    """The catalog's models plus those the transport ships, as a host would see them."""
+    try:
+        shipped = tuple(transport.catalog_models())
+    except Exception:  # reported by the plugin host; listing goes on
+        shipped = ()
+    return config.with_models(shipped).models
