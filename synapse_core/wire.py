@@ -184,13 +184,16 @@ def unpack_rows(output: Output) -> list[list[float]]:
             f"output carries {len(output.data)} bytes; {output.rows} rows x {output.dims} dims "
             f"needs {expected}"
         )
-    flat = array("f")
-    flat.frombytes(output.data)
-    if sys.byteorder != "little":
+    values: list[float]
+    if sys.byteorder == "little":
+        values = memoryview(output.data).cast("f").tolist()  # type: ignore[assignment]
+    else:
+        flat = array("f", output.data)
         flat.byteswap()
+        values = flat.tolist()
     # A float32 sum in double precision cannot overflow, so a non-finite sum
     # means a NaN or infinity among the values; one C-level pass checks all.
-    if not math.isfinite(sum(flat)):
+    if not math.isfinite(sum(values)):
         raise WireError("output contains NaN or infinite values")
     d = output.dims
-    return [flat[i * d : (i + 1) * d].tolist() for i in range(output.rows)]
+    return [values[i * d : i * d + d] for i in range(output.rows)]
