@@ -266,3 +266,18 @@ async def test_opening_a_host_spawns_nothing(make_model: Any, make_config: Any) 
     ) as host:
         assert host.snapshot().lanes == {}
         assert transport.launches == []
+
+
+async def test_snapshot_is_plain_and_serialisable(make_model: Any, make_config: Any) -> None:
+    transport = InProcessTransport()
+    cfg = make_config(make_model("m"))
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.embed("m", ["x"])
+        doc = json.loads(host.snapshot().to_json())
+    lane = doc["lanes"]["mock:0"]
+    assert (lane["capacity"], lane["reserved"]) == (1_000_000, 16)
+    (worker,) = lane["workers"]
+    assert worker["model"] == "m" and worker["state"] == "ready" and worker["generation"] == 1
+    assert worker["shapes"] == [{"bucket": 8, "batch": 2, "units": 16}]
+    assert (worker["leases"], worker["inflight"]) == (0, 0)
+    assert doc["admissions"] == 1
