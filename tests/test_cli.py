@@ -525,3 +525,13 @@ def test_progress_is_shown_for_several_batches_on_a_terminal_or_many_batches(
     batches: int, tty: bool, shown: bool
 ) -> None:
     assert show_progress(batches, tty) is shown
+
+
+def test_a_deadline_bounds_the_exchanges_of_a_one_shot_command() -> None:
+    from synapse_core import HostConfig
+    from synapse_core.cli.calls import DRAIN_GRACE_S, bounded
+
+    config = HostConfig(exchange_timeout_s=30.0)
+    assert bounded(config, None).exchange_timeout_s == 30.0
+    assert bounded(config, 0.5).exchange_timeout_s == 0.5 + DRAIN_GRACE_S
+    assert bounded(config, 100.0).exchange_timeout_s == 30.0

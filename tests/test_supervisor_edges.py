@@ -205,3 +205,23 @@ async def test_load_during_retirement_waits_and_serves_from_a_fresh_worker(
         assert states == ["ready"]  # not the draining worker, which was "retiring"
         assert (await host.embed("m", ["y"])).vectors
         assert len(transport.launched("m")) == 2
+
+
+async def test_a_worker_that_faults_while_retiring_is_stopped_without_a_polite_wait(
+    make_model: Any, make_config: Any
+) -> None:
+    transport = InProcessTransport()
+    # A polite wait would take exit_grace_s (30 s); the hang guard is far shorter.
+    cfg = make_config(
+        make_model("m", faults={"hang_on_infer": 1}), exchange_timeout_s=0.2, exit_grace_s=30.0
+    )
+    with anyio.fail_after(HANG_GUARD_S):
+        async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+            await host.load("m")
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(quietly, host.embed("m", ["hangs"]))
+                await eventually(lambda: len(transport.frames("infer")) == 1)
+                await host.retire("m")  # the drain ends in an exchange timeout
+            snap = host.snapshot().worker("m")
+            assert snap.state == "exited" and snap.restarts == 0
+            assert transport.launched("m")[0].process.terminated

@@ -12,6 +12,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
 import anyio
+import attrs
 
 from ..config import HostConfig, Task
 from ..deadline import Deadline
@@ -117,6 +118,20 @@ async def rerank_all(
     return RerankResult(model, scores, identity)
 
 
+#: how long a one-shot command lets a late reply drain after its deadline
+DRAIN_GRACE_S = 1.0
+
+
+def bounded(config: HostConfig, deadline_s: float | None) -> HostConfig:
+    """A one-shot command ends at its deadline: closing the host drains the
+    exchange under way, so bound exchanges by the deadline (plus a grace)
+    rather than the catalog's exchange_timeout_s."""
+    if deadline_s is None:
+        return config
+    limit = min(config.exchange_timeout_s, deadline_s + DRAIN_GRACE_S)
+    return attrs.evolve(config, exchange_timeout_s=limit)
+
+
 def run_embed(
     config: HostConfig,
     plugins: PluginHost,
@@ -127,7 +142,7 @@ def run_embed(
 ) -> EmbedResult:
     async def main() -> EmbedResult:
         deadline = deadline_from(deadline_s)
-        async with open_host(config, plugins=plugins) as host:
+        async with open_host(bounded(config, deadline_s), plugins=plugins) as host:
             return await embed_all(host, model, inputs, deadline, on_batch)
 
     return anyio.run(main)
@@ -144,7 +159,7 @@ def run_rerank(
 ) -> RerankResult:
     async def main() -> RerankResult:
         deadline = deadline_from(deadline_s)
-        async with open_host(config, plugins=plugins) as host:
+        async with open_host(bounded(config, deadline_s), plugins=plugins) as host:
             return await rerank_all(host, model, query, inputs, deadline, on_batch)
 
     return anyio.run(main)

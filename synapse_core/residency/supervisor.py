@@ -532,7 +532,8 @@ class Supervisor:
         releasing the lease of the exchange that saw the fault.
         """
         if worker.retiring:
-            return False  # retirement stops this worker itself
+            worker.unhealthy = True  # retirement stops it, without waiting politely
+            return False
         if generation != worker.generation:
             return False  # stale: that generation is already gone
         if worker.phase is not Phase.READY:
@@ -633,7 +634,7 @@ class Supervisor:
         while worker.inflight or worker.phase in (Phase.STARTING, Phase.RECOVERING):
             await worker.changed()
         if worker.phase is Phase.READY:
-            if await self._stop_process(worker, polite=True):
+            if await self._stop_process(worker, polite=not worker.unhealthy):
                 worker.phase = Phase.EXITED
         elif worker.phase in (Phase.NEW, Phase.FAILED):
             worker.phase = Phase.EXITED

@@ -49,6 +49,8 @@ class Worker:
     inflight: int = 0
     restarts: list[float] = attrs.field(factory=list)
     restart_count: int = 0
+    #: a fault was seen while retiring: no point waiting for a polite exit
+    unhealthy: bool = False
     #: why the last first start failed, when its type matters to callers
     start_error: Exception | None = None
     #: admissions minus evictions of this generation, kept apart from the
