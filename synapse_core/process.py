@@ -104,13 +104,23 @@ async def spawn_worker(
     return Launched(send=PipeSend(from_host), receive=PipeReceive(from_child), process=worker)
 
 
-class PipeSend(ByteSendStream):
-    """Writes straight to a non-blocking pipe; waits only while the pipe is full."""
+class _PipeEnd:
+    """One non-blocking end of a pipe, closed once (waking any waiter on it)."""
 
     def __init__(self, fd: int) -> None:
         os.set_blocking(fd, False)
         self._fd = fd
         self._closed = False
+
+    async def aclose(self) -> None:
+        if not self._closed:
+            self._closed = True
+            anyio.notify_closing(self._fd)
+            os.close(self._fd)
+
+
+class PipeSend(_PipeEnd, ByteSendStream):
+    """Writes straight to a non-blocking pipe; waits only while the pipe is full."""
 
     async def send(self, item: bytes) -> None:
         view = memoryview(item)
@@ -126,20 +136,9 @@ class PipeSend(ByteSendStream):
                 raise anyio.BrokenResourceError from exc
             view = view[written:]
 
-    async def aclose(self) -> None:
-        if not self._closed:
-            self._closed = True
-            anyio.notify_closing(self._fd)
-            os.close(self._fd)
 
-
-class PipeReceive(ByteReceiveStream):
+class PipeReceive(_PipeEnd, ByteReceiveStream):
     """Reads straight from a non-blocking pipe; waits only while it is empty."""
-
-    def __init__(self, fd: int) -> None:
-        os.set_blocking(fd, False)
-        self._fd = fd
-        self._closed = False
 
     async def receive(self, max_bytes: int = 65536) -> bytes:
         while True:
@@ -153,12 +152,6 @@ class PipeReceive(ByteReceiveStream):
             if not data:
                 raise anyio.EndOfStream
             return data
-
-    async def aclose(self) -> None:
-        if not self._closed:
-            self._closed = True
-            anyio.notify_closing(self._fd)
-            os.close(self._fd)
 
 
 async def confirm_exit(process: WorkerProcess, grace_s: float) -> bool:

@@ -8,8 +8,9 @@ line) and no batch runs for a call that would be refused later.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
+from typing import TypeVar
 
 import anyio
 import attrs
@@ -23,6 +24,8 @@ from ..plugins import PluginHost
 from ..serving import EmbedResult, RerankResult
 from .inputs import Inputs
 from .options import deadline_from
+
+_R = TypeVar("_R")
 
 #: texts per host call; small enough for steady progress, large enough to fill
 #: a worker's batch several times over
@@ -132,6 +135,22 @@ def bounded(config: HostConfig, deadline_s: float | None) -> HostConfig:
     return attrs.evolve(config, exchange_timeout_s=limit)
 
 
+def serve(
+    config: HostConfig,
+    plugins: PluginHost,
+    deadline_s: float | None,
+    work: Callable[[Host, Deadline], Awaitable[_R]],
+) -> _R:
+    """Open a host for one command, run ``work`` in it, close it."""
+
+    async def main() -> _R:
+        deadline = deadline_from(deadline_s)
+        async with open_host(bounded(config, deadline_s), plugins=plugins) as host:
+            return await work(host, deadline)
+
+    return anyio.run(main)
+
+
 def run_embed(
     config: HostConfig,
     plugins: PluginHost,
@@ -140,12 +159,12 @@ def run_embed(
     deadline_s: float | None,
     on_batch: OnBatch,
 ) -> EmbedResult:
-    async def main() -> EmbedResult:
-        deadline = deadline_from(deadline_s)
-        async with open_host(bounded(config, deadline_s), plugins=plugins) as host:
-            return await embed_all(host, model, inputs, deadline, on_batch)
-
-    return anyio.run(main)
+    return serve(
+        config,
+        plugins,
+        deadline_s,
+        lambda host, deadline: embed_all(host, model, inputs, deadline, on_batch),
+    )
 
 
 def run_rerank(
@@ -157,9 +176,9 @@ def run_rerank(
     deadline_s: float | None,
     on_batch: OnBatch,
 ) -> RerankResult:
-    async def main() -> RerankResult:
-        deadline = deadline_from(deadline_s)
-        async with open_host(bounded(config, deadline_s), plugins=plugins) as host:
-            return await rerank_all(host, model, query, inputs, deadline, on_batch)
-
-    return anyio.run(main)
+    return serve(
+        config,
+        plugins,
+        deadline_s,
+        lambda host, deadline: rerank_all(host, model, query, inputs, deadline, on_batch),
+    )
