@@ -1,17 +1,29 @@
 """A framed, one-exchange-at-a-time channel over any pair of anyio byte streams.
 
 Used over subprocess pipes and over in-process memory streams alike.
+
+An exchange has two halves. :meth:`FramedChannel.begin_now` (synchronous)
+takes the idle channel and writes the request as far as the stream accepts
+without waiting; :meth:`FramedChannel.complete` sends the rest and receives
+the reply. The turn belongs to the exchange, not to a task: the host begins
+an exchange in the caller's task, before any await, and the detached task
+that owns the call completes it, so the caller's hand-off to that task
+overlaps the worker's compute instead of delaying the request.
 """
 
 from __future__ import annotations
 
 import contextlib
+from collections import deque
+from collections.abc import Callable
 
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
-from anyio.streams.buffered import BufferedByteReceiveStream
 
-from .wire import Codec, Frame, WireError
+from .wire import PREFIX, Codec, Frame, WireError
+
+_STREAM_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
+_READ_SIZE = 65536
 
 
 class ChannelClosed(Exception):
@@ -23,68 +35,214 @@ class ExchangeTimeout(Exception):
 
 
 class Exchange:
-    """Progress of one exchange, so a fault can tell whether the request left."""
+    """One exchange under way: its unsent bytes, and whether the request left.
 
-    __slots__ = ("written",)
+    ``written`` turns true once the request is fully handed to the stream
+    (or the bound cut its sending short): from then on the worker may have
+    acted on it, so a fault must not be answered by a replay.
+    """
+
+    __slots__ = ("_turns", "error", "unsent", "written")
+
+    def __init__(self, turns: _Turns | None = None) -> None:
+        self.written = False
+        self.unsent: bytes | None = None
+        self.error: ChannelClosed | None = None
+        self._turns = turns
+
+    def abandon(self) -> None:
+        """Give the channel's turn back without finishing (the host is closing)."""
+        turns, self._turns = self._turns, None
+        if turns is not None:
+            turns.give_back()
+
+
+class _Turns:
+    """Whose turn the channel is: FIFO, handed over directly, not bound to a task."""
+
+    __slots__ = ("_waiters", "busy")
 
     def __init__(self) -> None:
-        self.written = False
+        self.busy = False
+        self._waiters: deque[anyio.Event] = deque()
+
+    def take_now(self) -> bool:
+        if self.busy:
+            return False
+        self.busy = True
+        return True
+
+    async def take(self) -> None:
+        if self.take_now():
+            return
+        turn = anyio.Event()
+        self._waiters.append(turn)
+        try:
+            await turn.wait()
+        except BaseException:
+            if turn.is_set():
+                self.give_back()  # handed over as we were cancelled: pass it on
+            else:
+                self._waiters.remove(turn)
+            raise
+
+    def give_back(self) -> None:
+        if self._waiters:
+            self._waiters.popleft().set()  # stays busy: the turn moves on
+        else:
+            self.busy = False
 
 
 class FramedChannel:
     def __init__(self, send: ByteSendStream, receive: ByteReceiveStream, codec: Codec) -> None:
         self._send = send
-        self._receive = BufferedByteReceiveStream(receive)
-        self._raw_receive = receive
+        # Streams that can write without waiting (the worker pipes) let an
+        # exchange's request leave before its first await.
+        self._send_now: Callable[[bytes], int] | None = getattr(send, "send_nowait", None)
+        self._receive = receive
+        self._receive_nowait: Callable[[int], bytes | None] | None = getattr(
+            receive, "receive_nowait", None
+        )
+        self._buffer = bytearray()
+        self._wanted = 0
         self.codec = codec
-        self._lock = anyio.Lock(fast_acquire=True)
+        self._turns = _Turns()
         self.closed = False
 
+    # -- frames -------------------------------------------------------------------
+
     async def send(self, frame: Frame) -> None:
-        data = self.codec.encode(frame)
+        await self._send_bytes(self.codec.encode(frame))
+
+    async def _send_bytes(self, data: bytes) -> None:
         try:
             await self._send.send(data)
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+        except _STREAM_ERRORS as exc:
             raise ChannelClosed(f"send failed: {exc!r}") from None
 
     async def receive(self) -> Frame:
         try:
-            prefix = await self._receive.receive_exactly(4)
-            length = self.codec.body_length(prefix)
-            body = await self._receive.receive_exactly(length) if length else b""
+            while (frame := self._take_frame()) is None:
+                self._buffer += await self._receive.receive(max(self._wanted, _READ_SIZE))
         except (anyio.IncompleteRead, anyio.EndOfStream):
             raise ChannelClosed("worker closed its end of the channel") from None
-        except (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError) as exc:
+        except _STREAM_ERRORS as exc:
             raise ChannelClosed(f"receive failed: {exc!r}") from None
+        return frame
+
+    def _receive_now(self) -> Frame | None:
+        """A whole frame that is already here, or ``None`` (then :meth:`receive`,
+        which also reports any stream error)."""
+        frame = self._take_frame()
+        if frame is None and self._receive_nowait is not None:
+            try:
+                data = self._receive_nowait(max(self._wanted, _READ_SIZE))
+            except (anyio.EndOfStream, *_STREAM_ERRORS):
+                return None
+            if data:
+                self._buffer += data
+                frame = self._take_frame()
+        return frame
+
+    def _take_frame(self) -> Frame | None:
+        """Cut the next whole frame off the buffer; note how many bytes it lacks."""
+        buffer = self._buffer
+        if len(buffer) < PREFIX.size:
+            self._wanted = PREFIX.size - len(buffer)
+            return None
+        end = PREFIX.size + self.codec.body_length(buffer[: PREFIX.size])
+        if len(buffer) < end:
+            self._wanted = end - len(buffer)
+            return None
+        body = bytes(buffer[PREFIX.size : end])
+        del buffer[:end]
         return self.codec.decode(body)
+
+    # -- exchanges ----------------------------------------------------------------
+
+    def begin_now(self, frame: Frame) -> Exchange | None:
+        """Take the channel if it is idle and write ``frame`` as far as the stream
+        takes it without waiting; ``None`` if another exchange holds the channel.
+
+        Raises :class:`WireError` (nothing taken) if the frame cannot be encoded.
+        Every begun exchange must be finished with :meth:`complete`.
+        """
+        data = self.codec.encode(frame)
+        if not self._turns.take_now():
+            return None
+        return self._start(data)
+
+    async def begin(self, frame: Frame) -> Exchange:
+        """:meth:`begin_now`, waiting for the channel's turn if it is busy."""
+        data = self.codec.encode(frame)
+        await self._turns.take()
+        return self._start(data)
+
+    def _start(self, data: bytes) -> Exchange:
+        exchange = Exchange(self._turns)
+        exchange.unsent = data
+        if self.closed:
+            exchange.error = ChannelClosed("the channel is closed")
+        elif self._send_now is not None:
+            try:
+                sent = self._send_now(data)
+            except _STREAM_ERRORS as exc:
+                exchange.error = ChannelClosed(f"send failed: {exc!r}")
+            else:
+                if sent == len(data):
+                    exchange.unsent = None
+                    exchange.written = True
+                else:
+                    exchange.unsent = data[sent:]
+        return exchange
+
+    async def complete(self, exchange: Exchange, timeout: float) -> Frame:
+        """Finish a begun exchange: send what is left and return the next frame,
+        within ``timeout`` seconds. Gives the channel's turn back in every case."""
+        try:
+            if exchange.error is None and exchange.unsent is None:
+                ready = self._receive_now()
+                if ready is not None:
+                    return ready  # already here: no bound to set up
+            with anyio.move_on_after(timeout) as scope:
+                try:
+                    if exchange.error is not None:
+                        raise exchange.error
+                    if exchange.unsent is not None:
+                        await self._send_bytes(exchange.unsent)
+                        exchange.unsent = None
+                        exchange.written = True
+                finally:
+                    # A send cut short by the bound may still land: count it written.
+                    if scope.cancel_called:
+                        exchange.written = True
+                reply = await self.receive()
+            if scope.cancelled_caught:
+                raise ExchangeTimeout(f"no reply within {timeout:g}s")
+            return reply
+        finally:
+            exchange.abandon()
 
     async def exchange(
         self, frame: Frame, timeout: float, progress: Exchange | None = None
     ) -> Frame:
         """Send ``frame`` and return the next frame, within ``timeout`` seconds.
 
-        ``progress.written`` turns true once the request is fully handed to the
-        stream: from then on the worker may have acted on it.
+        ``progress.written`` tells a caller whose exchange failed whether the
+        request had left (see :class:`Exchange`).
         """
-        async with self._lock:
-            with anyio.move_on_after(timeout) as scope:
-                sent = False
-                try:
-                    await self.send(frame)
-                    sent = True
-                finally:
-                    # A send cut short by the bound may still land: count it written.
-                    if progress is not None and (sent or scope.cancel_called):
-                        progress.written = True
-                reply = await self.receive()
-            if scope.cancelled_caught:
-                raise ExchangeTimeout(f"no reply within {timeout:g}s")
-            return reply
+        exchange = await self.begin(frame)
+        if progress is not None:
+            try:
+                return await self.complete(exchange, timeout)
+            finally:
+                progress.written = exchange.written
+        return await self.complete(exchange, timeout)
 
     async def aclose(self) -> None:
         self.closed = True
         with anyio.CancelScope(shield=True):
-            for stream in (self._send, self._raw_receive):
+            for stream in (self._send, self._receive):
                 with contextlib.suppress(anyio.BrokenResourceError, OSError):
                     await stream.aclose()
 

@@ -110,6 +110,7 @@ class ProtocolError(SynapseError):
 
 
 class PluginError(SynapseError):
-    """A plugin failed to load or registered an invalid hook implementation."""
+    """A plugin failed to load, registered an invalid hook implementation,
+    or broke its contract (a tokenizer whose count and encode disagree)."""
 
     code = "plugin-error"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 
 import anyio
@@ -134,9 +134,11 @@ class Host:
                 f"{self.config.max_waiting}); retry later"
             )
         worker = self._worker(entry)
-        call = Call.new(plan, deadline or Deadline.never())
-        self._runners.submit((call, self._supervisor(entry), worker))
-        await runner.wait(call)
+        call = Call.new(plan, deadline or Deadline.never(), self._runners.event())
+        sup = self._supervisor(entry)
+        if runner.start(call, sup, worker):
+            self._runners.submit((call, sup, worker))
+            await runner.wait(call)
         if call.error is not None:
             raise call.error
         return call
@@ -191,8 +193,8 @@ class Host:
 class _Slot:
     __slots__ = ("event", "job")
 
-    def __init__(self) -> None:
-        self.event = anyio.Event()
+    def __init__(self, event: anyio.Event) -> None:
+        self.event = event
         self.job: tuple[Call, Supervisor, Worker] | None = None
 
     def take(self) -> tuple[Call, Supervisor, Worker]:
@@ -209,6 +211,9 @@ class _Runners:
         self.tg = tg
         self.runner = runner
         self.idle: list[_Slot] = []
+        # The running backend's event class: ``anyio.Event()`` looks the
+        # backend up on every call, which a per-call event need not pay.
+        self.event: Callable[[], anyio.Event] = type(anyio.Event())
 
     def submit(self, job: tuple[Call, Supervisor, Worker]) -> None:
         if self.idle:
@@ -219,12 +224,13 @@ class _Runners:
             self.tg.start_soon(self._loop, job, name="call runner")
 
     async def _loop(self, job: tuple[Call, Supervisor, Worker]) -> None:
-        slot = _Slot()
+        slot = _Slot(self.event())
         while True:
             await self.runner.run(*job)
-            slot.event = anyio.Event()
+            # Park at once: the caller wakes only once this task yields.
             self.idle.append(slot)
             await slot.event.wait()
+            slot.event = self.event()
             job = slot.take()
 
 

@@ -1,42 +1,75 @@
 """Planning a composed call: refusals before inference, then bucket groups.
 
-Pure functions of the catalog entry and the inputs. There is no truncation
-anywhere here: a sequence that does not fit is refused with its index.
+Every input is counted and checked before anything runs; token ids are
+encoded later, chunk by chunk. There is no truncation anywhere here: a
+sequence that does not fit is refused with its index.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Sequence
 
 import attrs
 
 from .catalog import Entry
-from .errors import Refused
+from .errors import PluginError, Refused
+from .tokenizer import Tokenizer
 
 
-@attrs.frozen
+@attrs.define(eq=False)
 class Item:
     index: int
-    tokens: list[int]
+    text: str
+    #: token count, from the tokenizer's ``count``
+    count: int
+    #: positions the sequence occupies, special tokens (and query) included
     length: int
+    #: token ids, encoded when the item's chunk is about to be sent
+    ids: list[int] | None = None
 
 
-@attrs.frozen
+@attrs.define(eq=False)
 class Plan:
     model: str
     task: str
     items: tuple[Item, ...]
+    tokenizer: Tokenizer
     query: list[int] | None = None
 
     @property
     def longest(self) -> Item:
-        return max(self.items, key=lambda item: item.length)
+        items = self.items
+        return items[0] if len(items) == 1 else max(items, key=lambda item: item.length)
+
+    def encode(self, items: Sequence[Item]) -> list[list[int]]:
+        """The token ids of ``items``, encoded now unless they already are."""
+        sequences = []
+        for item in items:
+            ids = item.ids
+            if ids is None:
+                ids = self.tokenizer.encode(item.text)
+                if len(ids) != item.count:
+                    raise PluginError(
+                        f"the tokenizer of model {self.model!r} counted {item.count} tokens "
+                        f"in input {item.index} but encoded {len(ids)}; its count() and "
+                        "encode() must agree"
+                    )
+                item.ids = ids
+            sequences.append(ids)
+        return sequences
+
+    def encode_ahead(self, items: Sequence[Item]) -> None:
+        """Encode ``items`` early (while an earlier request runs); an error
+        surfaces when their own request is built."""
+        with contextlib.suppress(Exception):
+            self.encode(items)
 
 
-@attrs.frozen
+@attrs.define(eq=False)
 class Group:
     bucket: int
-    items: tuple[Item, ...]
+    items: Sequence[Item]
 
 
 def over_ceiling(model: str, item: Item, ceiling: int, pair: bool = False) -> Refused:
@@ -64,10 +97,13 @@ def plan_call(entry: Entry, texts: Sequence[str], query: str | None = None) -> P
         query_ids = tokenizer.encode(query)
         if not query_ids:
             raise Refused("empty-sequence", "the query is empty; give it some text", model=model)
+    query_count = None if query_ids is None else len(query_ids)
+    count, sequence_length, ceiling = tokenizer.count, tokenizer.sequence_length, entry.spec.ceiling
     items = []
     for index, text in enumerate(texts):
-        ids = tokenizer.encode(text)
-        if not ids:
+        # Counting is enough to refuse: ids are encoded chunk by chunk later.
+        n = count(text)
+        if not n:
             raise Refused(
                 "empty-sequence",
                 f"{'document' if query is not None else 'input'} {index} is empty; "
@@ -75,17 +111,18 @@ def plan_call(entry: Entry, texts: Sequence[str], query: str | None = None) -> P
                 model=model,
                 index=index,
             )
-        item = Item(index, ids, tokenizer.sequence_length(ids, query_ids))
-        if item.length > entry.spec.ceiling:
-            raise over_ceiling(model, item, entry.spec.ceiling, pair=query is not None)
+        item = Item(index, text, n, sequence_length(n, query_count))
+        if item.length > ceiling:
+            raise over_ceiling(model, item, ceiling, pair=query is not None)
         items.append(item)
-    return Plan(model, entry.spec.task, tuple(items), query_ids)
+    return Plan(model, entry.spec.task, tuple(items), tokenizer, query_ids)
 
 
-def group_by_bucket(
-    items: Sequence[Item], buckets: Sequence[int], select: Callable[[int], int]
-) -> list[Group]:
-    """Group items by the bucket ``select`` chooses, smallest bucket first."""
+def group_by_bucket(items: Sequence[Item], select: Callable[[int], int], batch: int) -> list[Group]:
+    """Group items by the bucket ``select`` chooses, smallest bucket first, in
+    chunks of at most ``batch`` items (one request each)."""
+    if len(items) == 1:
+        return [Group(select(items[0].length), items)]
     grouped: dict[int, list[Item]] = {}
     chosen: dict[int, int] = {}  # one hook call per distinct length
     for item in items:
@@ -93,8 +130,9 @@ def group_by_bucket(
         if bucket is None:
             bucket = chosen[item.length] = select(item.length)
         grouped.setdefault(bucket, []).append(item)
-    return [Group(bucket, tuple(grouped[bucket])) for bucket in sorted(grouped)]
-
-
-def chunks(items: Sequence[Item], size: int) -> list[Sequence[Item]]:
-    return [items[i : i + size] for i in range(0, len(items), size)]
+    return [
+        Group(bucket, group[i : i + batch])
+        for bucket in sorted(grouped)
+        for group in (grouped[bucket],)
+        for i in range(0, len(group), batch)
+    ]

@@ -122,36 +122,48 @@ class _PipeEnd:
 class PipeSend(_PipeEnd, ByteSendStream):
     """Writes straight to a non-blocking pipe; waits only while the pipe is full."""
 
+    def send_nowait(self, item: bytes | memoryview) -> int:
+        """Write as much of ``item`` as the pipe takes now; return the bytes written."""
+        if self._closed:
+            raise anyio.ClosedResourceError
+        view = memoryview(item)
+        sent = 0
+        while sent < len(view):
+            try:
+                sent += os.write(self._fd, view[sent:])
+            except BlockingIOError:
+                break
+            except (BrokenPipeError, ConnectionResetError) as exc:
+                raise anyio.BrokenResourceError from exc
+        return sent
+
     async def send(self, item: bytes) -> None:
         view = memoryview(item)
         while view:
-            if self._closed:
-                raise anyio.ClosedResourceError
-            try:
-                written = os.write(self._fd, view)
-            except BlockingIOError:
+            view = view[self.send_nowait(view) :]
+            if view:
                 await anyio.wait_writable(self._fd)
-                continue
-            except (BrokenPipeError, ConnectionResetError) as exc:
-                raise anyio.BrokenResourceError from exc
-            view = view[written:]
 
 
 class PipeReceive(_PipeEnd, ByteReceiveStream):
     """Reads straight from a non-blocking pipe; waits only while it is empty."""
 
+    def receive_nowait(self, max_bytes: int = 65536) -> bytes | None:
+        """What the pipe holds now (up to ``max_bytes``), or ``None`` if it is empty."""
+        if self._closed:
+            raise anyio.ClosedResourceError
+        try:
+            data = os.read(self._fd, max_bytes)
+        except BlockingIOError:
+            return None
+        if not data:
+            raise anyio.EndOfStream
+        return data
+
     async def receive(self, max_bytes: int = 65536) -> bytes:
-        while True:
-            if self._closed:
-                raise anyio.ClosedResourceError
-            try:
-                data = os.read(self._fd, max_bytes)
-            except BlockingIOError:
-                await anyio.wait_readable(self._fd)
-                continue
-            if not data:
-                raise anyio.EndOfStream
-            return data
+        while (data := self.receive_nowait(max_bytes)) is None:
+            await anyio.wait_readable(self._fd)
+        return data
 
 
 async def confirm_exit(process: WorkerProcess, grace_s: float) -> bool:

@@ -13,12 +13,13 @@ from collections.abc import Sequence
 import anyio
 import attrs
 
+from .channel import Exchange
 from .deadline import Clock, Deadline
 from .errors import DeadlineExceeded, OutcomeUnknown, SynapseError, WorkerFault
-from .plan import Group, Item, Plan, chunks, group_by_bucket, over_ceiling
+from .plan import Group, Item, Plan, group_by_bucket, over_ceiling
 from .plugins import PluginHost
 from .residency.supervisor import Backlog, Fault, Lease, Supervisor, wait_bounded
-from .residency.worker import Worker
+from .residency.worker import Phase, Worker
 from .wire import Failure, Frame, Infer, Output, Shape, WireError, unpack_rows
 
 
@@ -48,17 +49,29 @@ class Call:
     plan: Plan
     deadline: Deadline
     rows: list[list[float] | None]
-    done: anyio.Event = attrs.field(factory=anyio.Event)
+    done: anyio.Event
     error: SynapseError | None = None
     identity: str = ""
     #: the caller is gone (cancelled or past its deadline): start nothing new
     abandoned: bool = False
     #: what the wait under way ends in at the deadline (default DeadlineExceeded)
     expiry: SynapseError | None = None
+    # What the call holds, whether the head start or the detached task took it.
+    permit: bool = False
+    entered: bool = False
+    #: the requests to send: each a batch-sized chunk of one bucket group
+    steps: list[Group] | None = None
+    lease: Lease | None = None
+    #: the first request, begun by the head start and not yet finished
+    begun: tuple[Infer, Exchange] | None = None
 
     @classmethod
-    def new(cls, plan: Plan, deadline: Deadline) -> Call:
-        return cls(plan, deadline, [None] * len(plan.items))
+    def new(cls, plan: Plan, deadline: Deadline, done: anyio.Event) -> Call:
+        return cls(plan, deadline, [None] * len(plan.items), done)
+
+    def is_abandoned(self) -> bool:
+        """``abandoned``, read after an await (a call, so type checkers do not narrow it)."""
+        return self.abandoned
 
     def note_expiry(self, error: SynapseError | None) -> None:
         self.expiry = error
@@ -102,54 +115,169 @@ class CallRunner:
             call.abandoned = True
             raise
 
+    def start(self, call: Call, supervisor: Supervisor, worker: Worker) -> bool:
+        """The head start, in the caller's task before the detached task wakes:
+        take what is free now and begin the first request.
+
+        Synchronous, so nothing cancels it halfway; what it takes belongs to
+        the call from then on, and :meth:`run` carries on from where it
+        stopped (the first thing that would have to wait). Waking the
+        detached task then overlaps the worker's compute. Returns False when
+        the call already ended with an error (in ``call.error``).
+        """
+        if worker.phase is not Phase.READY or worker.retiring or call.deadline.expired(self.clock):
+            return True
+        try:
+            self.permits.acquire_on_behalf_of_nowait(call)
+        except anyio.WouldBlock:
+            return True
+        call.permit = True
+        worker.enter()
+        call.entered = True
+        try:
+            steps = call.steps = self._steps(call, worker)
+            lease = supervisor.try_lease(worker, self._shape(worker, steps[0]))
+            if lease is not None:
+                call.lease = lease
+                request = self._request(call, supervisor, lease, steps[0])
+                exchange = supervisor.begin_now(lease, request)
+                if exchange is not None:
+                    call.begun = (request, exchange)
+        except Exception as exc:
+            self._end(call, supervisor, worker, exc)
+            return False
+        return True
+
     async def run(self, call: Call, supervisor: Supervisor, worker: Worker) -> None:
         """The detached task. Never raises: every outcome ends in ``call``."""
-        entered = False
+        error: Exception | None = None
         try:
-            async with self._permit(call):
+            if not call.permit:
+                await self._take_permit(call)
+            if not call.entered:
                 worker.enter()
-                entered = True
-                await self._serve(call, supervisor, worker)
-        except SynapseError as exc:
-            call.fail(exc)
-        except Exception as exc:  # a bug must not take the host's task group down
-            call.fail(InternalError(f"internal error serving {call.plan.model!r}: {exc!r}"))
+                call.entered = True
+            await self._serve(call, supervisor, worker)
+        except Exception as exc:
+            error = exc
         finally:
-            if entered:
-                worker.leave()
-            call.done.set()
+            self._end(call, supervisor, worker, error)
 
-    def _permit(self, call: Call) -> _Permit:
-        return _Permit(self, call)
+    def _end(
+        self, call: Call, supervisor: Supervisor, worker: Worker, error: Exception | None
+    ) -> None:
+        """Let go of everything the call holds, then report its outcome."""
+        if call.begun is not None:
+            # Only a cancelled host gets here with a request in flight; a late
+            # reply then fails the next exchange's request-id check.
+            call.begun[1].abandon()
+            call.begun = None
+        if call.lease is not None:
+            supervisor.release(call.lease)
+            call.lease = None
+        if call.entered:
+            call.entered = False
+            worker.leave()
+        if call.permit:
+            call.permit = False
+            self.permits.release_on_behalf_of(call)
+        if isinstance(error, SynapseError):
+            call.fail(error)
+        elif error is not None:  # a bug must not take the host's task group down
+            call.fail(InternalError(f"internal error serving {call.plan.model!r}: {error!r}"))
+        call.done.set()
 
-    async def _serve(self, call: Call, supervisor: Supervisor, worker: Worker) -> None:
+    async def _take_permit(self, call: Call) -> None:
+        """The module-wide execution permit, waited for within the deadline."""
+        try:
+            self.permits.acquire_on_behalf_of_nowait(call)
+        except anyio.WouldBlock:
+            self.backlog.waiting += 1
+            try:
+                await wait_bounded(
+                    lambda: self.permits.acquire_on_behalf_of(call),
+                    call.deadline,
+                    self.clock,
+                    DeadlineExceeded("deadline passed waiting for an execution permit"),
+                )
+            finally:
+                self.backlog.waiting -= 1
+        call.permit = True
+
+    def _steps(self, call: Call, worker: Worker) -> list[Group]:
+        """The call's requests, smallest bucket first: batch-sized chunks of its groups."""
         plan = call.plan
-        await supervisor.wait_ready(worker, call.deadline)
         hello = worker.hello
         assert hello is not None
         longest = plan.longest
         if longest.length > worker.ceiling:
             raise over_ceiling(plan.model, longest, worker.ceiling, pair=plan.query is not None)
-        spec = worker.spec
-        buckets = worker.buckets
-        groups = group_by_bucket(
-            plan.items, buckets, lambda n: self.plugins.select_bucket(n, buckets, spec)
+        select = self.plugins.bucket_selector(hello.buckets, worker.spec)
+        return group_by_bucket(plan.items, select, hello.max_batch)
+
+    @staticmethod
+    def _shape(worker: Worker, step: Group) -> Shape:
+        assert worker.hello is not None
+        return Shape(step.bucket, worker.hello.max_batch)
+
+    @staticmethod
+    def _request(call: Call, supervisor: Supervisor, lease: Lease, step: Group) -> Infer:
+        plan = call.plan
+        return Infer(
+            supervisor.next_request_id(),
+            lease.shape,
+            plan.task,  # type: ignore[arg-type]
+            plan.encode(step.items),
+            plan.query,
         )
-        for group in groups:
-            if call.abandoned:
-                return
-            self._check_deadline(call, "before the next group started")
-            shape = Shape(group.bucket, hello.max_batch)
-            lease = await supervisor.lease(worker, shape, call.deadline, call.note_expiry)
+
+    async def _serve(self, call: Call, supervisor: Supervisor, worker: Worker) -> None:
+        plan = call.plan
+        if call.steps is None:
+            await supervisor.wait_ready(worker, call.deadline)
+            call.steps = self._steps(call, worker)
+        steps = call.steps
+        hello = worker.hello
+        assert hello is not None
+        width = hello.dims if plan.task == "embed" else 1
+        for index, step in enumerate(steps):
+            if call.begun is not None:
+                # Begun by the head start: drained even if the caller is gone.
+                (request, exchange), call.begun = call.begun, None
+                lease = call.lease
+                assert lease is not None
+            else:
+                shape = self._shape(worker, step)
+                lease = call.lease
+                if lease is not None and lease.shape != shape:
+                    supervisor.release(lease)  # one lease at a time
+                    lease = call.lease = None
+                if call.abandoned:
+                    return
+                self._check_deadline(call, "before the next group started")
+                if lease is None:
+                    lease = call.lease = await supervisor.lease(
+                        worker, shape, call.deadline, call.note_expiry
+                    )
+                    self._check_deadline(call, "during admission; no inference was sent")
+                    if call.is_abandoned():
+                        return
+                request = self._request(call, supervisor, lease, step)
+                exchange = await supervisor.begin(lease, request)
+            if index + 1 < len(steps):
+                plan.encode_ahead(steps[index + 1].items)  # while this request runs
             fault = None
             try:
-                self._check_deadline(call, "during admission; no inference was sent")
-                if not call.abandoned:
-                    fault = await self._run_group(call, supervisor, lease, group)
-            finally:
-                supervisor.release(lease)
+                reply = await supervisor.finish(lease, exchange)
+                rows = self._validate(reply, request, step.items, width)
+            except Fault as exc:
+                fault = exc
+            except WireError as exc:
+                fault = Fault(lease.generation, f"malformed reply: {exc}", written=True)
             if fault is not None:
-                # Recovery starts only now that the lease is released.
+                # Recovery starts only once the lease is released.
+                supervisor.release(lease)
+                call.lease = None
                 supervisor.report_fault(worker, fault.generation, fault.reason)
                 if fault.written:
                     raise OutcomeUnknown(
@@ -159,43 +287,15 @@ class CallRunner:
                 raise WorkerFault(
                     f"worker for {plan.model!r} failed: {fault.reason}; retry the call"
                 )
+            # A reply that arrives after the deadline is drained but discarded.
+            self._check_deadline(call, "while the worker was answering; its reply was discarded")
+            for item, row in zip(step.items, rows, strict=True):
+                call.rows[item.index] = row
         call.identity = hello.identity
-        call.done.set()
 
     def _check_deadline(self, call: Call, when: str) -> None:
         if call.deadline.expired(self.clock):
             raise DeadlineExceeded(f"deadline passed {when}")
-
-    async def _run_group(
-        self, call: Call, supervisor: Supervisor, lease: Lease, group: Group
-    ) -> Fault | None:
-        """Every chunk of one group under one lease; a fault is returned, not raised."""
-        plan = call.plan
-        hello = lease.worker.hello
-        assert hello is not None
-        width = hello.dims if plan.task == "embed" else 1
-        for chunk in chunks(group.items, lease.shape.batch):
-            request = Infer(
-                supervisor.next_request_id(),
-                lease.shape,
-                plan.task,  # type: ignore[arg-type]
-                [item.tokens for item in chunk],
-                plan.query,
-            )
-            try:
-                reply = await supervisor.infer(lease, request)
-                rows = self._validate(reply, request, chunk, width)
-            except Fault as fault:
-                return fault
-            except WireError as exc:
-                return Fault(lease.generation, f"malformed reply: {exc}", written=True)
-            # A reply that arrives after the deadline is drained but discarded.
-            self._check_deadline(call, "while the worker was answering; its reply was discarded")
-            for item, row in zip(chunk, rows, strict=True):
-                call.rows[item.index] = row
-            if call.abandoned:
-                break
-        return None
 
     def _validate(
         self, reply: Frame, request: Infer, chunk: Sequence[Item], width: int
@@ -215,32 +315,3 @@ class CallRunner:
                 f"reply has {reply.rows}x{reply.dims} values, expected {len(chunk)}x{width}"
             )
         return unpack_rows(reply)
-
-
-class _Permit:
-    """The module-wide execution permit, waited for within the deadline."""
-
-    def __init__(self, runner: CallRunner, call: Call) -> None:
-        self.runner = runner
-        self.call = call
-
-    async def __aenter__(self) -> None:
-        runner, call = self.runner, self.call
-        try:
-            runner.permits.acquire_on_behalf_of_nowait(call)
-            return
-        except anyio.WouldBlock:
-            pass
-        runner.backlog.waiting += 1
-        try:
-            await wait_bounded(
-                lambda: runner.permits.acquire_on_behalf_of(call),
-                call.deadline,
-                runner.clock,
-                DeadlineExceeded("deadline passed waiting for an execution permit"),
-            )
-        finally:
-            runner.backlog.waiting -= 1
-
-    async def __aexit__(self, *exc: object) -> None:
-        self.runner.permits.release_on_behalf_of(self.call)

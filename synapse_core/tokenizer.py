@@ -21,8 +21,17 @@ class Tokenizer(Protocol):
         """Token ids of ``text`` without special tokens (empty for blank text)."""
         ...
 
-    def sequence_length(self, ids: list[int], pair: list[int] | None = None) -> int:
-        """Positions the (pair of) sequences occupy, special tokens included."""
+    def count(self, text: str) -> int:
+        """``len(encode(text))``, as cheaply as the tokenizer can tell it.
+
+        The host checks every input's length with it before anything runs,
+        and encodes large calls chunk by chunk while earlier chunks run.
+        """
+        ...
+
+    def sequence_length(self, count: int, pair: int | None = None) -> int:
+        """Positions a sequence of ``count`` tokens occupies, special tokens
+        included; ``pair`` is the token count of the query it is paired with."""
         ...
 
 
@@ -44,7 +53,10 @@ class BasicTokenizer:
         crc32, span = zlib.crc32, VOCAB - SPECIAL
         return [SPECIAL + crc32(word.encode()) % span for word in words(text)]
 
-    def sequence_length(self, ids: list[int], pair: list[int] | None = None) -> int:
+    def count(self, text: str) -> int:
+        return len(words(text))
+
+    def sequence_length(self, count: int, pair: int | None = None) -> int:
         if pair is None:
-            return len(ids) + 2
-        return len(ids) + len(pair) + 3
+            return count + 2
+        return count + pair + 3

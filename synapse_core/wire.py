@@ -155,7 +155,7 @@ class Codec:
         PREFIX.pack_into(buf, 0, body)
         return bytes(buf)
 
-    def body_length(self, prefix: bytes) -> int:
+    def body_length(self, prefix: bytes | bytearray) -> int:
         (length,) = PREFIX.unpack(prefix)
         if length > self.max_frame:
             raise WireError(f"frame header announces {length} bytes; limit is {self.max_frame}")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 from collections import Counter, defaultdict
 from concurrent.futures import Future
+from contextvars import ContextVar
 from typing import Any
 
 import anyio
@@ -25,6 +26,7 @@ import synapse_core as synapse
 from synapse_core.residency.lane import Lane
 from synapse_core.residency.supervisor import Supervisor
 from synapse_core.residency.worker import Phase
+from synapse_core.serving import CallRunner
 from synapse_core.testing import catalog_toml, transport_plugin
 from synapse_core.tokenizer import BasicTokenizer
 from synapse_core.wire import Infer
@@ -99,9 +101,9 @@ class ResidencyMachine(RuleBasedStateMachine):
         self.calls: list[tuple[Future[Any], list[str]]] = []
         self.retires: list[Future[Any]] = []
         self.refunds_before_exit: list[str] = []
-        self.leases_by_task: Counter[int] = Counter()
+        self.leases_by_call: Counter[int] = Counter()
         self.lease_owner: dict[int, int] = {}
-        self.max_leases_per_task = 0
+        self.max_leases_per_call = 0
         self._instrument()
 
     # -- instrumentation -----------------------------------------------------------
@@ -109,8 +111,6 @@ class ResidencyMachine(RuleBasedStateMachine):
     def _instrument(self) -> None:
         machine = self
         original_refund = Lane.refund
-        original_lease = Supervisor.lease
-        original_release = Supervisor.release
 
         def refund(lane: Lane, worker_id: str, shape: Any) -> int:
             worker = next(
@@ -128,28 +128,54 @@ class ResidencyMachine(RuleBasedStateMachine):
                 machine.refunds_before_exit.append(f"{worker_id} {shape}")
             return original_refund(lane, worker_id, shape)
 
-        async def lease(sup: Supervisor, *args: Any, **kwargs: Any) -> Any:
-            granted = await original_lease(sup, *args, **kwargs)
-            task = anyio.get_current_task().id
-            machine.leases_by_task[task] += 1
-            machine.max_leases_per_task = max(
-                machine.max_leases_per_task, machine.leases_by_task[task]
+        # A call's first lease may be granted in the caller's task (the head
+        # start) and the rest in its detached task: leases are counted per call.
+        serving: ContextVar[int] = ContextVar("serving", default=0)
+        original_start = CallRunner.start
+        original_run = CallRunner.run
+        original_grant = Supervisor._grant
+        original_release = Supervisor.release
+
+        def start(runner: CallRunner, call: Any, *args: Any) -> bool:
+            token = serving.set(id(call))
+            try:
+                return original_start(runner, call, *args)
+            finally:
+                serving.reset(token)
+
+        async def run(runner: CallRunner, call: Any, *args: Any) -> None:
+            token = serving.set(id(call))
+            try:
+                await original_run(runner, call, *args)
+            finally:
+                serving.reset(token)
+
+        def grant(sup: Supervisor, *args: Any) -> Any:
+            granted = original_grant(sup, *args)
+            call = serving.get()
+            machine.leases_by_call[call] += 1
+            machine.max_leases_per_call = max(
+                machine.max_leases_per_call, machine.leases_by_call[call]
             )
-            machine.lease_owner[id(granted)] = task
+            machine.lease_owner[id(granted)] = call
             return granted
 
         def release(sup: Supervisor, granted: Any) -> None:
             if not granted.released:
-                machine.leases_by_task[machine.lease_owner.pop(id(granted))] -= 1
+                machine.leases_by_call[machine.lease_owner.pop(id(granted))] -= 1
             original_release(sup, granted)
 
         self._patches = [
             (Lane, "refund", original_refund),
-            (Supervisor, "lease", original_lease),
+            (CallRunner, "start", original_start),
+            (CallRunner, "run", original_run),
+            (Supervisor, "_grant", original_grant),
             (Supervisor, "release", original_release),
         ]
         Lane.refund = refund  # type: ignore[method-assign]
-        Supervisor.lease = lease  # type: ignore[method-assign]
+        CallRunner.start = start  # type: ignore[method-assign]
+        CallRunner.run = run  # type: ignore[method-assign]
+        Supervisor._grant = grant  # type: ignore[method-assign]
         Supervisor.release = release  # type: ignore[method-assign]
 
     def teardown(self) -> None:
@@ -305,7 +331,7 @@ class ResidencyMachine(RuleBasedStateMachine):
 
     @invariant()
     def one_lease_per_call(self) -> None:
-        assert self.max_leases_per_task <= 1
+        assert self.max_leases_per_call <= 1
 
     @invariant()
     def no_refund_before_exit(self) -> None:

@@ -67,6 +67,10 @@ from .worker import Phase, Worker
 CHANNEL_FAULTS = (ChannelClosed, ExchangeTimeout, WireError)
 
 
+def _unsendable(exc: WireError) -> ProtocolError:
+    return ProtocolError(f"the request cannot be sent: {exc}; send fewer or shorter texts per call")
+
+
 class ExitUnconfirmed(WorkerFault):
     """A launched process could not be confirmed gone: nothing may replace it."""
 
@@ -433,6 +437,13 @@ class Supervisor:
         if self._certify:
             await self._record_inventory(worker, generation, channel)
 
+    def try_lease(self, worker: Worker, shape: Shape) -> Lease | None:
+        """The lease at once if ``worker`` is ready and ``shape`` admitted;
+        otherwise ``None`` and :meth:`lease` does what waiting is needed."""
+        if worker.phase is Phase.READY and not worker.retiring and shape in worker.shapes:
+            return self._grant(worker, worker.generation, shape)
+        return None
+
     def _grant(self, worker: Worker, generation: int, shape: Shape) -> Lease:
         if worker.retiring:
             raise Retired(f"model {worker.spec.name!r} is retiring; it takes no new work")
@@ -459,9 +470,30 @@ class Supervisor:
         except CHANNEL_FAULTS as exc:
             raise Fault(generation, f"{type(exc).__name__}: {exc}", progress.written) from None
 
-    async def infer(self, lease: Lease, frame: Frame) -> Frame:
-        """One exchange under ``lease``; raises :class:`Fault` on a channel fault."""
-        return await self._exchange(lease.worker, lease.generation, lease.channel, frame)
+    # -- exchanges under a lease ---------------------------------------------------------
+
+    def begin_now(self, lease: Lease, frame: Frame) -> Exchange | None:
+        """Begin an exchange under ``lease`` without waiting (``None`` if its
+        channel is busy); finish it with :meth:`finish`."""
+        try:
+            return lease.channel.begin_now(frame)
+        except WireError as exc:
+            raise _unsendable(exc) from None
+
+    async def begin(self, lease: Lease, frame: Frame) -> Exchange:
+        """Begin an exchange under ``lease``, waiting for its channel's turn."""
+        try:
+            return await lease.channel.begin(frame)
+        except WireError as exc:
+            raise _unsendable(exc) from None
+
+    async def finish(self, lease: Lease, exchange: Exchange) -> Frame:
+        """The reply of a begun exchange; raises :class:`Fault` on a channel fault."""
+        try:
+            return await lease.channel.complete(exchange, self.config.exchange_timeout_s)
+        except CHANNEL_FAULTS as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            raise Fault(lease.generation, reason, exchange.written) from None
 
     # -- eviction -----------------------------------------------------------------------
 
