@@ -36,14 +36,17 @@ class Deadline:
 
     @classmethod
     def never(cls) -> Deadline:
-        return cls(math.inf)
+        return _NEVER
 
     def remaining(self, clock: Clock = monotonic) -> float:
         """Seconds left (``inf`` for no deadline, never negative)."""
         return max(0.0, self.when - clock())
 
     def expired(self, clock: Clock = monotonic) -> bool:
-        return clock() >= self.when
+        return self.when != math.inf and clock() >= self.when
+
+
+_NEVER = Deadline(math.inf)
 
 
 class FakeClock:

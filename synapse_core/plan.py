@@ -16,6 +16,9 @@ from .catalog import Entry
 from .errors import PluginError, Refused
 from .tokenizer import Tokenizer
 
+#: calls of at most this many texts are encoded while they are planned
+EAGER_TEXTS = 8
+
 
 @attrs.define(eq=False)
 class Item:
@@ -98,11 +101,15 @@ def plan_call(entry: Entry, texts: Sequence[str], query: str | None = None) -> P
         if not query_ids:
             raise Refused("empty-sequence", "the query is empty; give it some text", model=model)
     query_count = None if query_ids is None else len(query_ids)
-    count, sequence_length, ceiling = tokenizer.count, tokenizer.sequence_length, entry.spec.ceiling
+    sequence_length, ceiling = tokenizer.sequence_length, entry.spec.ceiling
+    # Counting is enough to refuse; a large call's ids are encoded chunk by
+    # chunk later, while earlier chunks run. A small call is encoded at once:
+    # counting first would only add a pass.
+    eager = len(texts) <= EAGER_TEXTS
     items = []
     for index, text in enumerate(texts):
-        # Counting is enough to refuse: ids are encoded chunk by chunk later.
-        n = count(text)
+        ids = tokenizer.encode(text) if eager else None
+        n = tokenizer.count(text) if ids is None else len(ids)
         if not n:
             raise Refused(
                 "empty-sequence",
@@ -111,7 +118,7 @@ def plan_call(entry: Entry, texts: Sequence[str], query: str | None = None) -> P
                 model=model,
                 index=index,
             )
-        item = Item(index, text, n, sequence_length(n, query_count))
+        item = Item(index, text, n, sequence_length(n, query_count), ids)
         if item.length > ceiling:
             raise over_ceiling(model, item, ceiling, pair=query is not None)
         items.append(item)

@@ -75,6 +75,7 @@ class PluginHost:
         self.pm = pluggy.PluginManager(hookspecs.PROJECT)
         self.pm.add_hookspecs(hookspecs)
         self.pm.register(defaults, name="synapse-defaults")
+        self._only_default_buckets: bool | None = None  # worked out at first use
         self.infos: list[PluginInfo] = []
         self.problems: list[str] = []
         if load_entry_points:
@@ -109,6 +110,7 @@ class PluginHost:
             self.problems.append(f"plugin {name!r}: {info.error}")
         self.infos.append(info)
         self._transports = None
+        self._only_default_buckets = None
 
     def _unknown_hooks(self, plugin: object) -> list[str]:
         unknown = []
@@ -204,7 +206,10 @@ class PluginHost:
         With only Synapse's own implementation registered it skips pluggy's
         dispatch, which costs more than the choice itself on a short call.
         """
-        if len(self.pm.hook.synapse_select_bucket.get_hookimpls()) == 1:
+        if self._only_default_buckets is None:
+            impls = self.pm.hook.synapse_select_bucket.get_hookimpls()
+            self._only_default_buckets = len(impls) == 1
+        if self._only_default_buckets:
             return partial(_first_fit, tuple(buckets))
         return lambda length: self.select_bucket(length, buckets, model)
 

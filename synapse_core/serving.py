@@ -8,6 +8,7 @@ later group starts. A healthy worker is never restarted for it.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 import anyio
@@ -102,6 +103,9 @@ class CallRunner:
     async def wait(self, call: Call) -> None:
         """The caller's side: wait for the result within the deadline."""
         try:
+            if call.deadline.when == math.inf:
+                await call.done.wait()
+                return
             await wait_bounded(
                 call.done.wait,
                 call.deadline,

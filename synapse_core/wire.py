@@ -195,5 +195,7 @@ def unpack_rows(output: Output) -> list[list[float]]:
     # means a NaN or infinity among the values; one C-level pass checks all.
     if not math.isfinite(sum(values)):
         raise WireError("output contains NaN or infinite values")
+    if output.rows == 1:
+        return [values]
     d = output.dims
     return [values[i * d : i * d + d] for i in range(output.rows)]

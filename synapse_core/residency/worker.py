@@ -76,7 +76,7 @@ class Worker:
     @property
     def ceiling(self) -> int:
         """Longest sequence served: the catalog ceiling, capped by the largest bucket."""
-        buckets = self.buckets
+        buckets = self.hello.buckets if self.hello else None
         return min(self.spec.ceiling, buckets[-1]) if buckets else self.spec.ceiling
 
     def is_retiring(self) -> bool:
