@@ -61,6 +61,13 @@ class TapSendStream(ByteSendStream):
         self._inner = inner
         self._tap = tap
 
+    def send_nowait(self, item: bytes) -> int:
+        """What the worker pipe takes now, as the untapped pipe would (see
+        :class:`synapse_core.channel.FramedChannel`)."""
+        sent: int = self._inner.send_nowait(item)  # type: ignore[attr-defined]
+        self._tap.feed(item[:sent])
+        return sent
+
     async def send(self, item: bytes) -> None:
         self._tap.feed(item)
         await self._inner.send(item)

@@ -21,7 +21,7 @@ from .plan import Group, Item, Plan, group_by_bucket, over_ceiling
 from .plugins import PluginHost
 from .residency.supervisor import Backlog, Fault, Lease, Supervisor, wait_bounded
 from .residency.worker import Phase, Worker
-from .wire import Failure, Frame, Infer, Output, Shape, WireError, unpack_rows
+from .wire import Failure, Frame, Infer, Output, Shape, WireError, check_rows, rows_of
 
 
 @attrs.frozen
@@ -244,6 +244,7 @@ class CallRunner:
         hello = worker.hello
         assert hello is not None
         width = hello.dims if plan.task == "embed" else 1
+        checked: tuple[Group, Output] | None = None  # rows checked but not yet stored
         for index, step in enumerate(steps):
             if call.begun is not None:
                 # Begun by the head start: drained even if the caller is gone.
@@ -268,12 +269,16 @@ class CallRunner:
                         return
                 request = self._request(call, supervisor, lease, step)
                 exchange = await supervisor.begin(lease, request)
+            # While this request runs: store the last reply's rows, encode the next.
+            if checked is not None:
+                self._store(call, *checked)
+                checked = None
             if index + 1 < len(steps):
-                plan.encode_ahead(steps[index + 1].items)  # while this request runs
+                plan.encode_ahead(steps[index + 1].items)
             fault = None
             try:
                 reply = await supervisor.finish(lease, exchange)
-                rows = self._validate(reply, request, step.items, width)
+                output = self._validate(reply, request, step.items, width)
             except Fault as exc:
                 fault = exc
             except WireError as exc:
@@ -293,17 +298,21 @@ class CallRunner:
                 )
             # A reply that arrives after the deadline is drained but discarded.
             self._check_deadline(call, "while the worker was answering; its reply was discarded")
-            for item, row in zip(step.items, rows, strict=True):
-                call.rows[item.index] = row
+            checked = (step, output)
+        if checked is not None:
+            self._store(call, *checked)
         call.identity = hello.identity
+
+    @staticmethod
+    def _store(call: Call, step: Group, output: Output) -> None:
+        for item, row in zip(step.items, rows_of(output), strict=True):
+            call.rows[item.index] = row
 
     def _check_deadline(self, call: Call, when: str) -> None:
         if call.deadline.expired(self.clock):
             raise DeadlineExceeded(f"deadline passed {when}")
 
-    def _validate(
-        self, reply: Frame, request: Infer, chunk: Sequence[Item], width: int
-    ) -> list[list[float]]:
+    def _validate(self, reply: Frame, request: Infer, chunk: Sequence[Item], width: int) -> Output:
         if isinstance(reply, Failure) and reply.request_id == request.request_id:
             raise WorkerFault(f"worker rejected the request: {reply.code}: {reply.message}")
         if not isinstance(reply, Output):
@@ -318,4 +327,5 @@ class CallRunner:
             raise WireError(
                 f"reply has {reply.rows}x{reply.dims} values, expected {len(chunk)}x{width}"
             )
-        return unpack_rows(reply)
+        check_rows(reply)
+        return reply

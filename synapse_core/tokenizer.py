@@ -36,6 +36,7 @@ class Tokenizer(Protocol):
 
 
 _PLAIN = b" abcdefghijklmnopqrstuvwxyz0123456789"
+_PLAIN_BOTH_CASES = _PLAIN + b"ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
 
 def words(text: str) -> list[str]:
@@ -54,6 +55,16 @@ class BasicTokenizer:
         return [SPECIAL + crc32(word.encode()) % span for word in words(text)]
 
     def count(self, text: str) -> int:
+        # Plain text (ASCII letters, digits, single spaces inside): one word
+        # per space, counted without building the words.
+        if (
+            text.isascii()
+            and text[:1] != " "
+            and text[-1:] != " "
+            and "  " not in text
+            and not text.encode("ascii").translate(None, _PLAIN_BOTH_CASES)
+        ):
+            return text.count(" ") + 1 if text else 0
         return len(words(text))
 
     def sequence_length(self, count: int, pair: int | None = None) -> int:

@@ -176,26 +176,42 @@ def pack_rows(rows: Sequence[Sequence[float]]) -> bytes:
     return flat.tobytes()
 
 
-def unpack_rows(output: Output) -> list[list[float]]:
-    """Unpack and validate an :class:`Output`'s rows: size and finiteness."""
+def check_rows(output: Output) -> None:
+    """Validate an :class:`Output`'s rows without unpacking them: size and finiteness."""
     expected = output.rows * output.dims * 4
-    if len(output.data) != expected:
+    data = output.data
+    if len(data) != expected:
         raise WireError(
-            f"output carries {len(output.data)} bytes; {output.rows} rows x {output.dims} dims "
+            f"output carries {len(data)} bytes; {output.rows} rows x {output.dims} dims "
             f"needs {expected}"
         )
-    values: list[float]
-    if sys.byteorder == "little":
-        values = memoryview(output.data).cast("f").tolist()  # type: ignore[assignment]
-    else:
-        flat = array("f", output.data)
-        flat.byteswap()
-        values = flat.tolist()
-    # A float32 sum in double precision cannot overflow, so a non-finite sum
-    # means a NaN or infinity among the values; one C-level pass checks all.
-    if not math.isfinite(sum(values)):
+    # A float32 is NaN or infinite only if its exponent bits are all ones, so
+    # its high byte (the last, little-endian) is 0x7F or 0xFF; only then look
+    # closer. A float32 sum in double precision cannot overflow, so a
+    # non-finite sum means a NaN or infinity among the values.
+    high = data[3::4]
+    if (b"\x7f" in high or b"\xff" in high) and not math.isfinite(sum(_floats(data))):
         raise WireError("output contains NaN or infinite values")
+
+
+def rows_of(output: Output) -> list[list[float]]:
+    """The rows of an :class:`Output` that passed :func:`check_rows`."""
+    values = _floats(output.data)
     if output.rows == 1:
         return [values]
     d = output.dims
     return [values[i * d : i * d + d] for i in range(output.rows)]
+
+
+def unpack_rows(output: Output) -> list[list[float]]:
+    """Validate and unpack an :class:`Output`'s rows."""
+    check_rows(output)
+    return rows_of(output)
+
+
+def _floats(data: bytes) -> list[float]:
+    if sys.byteorder == "little":
+        return memoryview(data).cast("f").tolist()  # type: ignore[return-value]
+    flat = array("f", data)
+    flat.byteswap()
+    return flat.tolist()
