@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -12,6 +13,7 @@ from hypothesis import strategies as st
 
 from synapse_core.channel import ChannelClosed, Exchange, ExchangeTimeout, FramedChannel
 from synapse_core.memory import MemoryByteSendStream, byte_pipe
+from synapse_core.process import PipeReceive, PipeSend
 from synapse_core.wire import (
     PREFIX,
     Admit,
@@ -19,6 +21,7 @@ from synapse_core.wire import (
     Codec,
     Frame,
     HostFrame,
+    Infer,
     Inventory,
     InventoryRequest,
     Shape,
@@ -254,3 +257,111 @@ def test_valid_frames_arrive_in_order_before_garbage(
     codec = Codec()
     frames = anyio.run(_drain, [*(codec.encode(f) for f in valid), tail], backend=backend)
     assert frames[: len(valid)] == valid
+
+
+# -- split exchanges over real pipes --------------------------------------------------
+
+
+@asynccontextmanager
+async def pipe_pair() -> AsyncIterator[tuple[FramedChannel, FramedChannel]]:
+    """A host end and a worker end over two OS pipes, as the host talks to a
+    worker subprocess (the non-blocking pipe ends support writes and reads
+    without waiting)."""
+    to_worker_r, to_worker_w = os.pipe()
+    to_host_r, to_host_w = os.pipe()
+    host = FramedChannel(PipeSend(to_worker_w), PipeReceive(to_host_r), Codec(WorkerFrame))
+    worker = FramedChannel(PipeSend(to_host_w), PipeReceive(to_worker_r), Codec(HostFrame))
+    try:
+        yield host, worker
+    finally:
+        await host.aclose()
+        await worker.aclose()
+
+
+async def _answer(worker: FramedChannel, replies: int, seen: list[int]) -> None:
+    for _ in range(replies):
+        request = await worker.receive()
+        assert isinstance(request, Admit | InventoryRequest)
+        seen.append(request.request_id)
+        await worker.send(Inventory(request.request_id, []))
+
+
+@pytest.mark.anyio
+async def test_begin_now_writes_at_once_and_complete_takes_a_reply_already_here() -> None:
+    async with pipe_pair() as (host, worker):
+        exchange = host.begin_now(InventoryRequest(1))
+        assert exchange is not None and exchange.written and exchange.unsent is None
+        with anyio.fail_after(BOUND_S):
+            await _answer(worker, 1, [])  # the reply waits in the pipe
+            assert await host.complete(exchange, 5.0) == Inventory(1, [])
+
+
+@pytest.mark.anyio
+async def test_a_busy_channel_hands_its_turn_over_in_order() -> None:
+    async with pipe_pair() as (host, worker):
+        first = host.begin_now(InventoryRequest(1))
+        assert first is not None
+        assert host.begin_now(InventoryRequest(9)) is None  # busy: nothing written
+        seen: list[int] = []
+        replies: dict[int, Frame] = {}
+
+        async def call(request_id: int, queued: anyio.Event) -> None:
+            queued.set()
+            replies[request_id] = await host.exchange(InventoryRequest(request_id), 5.0)
+
+        with anyio.fail_after(BOUND_S):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(_answer, worker, 3, seen)
+                for request_id in (2, 3):
+                    queued = anyio.Event()
+                    tg.start_soon(call, request_id, queued)
+                    await queued.wait()
+                    await anyio.wait_all_tasks_blocked()
+                assert await host.complete(first, 5.0) == Inventory(1, [])
+    assert seen == [1, 2, 3]
+    assert replies == {2: Inventory(2, []), 3: Inventory(3, [])}
+
+
+@pytest.mark.anyio
+async def test_a_cancelled_waiter_leaves_the_queue_and_the_turn_moves_on() -> None:
+    async with pipe_pair() as (host, worker):
+        first = host.begin_now(InventoryRequest(1))
+        assert first is not None
+        with anyio.fail_after(BOUND_S):
+            async with anyio.create_task_group() as tg:
+                waiter = anyio.CancelScope()
+
+                async def wait_for_turn() -> None:
+                    with waiter:
+                        await host.begin(InventoryRequest(2))
+
+                tg.start_soon(wait_for_turn)
+                await anyio.wait_all_tasks_blocked()
+                waiter.cancel()
+            assert waiter.cancelled_caught
+            first.abandon()
+            # The turn came back instead of going to the cancelled waiter.
+            again = host.begin_now(InventoryRequest(3))
+            assert again is not None
+            seen: list[int] = []
+            await _answer(worker, 2, seen)
+            assert seen == [1, 3]
+
+
+@pytest.mark.anyio
+async def test_a_request_larger_than_the_pipe_is_finished_by_complete() -> None:
+    big = Infer(7, Shape(16, 1), "embed", [list(range(1000, 41000))])  # over 64 KiB
+    async with pipe_pair() as (host, worker):
+        exchange = host.begin_now(big)
+        assert exchange is not None and exchange.unsent  # the pipe took only part
+        assert not exchange.written
+
+        async def answer() -> None:
+            assert await worker.receive() == big
+            await worker.send(Inventory(7, []))
+
+        with anyio.fail_after(BOUND_S):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(answer)
+                assert await host.complete(exchange, 5.0) == Inventory(7, [])
+        assert exchange.written and exchange.unsent is None

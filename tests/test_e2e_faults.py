@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 
 import synapse_core as synapse
+from synapse_core.residency.supervisor import Supervisor
 
 # Served through the installed mock plugin (synapse_mock_transport) via its entry point.
 pytestmark = [pytest.mark.anyio, pytest.mark.subprocess]
@@ -61,6 +62,40 @@ async def test_inference_fault_is_not_replayed_and_recovers(
     # One infer per generation: the one that may have run was never replayed.
     assert [i["generation"] for i in infers] == [1, 2]
     assert len({i["request_id"] for i in infers}) == 2
+
+
+@pytest.mark.parametrize("knob", ["crash_on_infer", "malformed_on_infer", "hang_on_infer"])
+async def test_fault_of_a_request_begun_by_the_caller_is_not_replayed(
+    tmp_path: Path, make_model: Any, make_config: Any, knob: str, monkeypatch: Any
+) -> None:
+    """A warm call's request leaves from the caller's task (the head start);
+    its fault is handled by the detached task exactly like any other."""
+    begun: list[bool] = []
+    original = Supervisor.begin_now
+
+    def spy(sup: Supervisor, lease: Any, frame: Any) -> Any:
+        exchange = original(sup, lease, frame)
+        begun.append(exchange is not None and exchange.written)
+        return exchange
+
+    monkeypatch.setattr(Supervisor, "begin_now", spy)
+    trace = tmp_path / "trace.jsonl"
+    faults = {knob: 2, "only_generation": 1}
+    cfg = make_config(
+        make_model("m", faults=faults, trace=str(trace)), exchange_timeout_s=1.0, exit_grace_s=2.0
+    )
+    async with synapse.open_host(cfg) as host:
+        await host.embed("m", ["the first call admits the shape"])
+        with pytest.raises(synapse.OutcomeUnknown, match="not replayed"):
+            await host.embed("m", ["the second call"])
+        assert begun == [True]  # written by the caller, not by the detached task
+        await host.load("m")
+        assert (await host.embed("m", ["the third call"])).vectors
+        snap = host.snapshot().worker("m")
+        assert (snap.generation, snap.state, snap.restarts, snap.inflight) == (2, "ready", 1, 0)
+    infers = [line for line in trace_lines(trace) if line["frame"] == "infer"]
+    assert [i["generation"] for i in infers] == [1, 1, 2]
+    assert len({i["request_id"] for i in infers}) == 3
 
 
 async def test_ignore_sigterm_worker_is_killed_and_confirmed(

@@ -281,3 +281,64 @@ async def test_snapshot_is_plain_and_serialisable(make_model: Any, make_config: 
     assert worker["shapes"] == [{"bucket": 8, "batch": 2, "units": 16}]
     assert (worker["leases"], worker["inflight"]) == (0, 0)
     assert doc["admissions"] == 1
+
+
+class LargestBucket:
+    """A plugin that overrides the smallest-fit default."""
+
+    @synapse.hookimpl
+    def synapse_select_bucket(self, length: int, buckets: list[int], model: Any) -> int:
+        return buckets[-1]
+
+
+async def test_a_bucket_hook_plugin_overrides_the_default(
+    make_model: Any, make_config: Any
+) -> None:
+    transport = InProcessTransport()
+    cfg = make_config(make_model("m"))
+    plugins = [transport_plugin(transport), LargestBucket()]
+    async with synapse.open_host(cfg, plugins=plugins) as host:
+        for _ in range(2):  # a cold call, then a warm one begun by the caller
+            result = await host.embed("m", ["short"])
+            assert result.vectors[0] == pytest.approx(expected_vector("short"), abs=1e-6)
+    assert [f["shape"] for f in transport.frames("infer")] == [[32, 2], [32, 2]]
+
+
+class MiscountingTransport(InProcessTransport):
+    """Its tokenizer counts one token too many in texts that say "miscount"."""
+
+    def tokenizer(self, model: Any) -> Any:
+        class Miscounting(BasicTokenizer):
+            def count(self, text: str) -> int:
+                return super().count(text) + ("miscount" in text)
+
+        return Miscounting()
+
+
+async def test_a_tokenizer_whose_count_and_encode_disagree_is_a_plugin_error(
+    make_model: Any, make_config: Any
+) -> None:
+    transport = MiscountingTransport()
+    cfg = make_config(make_model("m"))
+    # More texts than are encoded while planning: these are counted first.
+    texts = [f"text {i}" for i in range(12)]
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        with pytest.raises(synapse.PluginError, match=r"input 11 .*count\(\) and encode\(\)"):
+            await host.embed("m", [*texts[:11], "miscount here"])
+        result = await host.embed("m", texts)  # the host keeps serving
+        assert result.vectors[11] == pytest.approx(expected_vector(texts[11]), abs=1e-6)
+        worker = host.snapshot().worker("m")
+        assert (worker.generation, worker.restarts, worker.inflight) == (1, 0, 0)
+        assert host.snapshot().lanes["mock:0"].reserved > 0  # shapes stay admitted
+
+
+@pytest.mark.parametrize("count", [1, 40])
+async def test_large_and_small_calls_return_the_same_rows(
+    make_model: Any, make_config: Any, count: int
+) -> None:
+    """Small calls are encoded while planned, large ones chunk by chunk."""
+    texts = [" ".join(f"w{i}x{j}" for j in range(i % 7 + 1)) for i in range(count)]
+    cfg = make_config(make_model("m"))
+    async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessTransport())]) as host:
+        result = await host.embed("m", texts)
+    assert result.vectors == [pytest.approx(expected_vector(t), abs=1e-6) for t in texts]
