@@ -128,7 +128,7 @@ class Host:
         if model in self._retired:
             raise Retired(f"model {model!r} was retired; load it again to serve it")
         runner = self._runner
-        if runner.permits.available_tokens < 1 and self.backlog.waiting >= self.config.max_waiting:
+        if self.backlog.waiting >= self.config.max_waiting and runner.permits.available_tokens < 1:
             raise Overloaded(
                 f"{self.backlog.waiting} calls are already waiting (max_waiting = "
                 f"{self.config.max_waiting}); retry later"

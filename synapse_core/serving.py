@@ -4,6 +4,13 @@ The task, not the caller, holds the execution permit, the catalog guard
 (in-flight count), and one lease at a time. A cancelled caller abandons the
 call: the current exchange's reply is drained, ownership is released, and no
 later group starts. A healthy worker is never restarted for it.
+
+The caller gives the task a head start: before waking it, the caller takes
+whatever is free at once (permit, guard, an admitted shape's lease, the
+channel's turn) and writes the first request. There is no await in between,
+so nothing can cancel the hand-over halfway, and from then on the task owns
+it all exactly as if it had taken it; waking the task overlaps the worker's
+compute instead of delaying the request.
 """
 
 from __future__ import annotations
@@ -16,7 +23,7 @@ import attrs
 
 from .channel import Exchange
 from .deadline import Clock, Deadline
-from .errors import DeadlineExceeded, OutcomeUnknown, SynapseError, WorkerFault
+from .errors import DeadlineExceeded, OutcomeUnknown, Retired, SynapseError, WorkerFault
 from .plan import Group, Item, Plan, group_by_bucket, over_ceiling
 from .plugins import PluginHost
 from .residency.supervisor import Backlog, Fault, Lease, Supervisor, wait_bounded
@@ -164,6 +171,9 @@ class CallRunner:
             await self._serve(call, supervisor, worker)
         except Exception as exc:
             error = exc
+        except BaseException:  # cancelled: the host is closing
+            error = Retired(f"the host closed before {call.plan.model!r} answered")
+            raise
         finally:
             self._end(call, supervisor, worker, error)
 
@@ -313,6 +323,16 @@ class CallRunner:
             raise DeadlineExceeded(f"deadline passed {when}")
 
     def _validate(self, reply: Frame, request: Infer, chunk: Sequence[Item], width: int) -> Output:
+        if (
+            type(reply) is Output
+            and reply.request_id == request.request_id
+            and reply.shape == request.shape
+            and reply.rows == len(chunk)
+            and reply.dims == width
+        ):
+            check_rows(reply)
+            return reply
+        # Not the reply expected: say exactly how.
         if isinstance(reply, Failure) and reply.request_id == request.request_id:
             raise WorkerFault(f"worker rejected the request: {reply.code}: {reply.message}")
         if not isinstance(reply, Output):

@@ -52,6 +52,12 @@ def words(text: str) -> list[str]:
 class BasicTokenizer:
     def encode(self, text: str) -> list[int]:
         crc32, span = zlib.crc32, VOCAB - SPECIAL
+        if text.isascii():
+            # Plain ASCII: hash the words straight from one encoded copy
+            # (the same bytes each word would encode to on its own).
+            data = text.lower().encode("ascii")
+            if not data.translate(None, _PLAIN):
+                return [SPECIAL + crc32(word) % span for word in data.split()]
         return [SPECIAL + crc32(word.encode()) % span for word in words(text)]
 
     def count(self, text: str) -> int:
