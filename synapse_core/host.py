@@ -13,6 +13,7 @@ from .catalog import Catalog, Entry
 from .config import HostConfig, Task
 from .deadline import Clock, Deadline, monotonic
 from .errors import Overloaded, Retired
+from .handoff import OneShot, event_factory
 from .plan import Plan, plan_call
 from .plugins import PluginHost
 from .residency.lane import Lane
@@ -133,9 +134,11 @@ class Host:
                 f"{self.backlog.waiting} calls are already waiting (max_waiting = "
                 f"{self.config.max_waiting}); retry later"
             )
-        worker = self._worker(entry)
+        worker = self._workers.get(model)
+        if worker is None or worker.phase is Phase.EXITED:
+            worker = self._worker(entry)
+        sup = self.supervisors[worker.lane.info.lane_id]
         call = Call.new(plan, deadline or Deadline.never(), self._runners.event())
-        sup = self._supervisor(entry)
         if runner.start(call, sup, worker):
             self._runners.submit((call, sup, worker))
             await runner.wait(call)
@@ -193,14 +196,9 @@ class Host:
 class _Slot:
     __slots__ = ("event", "job")
 
-    def __init__(self, event: anyio.Event) -> None:
+    def __init__(self, event: OneShot) -> None:
         self.event = event
         self.job: tuple[Call, Supervisor, Worker] | None = None
-
-    def take(self) -> tuple[Call, Supervisor, Worker]:
-        job, self.job = self.job, None
-        assert job is not None
-        return job
 
 
 class _Runners:
@@ -211,9 +209,7 @@ class _Runners:
         self.tg = tg
         self.runner = runner
         self.idle: list[_Slot] = []
-        # The running backend's event class: ``anyio.Event()`` looks the
-        # backend up on every call, which a per-call event need not pay.
-        self.event: Callable[[], anyio.Event] = type(anyio.Event())
+        self.event: Callable[[], OneShot] = event_factory()
 
     def submit(self, job: tuple[Call, Supervisor, Worker]) -> None:
         if self.idle:
@@ -231,7 +227,8 @@ class _Runners:
             self.idle.append(slot)
             await slot.event.wait()
             slot.event = self.event()
-            job = slot.take()
+            assert slot.job is not None
+            job, slot.job = slot.job, None
 
 
 @asynccontextmanager

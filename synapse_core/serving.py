@@ -24,6 +24,7 @@ import attrs
 from .channel import Exchange
 from .deadline import Clock, Deadline
 from .errors import DeadlineExceeded, OutcomeUnknown, Retired, SynapseError, WorkerFault
+from .handoff import OneShot
 from .plan import Group, Item, Plan, group_by_bucket, over_ceiling
 from .plugins import PluginHost
 from .residency.supervisor import Backlog, Fault, Lease, Supervisor, wait_bounded
@@ -57,7 +58,7 @@ class Call:
     plan: Plan
     deadline: Deadline
     rows: list[list[float] | None]
-    done: anyio.Event
+    done: OneShot
     error: SynapseError | None = None
     identity: str = ""
     #: the caller is gone (cancelled or past its deadline): start nothing new
@@ -74,7 +75,7 @@ class Call:
     begun: tuple[Infer, Exchange] | None = None
 
     @classmethod
-    def new(cls, plan: Plan, deadline: Deadline, done: anyio.Event) -> Call:
+    def new(cls, plan: Plan, deadline: Deadline, done: OneShot) -> Call:
         return cls(plan, deadline, [None] * len(plan.items), done)
 
     def is_abandoned(self) -> bool:

@@ -447,18 +447,19 @@ class Supervisor:
     def _grant(self, worker: Worker, generation: int, shape: Shape) -> Lease:
         if worker.retiring:
             raise Retired(f"model {worker.spec.name!r} is retiring; it takes no new work")
-        assert worker.channel is not None and worker.phase is Phase.READY
+        channel = worker.channel
+        assert channel is not None
         worker.leases[shape] += 1
         self.lane.touch(worker.worker_id, shape, self.clock())
-        return Lease(worker, generation, shape, worker.channel)
+        return Lease(worker, generation, shape, channel)
 
     def release(self, lease: Lease) -> None:
         if lease.released:
             return
         lease.released = True
-        worker = lease.worker
-        if lease.generation == worker.generation and worker.leases[lease.shape] > 0:
-            worker.leases[lease.shape] -= 1
+        leases = lease.worker.leases
+        if lease.generation == lease.worker.generation and leases[lease.shape] > 0:
+            leases[lease.shape] -= 1
         self.lane.notify()  # an unleased shape may now be evictable
 
     async def _exchange(

@@ -1,0 +1,63 @@
+"""One-shot events for the two hand-offs of every call.
+
+A call crosses from its caller to its detached task and back, and each
+crossing waits on an event with exactly one waiter. On asyncio,
+``anyio.Event`` wraps an ``asyncio.Event``, which looks up the running loop
+and keeps a list of waiter futures; a single waiter needs only the future,
+at a fraction of the bytecode on the per-call path. Other backends use
+anyio's event.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Protocol
+
+import anyio
+
+
+class OneShot(Protocol):
+    """The part of :class:`anyio.Event` a hand-off uses."""
+
+    def set(self) -> None: ...
+
+    def is_set(self) -> bool: ...
+
+    async def wait(self) -> None: ...
+
+
+class FutureEvent:
+    """A one-shot event over a bare asyncio future."""
+
+    __slots__ = ("_future", "_loop", "_set")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._future: asyncio.Future[None] = loop.create_future()
+        self._set = False
+
+    def set(self) -> None:
+        if not self._set:
+            self._set = True
+            if not self._future.done():  # a cancelled waiter cancels the future
+                self._future.set_result(None)
+
+    def is_set(self) -> bool:
+        return self._set
+
+    async def wait(self) -> None:
+        if self._set:
+            return
+        if self._future.done():  # an earlier waiter was cancelled
+            self._future = self._loop.create_future()
+        await self._future
+
+
+def event_factory() -> Callable[[], OneShot]:
+    """The cheapest one-shot event for the running backend."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:  # not asyncio
+        return type(anyio.Event())
+    return lambda: FutureEvent(loop)
