@@ -7,13 +7,21 @@ import os
 from pathlib import Path
 from typing import Any
 
+import anyio
 import pytest
 
 import synapse_core as synapse
 from synapse_core.residency.supervisor import Supervisor
+from synapse_core.testing import eventually
+from synapse_core.tokenizer import BasicTokenizer
+from synapse_mock_transport.logic import embed_tokens
 
 # Served through the installed mock plugin (synapse_mock_transport) via its entry point.
 pytestmark = [pytest.mark.anyio, pytest.mark.subprocess]
+
+
+def expected_vector(text: str, dims: int) -> list[float]:
+    return embed_tokens(BasicTokenizer().encode(text), dims)
 
 
 def trace_lines(path: Path) -> list[dict[str, Any]]:
@@ -96,6 +104,27 @@ async def test_fault_of_a_request_begun_by_the_caller_is_not_replayed(
     infers = [line for line in trace_lines(trace) if line["frame"] == "infer"]
     assert [i["generation"] for i in infers] == [1, 1, 2]
     assert len({i["request_id"] for i in infers}) == 3
+
+
+async def test_a_request_the_caller_wrote_is_drained_when_the_caller_is_cancelled_at_once(
+    make_model: Any, make_config: Any
+) -> None:
+    """Cancelled before its detached task ever ran: the request the caller
+    wrote is still that task's to drain, so the next call gets its own reply."""
+    cfg = make_config(make_model("m"))
+    async with synapse.open_host(cfg) as host:
+        await host.embed("m", ["warm up"])
+        with anyio.CancelScope() as scope:
+            scope.cancel()
+            await host.embed("m", ["cancelled at once"])
+        assert scope.cancelled_caught
+        worker = host.worker("m")
+        assert worker is not None
+        await eventually(lambda: worker.inflight == 0)
+        result = await host.embed("m", ["next"])
+        assert result.vectors[0] == pytest.approx(expected_vector("next", 4), abs=1e-6)
+        snap = host.snapshot().worker("m")
+        assert (snap.generation, snap.state, snap.restarts) == (1, "ready", 0)
 
 
 async def test_ignore_sigterm_worker_is_killed_and_confirmed(
