@@ -98,7 +98,7 @@ class Padding:
 
 
 def padding(frames: list[Infer], tokenizer: Tokenizer, buckets: tuple[int, ...]) -> Padding:
-    lengths = [tokenizer.sequence_length(len(seq)) for f in frames for seq in f.sequences]
+    lengths = [tokenizer.sequence_length(seq) for f in frames for seq in f.sequences]
     top = rig.smallest_fit(max(lengths), buckets)
     return Padding(
         real=sum(lengths),

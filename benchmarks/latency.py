@@ -71,7 +71,7 @@ async def _measure(mode: Mode, pool: ProcessPoolExecutor) -> Series:
         assert worker.channel is not None and worker.hello is not None
         bare = rig.BareExchange(worker.channel)
         tokens = [worker.tokenizer.encode(rig.SHORT_TEXT)]
-        length = worker.tokenizer.sequence_length(len(tokens[0]))
+        length = worker.tokenizer.sequence_length(tokens[0])
         shape = Shape(rig.smallest_fit(length), worker.hello.max_batch)
         texts = [rig.SHORT_TEXT]
 

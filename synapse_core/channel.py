@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import contextlib
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
@@ -24,6 +24,8 @@ from .wire import PREFIX, Codec, Frame, WireError
 
 _STREAM_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 _READ_SIZE = 65536
+#: the most one read asks for: a huge frame arrives in pipe-sized pieces anyway
+_MAX_READ = 1 << 20
 
 
 class ChannelClosed(Exception):
@@ -96,12 +98,21 @@ class _Turns:
 class FramedChannel:
     def __init__(self, send: ByteSendStream, receive: ByteReceiveStream, codec: Codec) -> None:
         self._send = send
-        # Streams that can write without waiting (the worker pipes) let an
-        # exchange's request leave before its first await.
-        self._send_now: Callable[[bytes], int] | None = getattr(send, "send_nowait", None)
         self._receive = receive
-        self._receive_nowait: Callable[[int], bytes | None] | None = getattr(
-            receive, "receive_nowait", None
+        # Byte streams that can write and read without waiting (the worker
+        # pipes) let a request leave before its sender's first await, and a
+        # reply already here be taken without a timeout. Only byte streams:
+        # anyio's object streams have methods of these names with other meanings.
+        self._send_now: Callable[[bytes], int] | None = (
+            getattr(send, "send_nowait", None) if isinstance(send, ByteSendStream) else None
+        )
+        self._receive_nowait: Callable[[int], bytes | None] | None = (
+            getattr(receive, "receive_nowait", None)
+            if isinstance(receive, ByteReceiveStream)
+            else None
+        )
+        self._read: Callable[[int], Awaitable[bytes]] = (
+            receive.receive if isinstance(receive, ByteReceiveStream) else self._read_item
         )
         self._buffer = bytearray()
         self._wanted = 0
@@ -123,12 +134,16 @@ class FramedChannel:
     async def receive(self) -> Frame:
         try:
             while (frame := self._take_frame()) is None:
-                self._buffer += await self._receive.receive(max(self._wanted, _READ_SIZE))
+                self._buffer += await self._read(self._read_size())
         except (anyio.IncompleteRead, anyio.EndOfStream):
             raise ChannelClosed("worker closed its end of the channel") from None
         except _STREAM_ERRORS as exc:
             raise ChannelClosed(f"receive failed: {exc!r}") from None
         return frame
+
+    async def _read_item(self, max_bytes: int) -> bytes:
+        """A read from a stream of byte chunks that takes no size."""
+        return bytes(await self._receive.receive())
 
     def _receive_now(self) -> Frame | None:
         """A whole frame that is already here, or ``None`` (then :meth:`receive`,
@@ -136,13 +151,16 @@ class FramedChannel:
         frame = self._take_frame()
         if frame is None and self._receive_nowait is not None:
             try:
-                data = self._receive_nowait(max(self._wanted, _READ_SIZE))
+                data = self._receive_nowait(self._read_size())
             except (anyio.EndOfStream, *_STREAM_ERRORS):
                 return None
             if data:
                 self._buffer += data
                 frame = self._take_frame()
         return frame
+
+    def _read_size(self) -> int:
+        return min(max(self._wanted, _READ_SIZE), _MAX_READ)
 
     def _take_frame(self) -> Frame | None:
         """Cut the next whole frame off the buffer; note how many bytes it lacks."""
@@ -172,13 +190,24 @@ class FramedChannel:
             return None
         return self._start(data)
 
-    async def begin(self, frame: Frame) -> Exchange:
-        """:meth:`begin_now`, waiting for the channel's turn if it is busy."""
+    async def begin(self, frame: Frame, check: Callable[[], None] | None = None) -> Exchange:
+        """:meth:`begin_now`, waiting for the channel's turn if it is busy.
+
+        ``check`` runs once the turn is taken, before anything is written; if
+        it raises (its sender gave up while waiting), the turn is given back.
+        """
         data = self.codec.encode(frame)
         await self._turns.take()
+        if check is not None:
+            try:
+                check()
+            except BaseException:
+                self._turns.give_back()
+                raise
         return self._start(data)
 
     def _start(self, data: bytes) -> Exchange:
+        """Write what the stream takes now; the turn is held from here on."""
         exchange = Exchange(self._turns)
         exchange.unsent = data
         if self.closed:
@@ -188,6 +217,9 @@ class FramedChannel:
                 sent = self._send_now(data)
             except _STREAM_ERRORS as exc:
                 exchange.error = ChannelClosed(f"send failed: {exc!r}")
+            except BaseException:
+                exchange.abandon()  # never keep a turn nobody will finish
+                raise
             else:
                 if sent == len(data):
                     exchange.unsent = None

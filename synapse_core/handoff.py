@@ -28,7 +28,8 @@ class OneShot(Protocol):
 
 
 class FutureEvent:
-    """A one-shot event over a bare asyncio future."""
+    """A one-shot event over a bare asyncio future, for a single waiter at a
+    time (a cancelled waiter cancels the future, so two would share that)."""
 
     __slots__ = ("_future", "_loop", "_set")
 

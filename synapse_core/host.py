@@ -221,14 +221,25 @@ class _Runners:
 
     async def _loop(self, job: tuple[Call, Supervisor, Worker]) -> None:
         slot = _Slot(self.event())
-        while True:
-            await self.runner.run(*job)
-            # Park at once: the caller wakes only once this task yields.
-            self.idle.append(slot)
-            await slot.event.wait()
-            slot.event = self.event()
-            assert slot.job is not None
-            job, slot.job = slot.job, None
+        try:
+            while True:
+                await self.runner.run(*job)
+                # Park at once: the caller wakes only once this task yields.
+                self.idle.append(slot)
+                await slot.event.wait()
+                slot.event = self.event()
+                assert slot.job is not None
+                job, slot.job = slot.job, None
+        except BaseException:
+            # Cancelled (the host is closing): take no more work, and end a call
+            # handed over as the cancellation landed, letting go of what its
+            # caller took for it.
+            if slot in self.idle:
+                self.idle.remove(slot)
+            if slot.job is not None:
+                self.runner.cancel(*slot.job)
+                slot.job = None
+            raise
 
 
 @asynccontextmanager

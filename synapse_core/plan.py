@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import attrs
 
 from .catalog import Entry
 from .errors import PluginError, Refused
-from .tokenizer import Tokenizer
+from .tokenizer import CountingTokenizer, Tokenizer
 
 #: calls of at most this many texts are encoded while they are planned
 EAGER_TEXTS = 8
@@ -51,7 +52,10 @@ class Plan:
         for item in items:
             ids = item.ids
             if ids is None:
-                ids = self.tokenizer.encode(item.text)
+                try:
+                    ids = self.tokenizer.encode(item.text)
+                except Exception as exc:
+                    raise tokenizer_failed(self.model, f"input {item.index}", exc) from exc
                 if len(ids) != item.count:
                     raise PluginError(
                         f"the tokenizer of model {self.model!r} counted {item.count} tokens "
@@ -86,6 +90,10 @@ def over_ceiling(model: str, item: Item, ceiling: int, pair: bool = False) -> Re
     )
 
 
+def tokenizer_failed(model: str, what: str, exc: Exception) -> PluginError:
+    return PluginError(f"the tokenizer of model {model!r} failed on {what}: {exc!r}")
+
+
 def plan_call(entry: Entry, texts: Sequence[str], query: str | None = None) -> Plan:
     """Tokenise and check every input; raise :class:`Refused` on the first bad one."""
     model = entry.spec.name
@@ -97,19 +105,38 @@ def plan_call(entry: Entry, texts: Sequence[str], query: str | None = None) -> P
     tokenizer = entry.tokenizer
     query_ids: list[int] | None = None
     if query is not None:
-        query_ids = tokenizer.encode(query)
+        try:
+            query_ids = tokenizer.encode(query)
+        except Exception as exc:
+            raise tokenizer_failed(model, "the query", exc) from exc
         if not query_ids:
             raise Refused("empty-sequence", "the query is empty; give it some text", model=model)
     query_count = None if query_ids is None else len(query_ids)
-    sequence_length, ceiling = tokenizer.sequence_length, entry.spec.ceiling
-    # Counting is enough to refuse; a large call's ids are encoded chunk by
-    # chunk later, while earlier chunks run. A small call is encoded at once:
-    # counting first would only add a pass.
-    eager = len(texts) <= EAGER_TEXTS
+    ceiling = entry.spec.ceiling
+    # Counting is enough to refuse: a large call's ids are then encoded chunk
+    # by chunk, while earlier chunks run. A small call is encoded at once
+    # (counting first would only add a pass), and so is every call of a
+    # tokenizer that cannot count.
+    counting = (
+        cast(CountingTokenizer, tokenizer)
+        if len(texts) > EAGER_TEXTS
+        and hasattr(tokenizer, "count")
+        and hasattr(tokenizer, "positions")
+        else None
+    )
     items = []
     for index, text in enumerate(texts):
-        ids = tokenizer.encode(text) if eager else None
-        n = tokenizer.count(text) if ids is None else len(ids)
+        try:
+            if counting is not None:
+                ids = None
+                n = counting.count(text)
+                length = counting.positions(n, query_count)
+            else:
+                ids = tokenizer.encode(text)
+                n = len(ids)
+                length = tokenizer.sequence_length(ids, query_ids)
+        except Exception as exc:
+            raise tokenizer_failed(model, f"input {index}", exc) from exc
         if not n:
             raise Refused(
                 "empty-sequence",
@@ -118,7 +145,7 @@ def plan_call(entry: Entry, texts: Sequence[str], query: str | None = None) -> P
                 model=model,
                 index=index,
             )
-        item = Item(index, text, n, sequence_length(n, query_count), ids)
+        item = Item(index, text, n, length, ids)
         if item.length > ceiling:
             raise over_ceiling(model, item, ceiling, pair=query is not None)
         items.append(item)

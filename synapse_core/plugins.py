@@ -208,7 +208,7 @@ class PluginHost:
         """
         if self._only_default_buckets is None:
             impls = self.pm.hook.synapse_select_bucket.get_hookimpls()
-            self._only_default_buckets = len(impls) == 1
+            self._only_default_buckets = [i.plugin for i in impls] == [defaults]
         if self._only_default_buckets:
             return partial(_first_fit, tuple(buckets))
         return lambda length: self.select_bucket(length, buckets, model)

@@ -53,6 +53,14 @@ class InternalError(SynapseError):
     code = "internal-error"
 
 
+class _Gone(Exception):
+    """The caller gave up before its next request could be sent."""
+
+
+def _closing(call: Call) -> Retired:
+    return Retired(f"the host closed before {call.plan.model!r} answered")
+
+
 @attrs.define(eq=False)
 class Call:
     plan: Plan
@@ -173,10 +181,14 @@ class CallRunner:
         except Exception as exc:
             error = exc
         except BaseException:  # cancelled: the host is closing
-            error = Retired(f"the host closed before {call.plan.model!r} answered")
+            error = _closing(call)
             raise
         finally:
             self._end(call, supervisor, worker, error)
+
+    def cancel(self, call: Call, supervisor: Supervisor, worker: Worker) -> None:
+        """End a call whose detached task will never run (the host is closing)."""
+        self._end(call, supervisor, worker, _closing(call))
 
     def _end(
         self, call: Call, supervisor: Supervisor, worker: Worker, error: Exception | None
@@ -257,9 +269,10 @@ class CallRunner:
         width = hello.dims if plan.task == "embed" else 1
         checked: tuple[Group, Output] | None = None  # rows checked but not yet stored
         for index, step in enumerate(steps):
+            # The request under way is kept in ``call.begun`` until its reply
+            # is awaited, so whatever happens in between lets go of it.
             if call.begun is not None:
                 # Begun by the head start: drained even if the caller is gone.
-                (request, exchange), call.begun = call.begun, None
                 lease = call.lease
                 assert lease is not None
             else:
@@ -279,7 +292,10 @@ class CallRunner:
                     if call.is_abandoned():
                         return
                 request = self._request(call, supervisor, lease, step)
-                exchange = await supervisor.begin(lease, request)
+                try:
+                    call.begun = (request, await self._begin(call, supervisor, lease, request))
+                except _Gone:
+                    return
             # While this request runs: store the last reply's rows, encode the next.
             if checked is not None:
                 self._store(call, *checked)
@@ -287,6 +303,7 @@ class CallRunner:
             if index + 1 < len(steps):
                 plan.encode_ahead(steps[index + 1].items)
             fault = None
+            (request, exchange), call.begun = call.begun, None
             try:
                 reply = await supervisor.finish(lease, exchange)
                 output = self._validate(reply, request, step.items, width)
@@ -318,6 +335,25 @@ class CallRunner:
     def _store(call: Call, step: Group, output: Output) -> None:
         for item, row in zip(step.items, rows_of(output), strict=True):
             call.rows[item.index] = row
+
+    async def _begin(
+        self, call: Call, supervisor: Supervisor, lease: Lease, request: Infer
+    ) -> Exchange:
+        """Begin ``request`` once the channel is free, within the deadline; the
+        call is re-checked when the turn comes, so a caller that gave up while
+        waiting sends nothing (:class:`_Gone`)."""
+
+        def check() -> None:
+            if call.abandoned:
+                raise _Gone
+            self._check_deadline(call, "waiting for the worker's channel; nothing was sent")
+
+        remaining = call.deadline.remaining(self.clock)
+        if remaining == math.inf:
+            return await supervisor.begin(lease, request, check)
+        with anyio.move_on_after(remaining):
+            return await supervisor.begin(lease, request, check)
+        raise DeadlineExceeded("deadline passed waiting for the worker's channel; nothing was sent")
 
     def _check_deadline(self, call: Call, when: str) -> None:
         if call.deadline.expired(self.clock):

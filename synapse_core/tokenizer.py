@@ -21,17 +21,25 @@ class Tokenizer(Protocol):
         """Token ids of ``text`` without special tokens (empty for blank text)."""
         ...
 
-    def count(self, text: str) -> int:
-        """``len(encode(text))``, as cheaply as the tokenizer can tell it.
-
-        The host checks every input's length with it before anything runs,
-        and encodes large calls chunk by chunk while earlier chunks run.
-        """
+    def sequence_length(self, ids: list[int], pair: list[int] | None = None) -> int:
+        """Positions the (pair of) sequences occupy, special tokens included."""
         ...
 
-    def sequence_length(self, count: int, pair: int | None = None) -> int:
-        """Positions a sequence of ``count`` tokens occupies, special tokens
-        included; ``pair`` is the token count of the query it is paired with."""
+
+class CountingTokenizer(Tokenizer, Protocol):
+    """A tokenizer that can also size texts without encoding them (optional).
+
+    With both methods the host checks a large call's lengths by counting,
+    before anything runs, and encodes it chunk by chunk while earlier chunks
+    run on the worker; without them it encodes every input up front.
+    """
+
+    def count(self, text: str) -> int:
+        """``len(encode(text))``, as cheaply as the tokenizer can tell it."""
+        ...
+
+    def positions(self, count: int, pair: int | None = None) -> int:
+        """``sequence_length`` of sequences of ``count`` (and ``pair``) tokens."""
         ...
 
 
@@ -73,7 +81,10 @@ class BasicTokenizer:
             return text.count(" ") + 1 if text else 0
         return len(words(text))
 
-    def sequence_length(self, count: int, pair: int | None = None) -> int:
+    def sequence_length(self, ids: list[int], pair: list[int] | None = None) -> int:
+        return self.positions(len(ids), None if pair is None else len(pair))
+
+    def positions(self, count: int, pair: int | None = None) -> int:
         if pair is None:
-            return count + 2
-        return count + pair + 3
+            return count + 2  # CLS text SEP
+        return count + pair + 3  # CLS query SEP text SEP

@@ -342,3 +342,100 @@ async def test_large_and_small_calls_return_the_same_rows(
     async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessTransport())]) as host:
         result = await host.embed("m", texts)
     assert result.vectors == [pytest.approx(expected_vector(t), abs=1e-6) for t in texts]
+
+
+@pytest.mark.parametrize("gives_up", ["cancelled", "deadline"])
+async def test_a_call_waiting_for_a_busy_channel_sends_nothing_once_its_caller_gave_up(
+    make_model: Any, make_config: Any, gate: Any, gives_up: str
+) -> None:
+    clock = synapse.FakeClock()
+    transport = InProcessTransport()
+    transport.reply_gate = gate
+    cfg = make_config(make_model("m"))
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)], clock=clock) as host:
+        await host.embed("m", ["warm up"])
+        gate.armed = lambda model, frame: isinstance(frame, Infer)
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(host.embed, "m", ["holds the channel"])
+            await gate.arrived.wait()
+            outcome: list[object] = []
+            waiter = anyio.CancelScope()
+
+            async def second() -> None:
+                with waiter:
+                    try:
+                        await host.embed(
+                            "m", ["waits for the channel"], deadline=synapse.Deadline(clock() + 5)
+                        )
+                    except synapse.SynapseError as exc:
+                        outcome.append(exc)
+
+            tg.start_soon(second)
+            await anyio.wait_all_tasks_blocked()
+            if gives_up == "cancelled":
+                waiter.cancel()
+            else:
+                clock.advance(10)
+            gate.armed = lambda model, frame: False
+            gate.release.set()
+        await eventually(lambda: host.snapshot().worker("m").inflight == 0)
+        sent = [f["request_id"] for f in transport.frames("infer")]
+        assert len(sent) == 2  # the warm-up and the call that held the channel
+        if gives_up == "deadline":
+            assert len(outcome) == 1 and isinstance(outcome[0], synapse.DeadlineExceeded)
+            assert "nothing was sent" in str(outcome[0])
+        worker = host.snapshot().worker("m")
+        assert (worker.generation, worker.restarts) == (1, 0)
+
+
+class EncodeOnlyTransport(InProcessTransport):
+    """A tokenizer with only the required methods (no count or positions)."""
+
+    def tokenizer(self, model: Any) -> Any:
+        basic = BasicTokenizer()
+
+        class EncodeOnly:
+            def encode(self, text: str) -> list[int]:
+                return basic.encode(text)
+
+            def sequence_length(self, ids: list[int], pair: list[int] | None = None) -> int:
+                return basic.sequence_length(ids, pair)
+
+        return EncodeOnly()
+
+
+class BrokenTokenizerTransport(InProcessTransport):
+    """A tokenizer that raises on texts that say "boom"."""
+
+    def tokenizer(self, model: Any) -> Any:
+        class Broken(BasicTokenizer):
+            def encode(self, text: str) -> list[int]:
+                if "boom" in text:
+                    raise ValueError("cannot encode this")
+                return super().encode(text)
+
+        return Broken()
+
+
+@pytest.mark.parametrize("count", [1, 12])
+async def test_a_tokenizer_without_count_is_encoded_up_front(
+    make_model: Any, make_config: Any, count: int
+) -> None:
+    texts = [f"text number {i}" for i in range(count)]
+    cfg = make_config(make_model("m"))
+    async with synapse.open_host(cfg, plugins=[transport_plugin(EncodeOnlyTransport())]) as host:
+        result = await host.embed("m", texts)
+    assert result.vectors == [pytest.approx(expected_vector(t), abs=1e-6) for t in texts]
+
+
+@pytest.mark.parametrize("count", [1, 12])
+async def test_a_tokenizer_that_raises_is_a_plugin_error_and_the_host_keeps_serving(
+    make_model: Any, make_config: Any, count: int
+) -> None:
+    texts = [f"fine {i}" for i in range(count - 1)] + ["boom"]
+    cfg = make_config(make_model("m"))
+    plugins = [transport_plugin(BrokenTokenizerTransport())]
+    async with synapse.open_host(cfg, plugins=plugins) as host:
+        with pytest.raises(synapse.PluginError, match=rf"model 'm' failed on input {count - 1}"):
+            await host.embed("m", texts)
+        assert (await host.embed("m", ["fine"])).vectors

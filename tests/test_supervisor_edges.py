@@ -225,3 +225,50 @@ async def test_a_worker_that_faults_while_retiring_is_stopped_without_a_polite_w
             snap = host.snapshot().worker("m")
             assert snap.state == "exited" and snap.restarts == 0
             assert transport.launched("m")[0].process.terminated
+
+
+async def test_a_call_made_as_the_host_closes_ends_instead_of_holding_up_the_close(
+    make_model: Any, make_config: Any
+) -> None:
+    """The task owning the host is cancelled while another task still calls it:
+    the call's head start took the permit, the in-flight count, a lease and
+    the channel's turn for a detached task that will never run. It must end
+    and let go of them, or the host's close waits for it forever."""
+    cfg = make_config(make_model("m"))
+    ready = anyio.Event()
+    owner_scope = anyio.CancelScope()
+    held: dict[str, Any] = {}
+    closed = anyio.Event()
+
+    async def owner() -> None:
+        with owner_scope:
+            async with synapse.open_host(
+                cfg, plugins=[transport_plugin(InProcessTransport())]
+            ) as host:
+                held["host"] = host
+                await host.embed("m", ["warm up"])  # leaves a parked call task behind
+                held["worker"] = host.worker("m")
+                ready.set()
+                await anyio.sleep_forever()
+        closed.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(owner)
+        await ready.wait()
+        worker = held["worker"]
+        owner_scope.cancel()
+        try:
+            with pytest.raises(synapse.SynapseError):
+                deadline = synapse.Deadline.after(HANG_GUARD_S)
+                await held["host"].embed("m", ["a call as the host closes"], deadline=deadline)
+            await eventually(lambda: worker.inflight == 0, timeout=HANG_GUARD_S)
+        finally:
+            if worker.inflight:
+                # Leaked: free it so the host's close can finish and the
+                # failure above is reported instead of a hang.
+                worker.inflight = 0
+                worker.notify()
+        with anyio.fail_after(HANG_GUARD_S):
+            await closed.wait()
+    assert not any(worker.leases.values())
+    assert worker.state == "exited"

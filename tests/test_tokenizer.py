@@ -18,5 +18,6 @@ def test_count_is_the_number_of_ids_encode_gives(text: str) -> None:
 
 
 def test_sequence_length_adds_the_special_tokens() -> None:
-    assert TOKENIZER.sequence_length(3) == 5  # CLS text SEP
-    assert TOKENIZER.sequence_length(3, pair=2) == 8  # CLS query SEP text SEP
+    assert TOKENIZER.sequence_length([7, 8, 9]) == TOKENIZER.positions(3) == 5  # CLS text SEP
+    # CLS query SEP text SEP
+    assert TOKENIZER.sequence_length([7, 8, 9], pair=[5, 6]) == TOKENIZER.positions(3, 2) == 8

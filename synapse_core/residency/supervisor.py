@@ -481,10 +481,13 @@ class Supervisor:
         except WireError as exc:
             raise _unsendable(exc) from None
 
-    async def begin(self, lease: Lease, frame: Frame) -> Exchange:
-        """Begin an exchange under ``lease``, waiting for its channel's turn."""
+    async def begin(
+        self, lease: Lease, frame: Frame, check: Callable[[], None] | None = None
+    ) -> Exchange:
+        """Begin an exchange under ``lease``, waiting for its channel's turn;
+        ``check`` may still call it off once the turn comes (nothing sent)."""
         try:
-            return await lease.channel.begin(frame)
+            return await lease.channel.begin(frame, check)
         except WireError as exc:
             raise _unsendable(exc) from None
 
