@@ -71,8 +71,8 @@ _bare_ids = itertools.count(1 << 40)
 class BareExchange:
     """Exchanges on a worker's own channel with no host or supervisor in between.
 
-    The channel is the anyio process pipe pair wrapped in the core's
-    ``FramedChannel``: the same worker, pipe and codec the host uses.
+    The channel is the worker's pipe pair wrapped in the core's
+    ``FramedChannel``: the same worker, pipes and codec the host uses.
     """
 
     def __init__(self, channel: FramedChannel, timeout_s: float = 30.0) -> None:
