@@ -169,7 +169,8 @@ class CallRunner:
         return True
 
     async def run(self, call: Call, supervisor: Supervisor, worker: Worker) -> None:
-        """The detached task. Never raises: every outcome ends in ``call``."""
+        """The detached task. Every outcome ends in ``call``; only the task's own
+        cancellation (the host closing) propagates, after the call is ended."""
         error: Exception | None = None
         try:
             if not call.permit:
@@ -195,8 +196,8 @@ class CallRunner:
     ) -> None:
         """Let go of everything the call holds, then report its outcome."""
         if call.begun is not None:
-            # Only a cancelled host gets here with a request in flight; a late
-            # reply then fails the next exchange's request-id check.
+            # Only a closing host (or a bug) gets here with a request in flight;
+            # a late reply then fails the next exchange's request-id check.
             call.begun[1].abandon()
             call.begun = None
         if call.lease is not None:
