@@ -22,6 +22,9 @@ from .residency.worker import Phase, Worker
 from .serving import Call, CallRunner, EmbedResult, RerankResult
 from .snapshot import HostSnapshot, take
 
+#: scheduling slack on top of the bounds a close is made of
+CLOSE_SLACK_S = 1.0
+
 
 class Host:
     """Serves embed and rerank calls. Create it with :func:`open_host`."""
@@ -98,11 +101,24 @@ class Host:
         return self._workers.get(model)
 
     async def aclose(self) -> None:
-        """Retire every worker and confirm their exits, then release lanes."""
+        """Retire every worker and confirm their exits, then release lanes.
+
+        Shielded, so a cancelled owner still closes cleanly, and bounded: if
+        retirement outlives every bound it has (draining one exchange, a
+        polite exit, then SIGTERM and SIGKILL), the workers left are stopped
+        outright, still confirming each exit.
+        """
+        config = self.config
+        bound = config.exchange_timeout_s + 4 * config.exit_grace_s + CLOSE_SLACK_S
         with anyio.CancelScope(shield=True):
-            async with anyio.create_task_group() as tg:
-                for model in list(self._workers):
-                    tg.start_soon(self.retire, model)
+            with anyio.move_on_after(bound) as retiring:
+                async with anyio.create_task_group() as tg:
+                    for model in list(self._workers):
+                        tg.start_soon(self.retire, model)
+            if retiring.cancelled_caught:
+                for sup in self.supervisors.values():
+                    for worker in list(sup.workers.values()):
+                        await sup.stop_now(worker)
             for sup in self.supervisors.values():
                 if sup.lane.session is not None and all(
                     w.phase is Phase.EXITED for w in sup.workers.values()

@@ -272,3 +272,23 @@ async def test_a_call_made_as_the_host_closes_ends_instead_of_holding_up_the_clo
             await closed.wait()
     assert not any(worker.leases.values())
     assert worker.state == "exited"
+
+
+async def test_a_close_held_up_past_its_bounds_stops_the_workers_outright(
+    make_model: Any, make_config: Any
+) -> None:
+    """Retirement waits for in-flight calls; if one never lets go (a bug), the
+    close still ends once every bound is spent, and the worker is stopped."""
+    transport = InProcessTransport()
+    transport.hold_exits = False
+    cfg = make_config(make_model("m"), exchange_timeout_s=0.2, exit_grace_s=0.2)
+    with anyio.fail_after(HANG_GUARD_S):
+        async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+            await host.embed("m", ["warm up"])
+            worker = host.worker("m")
+            assert worker is not None
+            worker.enter()  # a call that never leaves
+    assert worker.state == "exited"
+    assert host.snapshot().lanes["mock:0"].reserved == 0
+    (record,) = transport.launched("m")
+    assert record.process.exited

@@ -628,6 +628,16 @@ class Supervisor:
         worker.process = None
         return True
 
+    async def stop_now(self, worker: Worker) -> None:
+        """Stop ``worker`` without waiting for its calls (a close that ran out of
+        time); its reservations are refunded only once its exit is confirmed."""
+        worker.retiring = True
+        if worker.phase in (Phase.EXITED, Phase.EXIT_UNCONFIRMED):
+            return
+        if await self._stop_process(worker, polite=False):
+            worker.phase = Phase.EXITED
+        worker.notify()
+
     async def _recover(self, worker: Worker, generation: int, reason: str) -> None:
         try:
             await self._recover_inner(worker, generation, reason)
