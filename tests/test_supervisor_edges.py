@@ -9,14 +9,14 @@ from typing import Any
 
 import anyio
 import pytest
-from anyio.abc import ByteSendStream
+from anyio.abc import ByteReceiveStream, ByteSendStream
 
 import synapse_core as synapse
 from synapse_core.hookspecs import hookimpl
 from synapse_core.residency.policy import Wait
 from synapse_core.testing import eventually, transport_plugin
 from synapse_core.transport import Launched, LaunchRequest
-from synapse_core.wire import Evict, Infer
+from synapse_core.wire import AnyFrame, Codec, Evict, Failure, Infer
 from synapse_mock_transport.inprocess import InProcessTransport
 
 pytestmark = pytest.mark.anyio
@@ -292,3 +292,47 @@ async def test_a_close_held_up_past_its_bounds_stops_the_workers_outright(
     assert host.snapshot().lanes["mock:0"].reserved == 0
     (record,) = transport.launched("m")
     assert record.process.exited
+
+
+class StaleFailureFirst(ByteReceiveStream):
+    """The host end of a worker's pipe that delivers a stale reply (a failure
+    for some earlier request) just before the first reply after the hello."""
+
+    def __init__(self, inner: ByteReceiveStream) -> None:
+        self.inner = inner
+        self.reads = 0
+
+    async def receive(self, max_bytes: int = 65536) -> bytes:
+        data = await self.inner.receive(max_bytes)
+        self.reads += 1
+        if self.reads == 2:
+            stale = Failure(999_999, "stale", "an old request's failure")
+            data = Codec(AnyFrame).encode(stale) + data
+        return data
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+class StaleReplyTransport(InProcessTransport):
+    async def launch(self, request: LaunchRequest) -> Launched:
+        launched = await super().launch(request)
+        if request.generation == 1:
+            return Launched(launched.send, StaleFailureFirst(launched.receive), launched.process)
+        return launched
+
+
+async def test_a_reply_to_another_request_is_a_fault_not_a_refusal(
+    make_model: Any, make_config: Any
+) -> None:
+    """A stale failure read as the reply to an admission must not refund a
+    shape the worker may hold: it is a fault of that generation."""
+    transport = StaleReplyTransport()
+    cfg = make_config(make_model("m"))
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        with pytest.raises(synapse.WorkerFault, match="not for request"):
+            await host.embed("m", ["x"])
+        await host.load("m")
+        assert (await host.embed("m", ["x"])).vectors
+        snap = host.snapshot().worker("m")
+        assert (snap.generation, snap.restarts) == (2, 1)

@@ -465,11 +465,17 @@ class Supervisor:
     async def _exchange(
         self, worker: Worker, generation: int, channel: FramedChannel, frame: Frame
     ) -> Frame:
+        """One admission, eviction or inventory exchange; a channel fault, or a
+        reply to some other request, is a :class:`Fault` of ``generation``."""
         progress = Exchange()
         try:
-            return await channel.exchange(frame, self.config.exchange_timeout_s, progress)
+            reply = await channel.exchange(frame, self.config.exchange_timeout_s, progress)
         except CHANNEL_FAULTS as exc:
             raise Fault(generation, f"{type(exc).__name__}: {exc}", progress.written) from None
+        expected = getattr(frame, "request_id", None)
+        if getattr(reply, "request_id", None) != expected:
+            raise Fault(generation, f"reply {reply!r:.120} is not for request {expected}", True)
+        return reply
 
     # -- exchanges under a lease ---------------------------------------------------------
 
