@@ -365,3 +365,48 @@ async def test_a_request_larger_than_the_pipe_is_finished_by_complete() -> None:
                 tg.start_soon(answer)
                 assert await host.complete(exchange, 5.0) == Inventory(7, [])
         assert exchange.written and exchange.unsent is None
+
+
+@pytest.mark.anyio
+async def test_a_channel_over_object_streams_of_byte_chunks_sends_each_request_once() -> None:
+    """anyio's memory object streams have ``send_nowait``/``receive_nowait``
+    of their own meaning: the channel must not take them for the byte-stream
+    methods of the same names (that sent every request twice)."""
+    to_worker, worker_inbox = anyio.create_memory_object_stream[bytes](16)
+    to_host, host_inbox = anyio.create_memory_object_stream[bytes](16)
+    host = FramedChannel(to_worker, host_inbox, Codec(WorkerFrame))  # type: ignore[arg-type]
+    codec = Codec(HostFrame)
+    with anyio.fail_after(BOUND_S):
+        exchange = host.begin_now(InventoryRequest(4))
+        assert exchange is not None
+        async with anyio.create_task_group() as tg:
+
+            async def worker() -> None:
+                request = codec.decode((await worker_inbox.receive())[PREFIX.size :])
+                assert request == InventoryRequest(4)
+                await to_host.send(codec.encode(Inventory(4, [])))
+
+            tg.start_soon(worker)
+            assert await host.complete(exchange, 5.0) == Inventory(4, [])
+    assert worker_inbox.statistics().current_buffer_used == 0  # no second copy
+    for stream in (to_worker, worker_inbox, to_host, host_inbox):
+        stream.close()
+
+
+class FailingWrites(MemoryByteSendStream):
+    """A byte stream whose immediate write fails in a way no stream should."""
+
+    def send_nowait(self, item: bytes) -> int:
+        raise RuntimeError("a bug in the stream")
+
+
+@pytest.mark.anyio
+async def test_an_unexpected_write_error_gives_the_turn_back() -> None:
+    send, _ = anyio.create_memory_object_stream[bytes](1)
+    _, receive = byte_pipe()
+    host = FramedChannel(FailingWrites(send), receive, Codec(WorkerFrame))
+    for _ in range(2):  # the second attempt finds the channel free again
+        with pytest.raises(RuntimeError, match="a bug in the stream"):
+            host.begin_now(InventoryRequest(1))
+    send.close()
+    await host.aclose()
