@@ -52,8 +52,9 @@ class Exchange:
         self.error: ChannelClosed | None = None
         self._turns = turns
 
-    def abandon(self) -> None:
-        """Give the channel's turn back without finishing (the host is closing)."""
+    def release(self) -> None:
+        """Give the channel's turn back, once. :meth:`FramedChannel.complete`
+        does; an exchange dropped unfinished leaves its reply unread."""
         turns, self._turns = self._turns, None
         if turns is not None:
             turns.give_back()
@@ -218,7 +219,7 @@ class FramedChannel:
             except _STREAM_ERRORS as exc:
                 exchange.error = ChannelClosed(f"send failed: {exc!r}")
             except BaseException:
-                exchange.abandon()  # never keep a turn nobody will finish
+                exchange.release()  # never keep a turn nobody will finish
                 raise
             else:
                 if sent == len(data):
@@ -253,7 +254,7 @@ class FramedChannel:
                 raise ExchangeTimeout(f"no reply within {timeout:g}s")
             return reply
         finally:
-            exchange.abandon()
+            exchange.release()
 
     async def exchange(
         self, frame: Frame, timeout: float, progress: Exchange | None = None

@@ -10,7 +10,6 @@ from __future__ import annotations
 import importlib.metadata as md
 import os
 from collections.abc import Callable, Iterable, Sequence
-from functools import partial
 from typing import TYPE_CHECKING, Any
 
 import attrs
@@ -29,17 +28,17 @@ if TYPE_CHECKING:
     from .wire import Shape
 
 ENTRY_POINT_GROUP = "synapse"
-
-
-def _first_fit(buckets: tuple[int, ...], length: int) -> int:
-    """The default ``synapse_select_bucket``, called directly."""
-    for bucket in buckets:
-        if bucket >= length:
-            return bucket
-    raise PluginError(f"no bucket of {list(buckets)} fits length {length}")
-
-
 ENV_SELECT = "SYNAPSE_PLUGINS"
+
+
+def _fitting(bucket: Any, length: int, buckets: Sequence[int]) -> int:
+    """``bucket`` if the bucket hook chose one of ``buckets`` that fits ``length``."""
+    if bucket not in buckets or bucket < length:
+        raise PluginError(
+            f"synapse_select_bucket chose {bucket!r} for length {length}; "
+            f"expected one of {list(buckets)} that fits"
+        )
+    return int(bucket)
 
 
 @attrs.define
@@ -209,18 +208,14 @@ class PluginHost:
         if self._only_default_buckets is None:
             impls = self.pm.hook.synapse_select_bucket.get_hookimpls()
             self._only_default_buckets = [i.plugin for i in impls] == [defaults]
-        if self._only_default_buckets:
-            return partial(_first_fit, tuple(buckets))
-        return lambda length: self.select_bucket(length, buckets, model)
+        if not self._only_default_buckets:
+            return lambda length: self.select_bucket(length, buckets, model)
+        first_fit = defaults.synapse_select_bucket
+        return lambda length: _fitting(first_fit(length, buckets, model), length, buckets)
 
     def select_bucket(self, length: int, buckets: Sequence[int], model: ModelSpec) -> int:
         bucket = self.pm.hook.synapse_select_bucket(length=length, buckets=buckets, model=model)
-        if bucket not in buckets or bucket < length:
-            raise PluginError(
-                f"synapse_select_bucket chose {bucket!r} for length {length}; "
-                f"expected one of {list(buckets)} that fits"
-            )
-        return int(bucket)
+        return _fitting(bucket, length, buckets)
 
     @property
     def observing(self) -> bool:

@@ -120,6 +120,8 @@ class CallRunner:
         """The caller's side: wait for the result within the deadline."""
         try:
             if call.deadline.when == math.inf:
+                # Every call waits here: one coroutine frame less than
+                # wait_bounded, which would take the same path.
                 await call.done.wait()
                 return
             await wait_bounded(
@@ -198,7 +200,7 @@ class CallRunner:
         if call.begun is not None:
             # Only a closing host (or a bug) gets here with a request in flight;
             # a late reply then fails the next exchange's request-id check.
-            call.begun[1].abandon()
+            call.begun[1].release()
             call.begun = None
         if call.lease is not None:
             supervisor.release(call.lease)
@@ -349,12 +351,12 @@ class CallRunner:
                 raise _Gone
             self._check_deadline(call, "waiting for the worker's channel; nothing was sent")
 
-        remaining = call.deadline.remaining(self.clock)
-        if remaining == math.inf:
-            return await supervisor.begin(lease, request, check)
-        with anyio.move_on_after(remaining):
-            return await supervisor.begin(lease, request, check)
-        raise DeadlineExceeded("deadline passed waiting for the worker's channel; nothing was sent")
+        return await wait_bounded(
+            lambda: supervisor.begin(lease, request, check),
+            call.deadline,
+            self.clock,
+            DeadlineExceeded("deadline passed waiting for the worker's channel; nothing was sent"),
+        )
 
     def _check_deadline(self, call: Call, when: str) -> None:
         if call.deadline.expired(self.clock):

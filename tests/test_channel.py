@@ -339,7 +339,7 @@ async def test_a_cancelled_waiter_leaves_the_queue_and_the_turn_moves_on() -> No
                 await anyio.wait_all_tasks_blocked()
                 waiter.cancel()
             assert waiter.cancelled_caught
-            first.abandon()
+            first.release()
             # The turn came back instead of going to the cancelled waiter.
             again = host.begin_now(InventoryRequest(3))
             assert again is not None

@@ -12,6 +12,7 @@ import itertools
 import math
 from collections.abc import Awaitable, Callable
 from functools import partial
+from typing import TypeVar
 
 import anyio
 import attrs
@@ -65,6 +66,7 @@ from .policy import Evict as EvictDecision
 from .worker import Phase, Worker
 
 CHANNEL_FAULTS = (ChannelClosed, ExchangeTimeout, WireError)
+T = TypeVar("T")
 
 
 def _unsendable(exc: WireError) -> ProtocolError:
@@ -104,19 +106,18 @@ class Backlog:
 
 
 async def wait_bounded(
-    wait: Callable[[], Awaitable[object]], deadline: Deadline, clock: Clock, error: Exception
-) -> None:
-    """Await ``wait()`` but raise ``error`` once ``deadline`` passes."""
+    wait: Callable[[], Awaitable[T]], deadline: Deadline, clock: Clock, error: Exception
+) -> T:
+    """Await ``wait()`` and return its result, but raise ``error`` once
+    ``deadline`` passes."""
+    if deadline.when == math.inf:
+        return await wait()  # no deadline: a cancel scope would only cost time
     remaining = deadline.remaining(clock)
     if remaining <= 0:
         raise error
-    if remaining == math.inf:
-        await wait()  # no deadline: a cancel scope would only cost time
-        return
-    with anyio.move_on_after(remaining) as scope:
-        await wait()
-    if scope.cancelled_caught:
-        raise error
+    with anyio.move_on_after(remaining):
+        return await wait()
+    raise error
 
 
 class Supervisor:
