@@ -2,9 +2,9 @@
 
 Per repetition, ``host.embed`` of one short text and a bare framed exchange
 of the same tokens on the same worker's channel (no host, no supervisor) are
-sampled alternately, call by call; a block of ``ProcessPoolExecutor`` calls
+sampled alternately, call by call; blocks of ``ProcessPoolExecutor`` calls
 running the same embedding function (tokenise, then the mock worker's
-``embed_tokens``) runs before or after them, alternating by repetition. The
+``embed_tokens``) alternate with blocks of those, ten of each. The
 pool's blocking ``result()`` runs on the event-loop thread, which is idle
 then, so the pool pays no thread hop it would not pay anyway.
 """
@@ -22,7 +22,10 @@ from synapse_core.wire import Shape
 from synapse_mock_transport.logic import embed_tokens
 
 from . import rig
-from .harness import Figure, Mode, Series, Target, rotating_p50
+from .harness import Figure, Mode, Series, Target, blocked_p50
+
+#: pool blocks and host/bare blocks per repetition
+LATENCY_BLOCKS = 10
 
 
 def embed_texts(texts: list[str], dims: int) -> list[list[float]]:
@@ -84,15 +87,14 @@ async def _measure(mode: Mode, pool: ProcessPoolExecutor) -> Series:
         async def via_pool() -> None:
             pool.submit(embed_texts, texts, rig.DIMS).result()
 
-        for rep in range(mode.repetitions):
-            # The pool runs in its own block: its feeder and result threads
-            # stay busy for a while after each call and would slow whichever
-            # call came next. Host and bare calls alternate call by call.
-            pool_first = rep % 2 == 1
-            if pool_first:
-                (pool_us,) = await rotating_p50([via_pool], mode.latency_samples)
-            host_us, raw_us = await rotating_p50([via_host, via_bare], mode.latency_samples)
-            if not pool_first:
-                (pool_us,) = await rotating_p50([via_pool], mode.latency_samples)
+        for _ in range(mode.repetitions):
+            # The pool runs in blocks of its own: its feeder and result
+            # threads stay busy for a while after each call and would slow
+            # whichever call came next. Blocks alternate with blocks of host
+            # and bare calls (those alternate call by call), so a slow
+            # stretch of the machine falls on both sides of every ratio.
+            host_us, raw_us, pool_us = await blocked_p50(
+                [[via_host, via_bare], [via_pool]], mode.latency_samples, LATENCY_BLOCKS
+            )
             series.add(host_p50_us=host_us, raw_p50_us=raw_us, pool_p50_us=pool_us)
     return series
