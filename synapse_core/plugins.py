@@ -75,6 +75,8 @@ class PluginHost:
         self.pm.add_hookspecs(hookspecs)
         self.pm.register(defaults, name="synapse-defaults")
         self._only_default_buckets: bool | None = None  # worked out at first use
+        #: bumped by every registration, so what was derived from the plugins can tell it is stale
+        self.version = 0
         self.infos: list[PluginInfo] = []
         self.problems: list[str] = []
         if load_entry_points:
@@ -110,6 +112,7 @@ class PluginHost:
         self.infos.append(info)
         self._transports = None
         self._only_default_buckets = None
+        self.version += 1
 
     def _unknown_hooks(self, plugin: object) -> list[str]:
         unknown = []
@@ -200,10 +203,12 @@ class PluginHost:
         return decision
 
     def bucket_selector(self, buckets: Sequence[int], model: ModelSpec) -> Callable[[int], int]:
-        """``select_bucket`` for one call's buckets and model.
+        """``select_bucket`` for one worker's buckets and model.
 
         With only Synapse's own implementation registered it skips pluggy's
-        dispatch, which costs more than the choice itself on a short call.
+        dispatch, which costs more than the choice itself on a short call,
+        and remembers each length's bucket: its choice depends on nothing
+        else. A plugin's hook is asked again each time.
         """
         if self._only_default_buckets is None:
             impls = self.pm.hook.synapse_select_bucket.get_hookimpls()
@@ -211,7 +216,16 @@ class PluginHost:
         if not self._only_default_buckets:
             return lambda length: self.select_bucket(length, buckets, model)
         first_fit = defaults.synapse_select_bucket
-        return lambda length: _fitting(first_fit(length, buckets, model), length, buckets)
+        chosen: dict[int, int] = {}
+
+        def select(length: int) -> int:
+            bucket = chosen.get(length)
+            if bucket is None:
+                bucket = _fitting(first_fit(length, buckets, model), length, buckets)
+                chosen[length] = bucket
+            return bucket
+
+        return select
 
     def select_bucket(self, length: int, buckets: Sequence[int], model: ModelSpec) -> int:
         bucket = self.pm.hook.synapse_select_bucket(length=length, buckets=buckets, model=model)

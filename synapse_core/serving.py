@@ -28,7 +28,7 @@ from .handoff import OneShot
 from .plan import Group, Item, Plan, group_by_bucket, over_ceiling
 from .plugins import PluginHost
 from .residency.supervisor import Backlog, Fault, Lease, Supervisor, wait_bounded
-from .residency.worker import Phase, Worker
+from .residency.worker import Phase, Selection, Worker
 from .wire import Failure, Frame, Infer, Output, Shape, WireError, check_rows, rows_of
 
 
@@ -239,11 +239,22 @@ class CallRunner:
         plan = call.plan
         hello = worker.hello
         assert hello is not None
+        selection = worker.selection
+        if (
+            selection is None
+            or selection.hello is not hello
+            or selection.plugins_version != self.plugins.version
+        ):
+            selection = worker.selection = Selection(
+                hello,
+                self.plugins.version,
+                self.plugins.bucket_selector(hello.buckets, worker.spec),
+                worker.ceiling,
+            )
         longest = plan.longest
-        if longest.length > worker.ceiling:
-            raise over_ceiling(plan.model, longest, worker.ceiling, pair=plan.query is not None)
-        select = self.plugins.bucket_selector(hello.buckets, worker.spec)
-        return group_by_bucket(plan.items, select, hello.max_batch)
+        if longest.length > selection.ceiling:
+            raise over_ceiling(plan.model, longest, selection.ceiling, pair=plan.query is not None)
+        return group_by_bucket(plan.items, selection.select, hello.max_batch)
 
     @staticmethod
     def _shape(worker: Worker, step: Group) -> Shape:

@@ -304,6 +304,38 @@ async def test_a_bucket_hook_plugin_overrides_the_default(
     assert [f["shape"] for f in transport.frames("infer")] == [[32, 2], [32, 2]]
 
 
+async def test_a_bucket_hook_plugin_registered_later_is_honoured(
+    make_model: Any, make_config: Any
+) -> None:
+    transport = InProcessTransport()
+    cfg = make_config(make_model("m"))
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.embed("m", ["short"])  # the default's choice is remembered...
+        host.plugins.add(LargestBucket())
+        await host.embed("m", ["short"])  # ...until the plugins change
+    assert [f["shape"] for f in transport.frames("infer")] == [[8, 2], [32, 2]]
+
+
+def test_the_default_bucket_choice_is_worked_out_once_per_length(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from synapse_core import defaults
+    from synapse_core.plugins import PluginHost
+
+    asked: list[int] = []
+    first_fit = defaults.synapse_select_bucket
+
+    def counting(length: int, buckets: Any, model: Any) -> int | None:
+        asked.append(length)
+        return first_fit(length, buckets, model)
+
+    plugins = PluginHost()
+    monkeypatch.setattr(defaults, "synapse_select_bucket", counting)
+    select = plugins.bucket_selector([8, 16, 32], None)  # type: ignore[arg-type]
+    assert [select(n) for n in (5, 5, 9, 5, 9, 32)] == [8, 8, 16, 8, 16, 32]
+    assert asked == [5, 9, 32]
+
+
 class MiscountingTransport(InProcessTransport):
     """Its tokenizer counts one token too many in texts that say "miscount"."""
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from enum import StrEnum
 
 import anyio
@@ -15,6 +16,17 @@ from ..transport import Transport, WorkerProcess
 from ..wire import Hello, Shape
 from .lane import Lane
 from .signal import Signal
+
+
+@attrs.frozen
+class Selection:
+    """How a worker's calls pick buckets, worked out once per hello and plugin set."""
+
+    hello: Hello
+    plugins_version: int
+    select: Callable[[int], int]
+    #: longest sequence served: the catalog ceiling, capped by the largest bucket
+    ceiling: int
 
 
 class Phase(StrEnum):
@@ -56,6 +68,8 @@ class Worker:
     #: admissions minus evictions of this generation, kept apart from the
     #: reservation table for certification
     admission_count: int = 0
+    #: the bucket choice for the current hello and plugin set (see ``CallRunner``)
+    selection: Selection | None = None
     _changed: Signal = attrs.field(factory=Signal)
 
     @property
