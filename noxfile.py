@@ -60,6 +60,15 @@ def typecheck(session: nox.Session) -> None:
 
 
 @nox.session
+def micro(session: nox.Session) -> None:
+    """The serving path's pieces, timed one by one (pytest-benchmark)."""
+    session.install("-r", "requirements/run.txt", "pytest-benchmark>=4")
+    session.run(
+        "pytest", "benchmarks/micro", "-p", "no:xdist", "--benchmark-only", *session.posargs
+    )
+
+
+@nox.session
 def benchmarks(session: nox.Session) -> None:
     """The quick benchmark run; writes benchmarks/results/latest.json."""
     session.install("-r", "requirements/run.txt")
