@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import cast
+from typing import NamedTuple, cast
 
 import attrs
 
@@ -111,48 +111,59 @@ def plan_call(entry: Entry, texts: Sequence[str], query: str | None = None) -> P
             raise tokenizer_failed(model, "the query", exc) from exc
         if not query_ids:
             raise Refused("empty-sequence", "the query is empty; give it some text", model=model)
+    limits = _Limits(model, entry.spec.ceiling, query is not None)
     # Counting is enough to refuse: a large call's ids are then encoded chunk
     # by chunk, while earlier chunks run. A small call is encoded at once
     # (counting first would only add a pass), and so is every call of a
     # tokenizer that cannot count.
     if len(texts) > EAGER_TEXTS and hasattr(tokenizer, "count") and hasattr(tokenizer, "positions"):
-        items = _counted(model, cast(CountingTokenizer, tokenizer), texts, query_ids)
+        items = _counted(limits, cast(CountingTokenizer, tokenizer), texts, query_ids)
     else:
-        items = _encoded(model, tokenizer, texts, query_ids)
-    ceiling = entry.spec.ceiling
-    for item in items:
-        if not item.count:
-            raise Refused(
-                "empty-sequence",
-                f"{'document' if query is not None else 'input'} {item.index} is empty; "
-                "remove it or give it text",
-                model=model,
-                index=item.index,
-            )
-        if item.length > ceiling:
-            raise over_ceiling(model, item, ceiling, pair=query is not None)
+        items = _encoded(limits, tokenizer, texts, query_ids)
     return Plan(model, entry.spec.task, tuple(items), tokenizer, query_ids)
 
 
+class _Limits(NamedTuple):
+    model: str
+    ceiling: int
+    pair: bool
+
+
+def _checked(item: Item, limits: _Limits) -> Item:
+    """``item``, unless it must be refused. Each input is checked as soon as it
+    is sized, so the first bad input is the one reported."""
+    if not item.count:
+        raise Refused(
+            "empty-sequence",
+            f"{'document' if limits.pair else 'input'} {item.index} is empty; "
+            "remove it or give it text",
+            model=limits.model,
+            index=item.index,
+        )
+    if item.length > limits.ceiling:
+        raise over_ceiling(limits.model, item, limits.ceiling, pair=limits.pair)
+    return item
+
+
 def _encoded(
-    model: str, tokenizer: Tokenizer, texts: Sequence[str], query: list[int] | None
+    limits: _Limits, tokenizer: Tokenizer, texts: Sequence[str], query: list[int] | None
 ) -> list[Item]:
-    """Items with their ids, encoded now."""
+    """Checked items with their ids, encoded now."""
     items = []
     for index, text in enumerate(texts):
         try:
             ids = tokenizer.encode(text)
             length = tokenizer.sequence_length(ids, query)
         except Exception as exc:
-            raise tokenizer_failed(model, f"input {index}", exc) from exc
-        items.append(Item(index, text, len(ids), length, ids))
+            raise tokenizer_failed(limits.model, f"input {index}", exc) from exc
+        items.append(_checked(Item(index, text, len(ids), length, ids), limits))
     return items
 
 
 def _counted(
-    model: str, tokenizer: CountingTokenizer, texts: Sequence[str], query: list[int] | None
+    limits: _Limits, tokenizer: CountingTokenizer, texts: Sequence[str], query: list[int] | None
 ) -> list[Item]:
-    """Items with their token counts; their ids are encoded later."""
+    """Checked items with their token counts; their ids are encoded later."""
     pair = None if query is None else len(query)
     count, positions = tokenizer.count, tokenizer.positions
     items = []
@@ -161,8 +172,8 @@ def _counted(
             n = count(text)
             length = positions(n, pair)
         except Exception as exc:
-            raise tokenizer_failed(model, f"input {index}", exc) from exc
-        items.append(Item(index, text, n, length))
+            raise tokenizer_failed(limits.model, f"input {index}", exc) from exc
+        items.append(_checked(Item(index, text, n, length), limits))
     return items
 
 

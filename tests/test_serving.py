@@ -8,12 +8,13 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 
 import synapse_core as synapse
 from synapse_core.testing import eventually, transport_plugin
 from synapse_core.tokenizer import BasicTokenizer
-from synapse_core.transport import Availability, Transport
+from synapse_core.transport import Availability, Launched, LaunchRequest, Transport
 from synapse_core.wire import Infer
 from synapse_mock_transport.inprocess import InProcessTransport
 from synapse_mock_transport.logic import embed_tokens
@@ -316,6 +317,29 @@ async def test_a_bucket_hook_plugin_registered_later_is_honoured(
     assert [f["shape"] for f in transport.frames("infer")] == [[8, 2], [32, 2]]
 
 
+class ShrinkingBuckets(InProcessTransport):
+    """Its replacement workers report fewer buckets than the first one."""
+
+    async def launch(self, request: LaunchRequest) -> Launched:
+        if request.generation > 1:
+            options = {**request.model.options, "buckets": [16, 32]}
+            request = attrs.evolve(request, model=attrs.evolve(request.model, options=options))
+        return await super().launch(request)
+
+
+async def test_a_replacement_worker_s_buckets_are_the_ones_chosen_from(
+    make_model: Any, make_config: Any
+) -> None:
+    transport = ShrinkingBuckets()
+    cfg = make_config(make_model("m", faults={"crash_on_infer": 2, "only_generation": 1}))
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.embed("m", ["short"])
+        with pytest.raises(synapse.OutcomeUnknown):
+            await host.embed("m", ["short"])  # generation 1 crashes; 2 replaces it
+        await host.embed("m", ["short"])
+    assert [f["shape"] for f in transport.frames("infer")] == [[8, 2], [8, 2], [16, 2]]
+
+
 def test_the_default_bucket_choice_is_worked_out_once_per_length(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -447,6 +471,38 @@ class BrokenTokenizerTransport(InProcessTransport):
                 return super().encode(text)
 
         return Broken()
+
+
+class BrokenEverywhereTransport(InProcessTransport):
+    """A tokenizer that raises on texts that say "boom", counting them too."""
+
+    def tokenizer(self, model: Any) -> Any:
+        class Broken(BasicTokenizer):
+            def encode(self, text: str) -> list[int]:
+                if "boom" in text:
+                    raise ValueError("cannot encode this")
+                return super().encode(text)
+
+            def count(self, text: str) -> int:
+                if "boom" in text:
+                    raise ValueError("cannot count this")
+                return super().count(text)
+
+        return Broken()
+
+
+@pytest.mark.parametrize("count", [2, 12])  # encoded up front; counted
+@pytest.mark.parametrize("first", ["", "word " * 250])  # empty; over the ceiling
+async def test_the_first_bad_input_is_reported_whatever_is_wrong_with_later_ones(
+    make_model: Any, make_config: Any, count: int, first: str
+) -> None:
+    texts = [first] + ["fine"] * (count - 2) + ["boom"]
+    cfg = make_config(make_model("m"))
+    plugins = [transport_plugin(BrokenEverywhereTransport())]
+    async with synapse.open_host(cfg, plugins=plugins) as host:
+        with pytest.raises(synapse.Refused) as refused:
+            await host.embed("m", texts)
+    assert refused.value.index == 0
 
 
 @pytest.mark.parametrize("count", [1, 12])
