@@ -133,26 +133,28 @@ async def blocked_p50(
 ) -> list[float]:
     """p50 (µs) of each call of each group, flattened in order.
 
-    Calls of a group are sampled round-robin as in :func:`rotating_p50`;
-    groups take turns in ``blocks`` blocks of ``samples // blocks`` samples
-    each, the first group changing every block. A group that must not run
-    call by call beside another (it leaves threads busy behind it) still
-    meets the same stretches of machine time as the others.
+    Calls of a group are sampled round-robin as in :func:`rotating_p50`.
+    Groups take turns block by block (A B A B ...), ``blocks`` blocks each
+    of ``samples // blocks`` samples of every call, so a group that must not
+    run call by call beside another (it leaves threads busy behind it)
+    still meets the same stretches of machine time as the others.
     """
+    if samples % blocks:
+        raise ValueError(f"{samples} samples do not split into {blocks} blocks")
     calls = [call for group in groups for call in group]
     times: list[list[int]] = [[] for _ in calls]
-    offsets = [sum(len(g) for g in groups[:i]) for i in range(len(groups))]
-    per_block = max(1, samples // blocks)
+    per_block = samples // blocks
     gc.collect()
     for block in range(blocks):
-        for g in range(len(groups)):
-            g = (g + block) % len(groups)
-            group, offset = groups[g], offsets[g]
+        offset = 0
+        for group in groups:
             n = len(group)
             for i in range(per_block):
+                # the first call rotates over the whole run, not per block
                 for j in range(n):
-                    k = (i + j) % n
+                    k = (block * per_block + i + j) % n
                     start = time.perf_counter_ns()
                     await group[k]()
                     times[offset + k].append(time.perf_counter_ns() - start)
+            offset += n
     return [p50(t) for t in times]
