@@ -282,12 +282,28 @@ async def test_a_close_held_up_past_its_bounds_stops_the_workers_outright(
     transport = InProcessTransport()
     transport.hold_exits = False
     cfg = make_config(make_model("m"), exchange_timeout_s=0.2, exit_grace_s=0.2)
-    with anyio.fail_after(HANG_GUARD_S):
+    held: dict[str, Any] = {}
+    closed = anyio.Event()
+
+    async def owner() -> None:
         async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
             await host.embed("m", ["warm up"])
-            worker = host.worker("m")
+            worker = held["worker"] = host.worker("m")
+            held["host"] = host
             assert worker is not None
             worker.enter()  # a call that never leaves
+        closed.set()
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(owner)
+        with anyio.move_on_after(HANG_GUARD_S) as guard:
+            await closed.wait()
+        if guard.cancelled_caught:
+            # The close is shielded: let the call go so the host can close
+            # and this failure is reported instead of a hang.
+            held["worker"].leave()
+            pytest.fail("the host's close was not bounded")
+    worker, host = held["worker"], held["host"]
     assert worker.state == "exited"
     assert host.snapshot().lanes["mock:0"].reserved == 0
     (record,) = transport.launched("m")
