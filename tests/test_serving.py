@@ -461,31 +461,28 @@ class EncodeOnlyTransport(InProcessTransport):
 
 
 class BrokenTokenizerTransport(InProcessTransport):
-    """A tokenizer that raises on texts that say "boom"."""
+    """A tokenizer that raises on texts that say "boom": when it encodes them,
+    and with ``when_counting`` also when it counts them."""
+
+    def __init__(self, when_counting: bool = False) -> None:
+        super().__init__()
+        self.when_counting = when_counting
 
     def tokenizer(self, model: Any) -> Any:
+        when_counting = self.when_counting
+
+        def check(text: str) -> None:
+            if "boom" in text:
+                raise ValueError("cannot tokenize this")
+
         class Broken(BasicTokenizer):
             def encode(self, text: str) -> list[int]:
-                if "boom" in text:
-                    raise ValueError("cannot encode this")
-                return super().encode(text)
-
-        return Broken()
-
-
-class BrokenEverywhereTransport(InProcessTransport):
-    """A tokenizer that raises on texts that say "boom", counting them too."""
-
-    def tokenizer(self, model: Any) -> Any:
-        class Broken(BasicTokenizer):
-            def encode(self, text: str) -> list[int]:
-                if "boom" in text:
-                    raise ValueError("cannot encode this")
+                check(text)
                 return super().encode(text)
 
             def count(self, text: str) -> int:
-                if "boom" in text:
-                    raise ValueError("cannot count this")
+                if when_counting:
+                    check(text)
                 return super().count(text)
 
         return Broken()
@@ -498,7 +495,7 @@ async def test_the_first_bad_input_is_reported_whatever_is_wrong_with_later_ones
 ) -> None:
     texts = [first] + ["fine"] * (count - 2) + ["boom"]
     cfg = make_config(make_model("m"))
-    plugins = [transport_plugin(BrokenEverywhereTransport())]
+    plugins = [transport_plugin(BrokenTokenizerTransport(when_counting=True))]
     async with synapse.open_host(cfg, plugins=plugins) as host:
         with pytest.raises(synapse.Refused) as refused:
             await host.embed("m", texts)
