@@ -70,15 +70,36 @@ def measure(mode: Mode, backend: str) -> list[Figure]:
             Target(">=", 2.0) if not suffix else None,
             parts,
         ),
+        Figure(
+            "host_bookkeeping_us" + suffix,
+            "us",
+            "host.embed p50 minus the p50 of the same work without permit, guard, lease, "
+            f"plan or call record, one short text ({backend})",
+            [
+                host - essentials
+                for host, essentials in zip(
+                    series["host_beside_essentials_p50_us"],
+                    series["essentials_p50_us"],
+                    strict=True,
+                )
+            ],
+            None,
+            series.medians("host_beside_essentials_p50_us", "essentials_p50_us"),
+        ),
     ]
 
 
 async def _measure(mode: Mode, pool: ProcessPoolExecutor) -> Series:
     series = Series()
-    async with open_host(rig.config(), plugins=rig.plugins()) as host:
+    async with (
+        open_host(rig.config(), plugins=rig.plugins()) as host,
+        anyio.create_task_group() as tg,
+    ):
         worker = await rig.warm(host)
         assert worker.channel is not None and worker.hello is not None
         bare = rig.BareExchange(worker.channel)
+        essentials = rig.EssentialsPath(host, worker)
+        tg.start_soon(essentials.reader)
         tokens = [worker.tokenizer.encode(rig.SHORT_TEXT)]
         length = worker.tokenizer.sequence_length(tokens[0])
         shape = Shape(rig.smallest_fit(length), worker.hello.max_batch)
@@ -89,6 +110,9 @@ async def _measure(mode: Mode, pool: ProcessPoolExecutor) -> Series:
 
         async def via_bare() -> None:
             await bare.infer(shape, tokens)
+
+        async def via_essentials() -> None:
+            await essentials.embed(rig.SHORT_TEXT)
 
         async def via_pool() -> None:
             pool.submit(embed_texts, texts, rig.DIMS).result()
@@ -105,10 +129,17 @@ async def _measure(mode: Mode, pool: ProcessPoolExecutor) -> Series:
             host_beside_pool_us, pool_us = await blocked_p50(
                 [[via_host], [via_pool]], mode.latency_samples, LATENCY_BLOCKS
             )
+            # What the host's bookkeeping costs, against the same work without it.
+            host_beside_essentials_us, essentials_us = await rotating_p50(
+                [via_host, via_essentials], mode.latency_samples
+            )
             series.add(
                 host_p50_us=host_us,
                 raw_p50_us=raw_us,
+                host_beside_essentials_p50_us=host_beside_essentials_us,
+                essentials_p50_us=essentials_us,
                 host_beside_pool_p50_us=host_beside_pool_us,
                 pool_p50_us=pool_us,
             )
+        tg.cancel_scope.cancel()
     return series

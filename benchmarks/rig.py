@@ -11,13 +11,14 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-from synapse_core.channel import FramedChannel
+from synapse_core.channel import Exchange, FramedChannel
 from synapse_core.config import HostConfig
+from synapse_core.handoff import OneShot, event_factory
 from synapse_core.host import Host
 from synapse_core.residency.worker import Worker
 from synapse_core.testing import catalog_toml, transport_plugin
 from synapse_core.transport import Transport
-from synapse_core.wire import Frame, Infer, Shape
+from synapse_core.wire import Frame, Infer, Output, Shape, check_rows, rows_of
 from synapse_mock_transport.transport import MockTransport
 
 MODEL = "bench"
@@ -87,6 +88,54 @@ class BareExchange:
         """Send ``frames`` one after another, as a composed call's groups."""
         for frame in frames:
             await self.channel.exchange(frame, self.timeout_s)
+
+
+class EssentialsPath:
+    """One short embed with only the work any host of this design must do.
+
+    Tokenise, choose the bucket, build and write the request, hand the
+    exchange to a second task that reads the reply, then check and unpack
+    the rows: no permit, in-flight guard, lease, plan or call record. Its
+    p50 is what ``host.embed`` would take if its bookkeeping were free, so
+    the difference between the two is what that bookkeeping costs.
+    """
+
+    def __init__(self, host: Host, worker: Worker, timeout_s: float = 30.0) -> None:
+        assert worker.channel is not None and worker.hello is not None
+        self.worker = worker
+        self.channel = worker.channel
+        self.hello = worker.hello
+        self.select = host.plugins.bucket_selector(worker.hello.buckets, worker.spec)
+        self.timeout_s = timeout_s
+        self._event = event_factory()
+        self._wake = self._event()
+        self._job: tuple[Exchange, OneShot, list[Frame]] | None = None
+
+    async def reader(self) -> None:
+        """The second task: run it in a task group for as long as ``embed`` is used."""
+        while True:
+            await self._wake.wait()
+            self._wake = self._event()
+            assert self._job is not None
+            exchange, done, box = self._job
+            box.append(await self.channel.complete(exchange, self.timeout_s))
+            done.set()
+
+    async def embed(self, text: str) -> list[list[float]]:
+        tokenizer = self.worker.tokenizer
+        ids = tokenizer.encode(text)
+        bucket = self.select(tokenizer.sequence_length(ids))
+        request = Infer(next(_bare_ids), Shape(bucket, self.hello.max_batch), "embed", [ids])
+        exchange = self.channel.begin_now(request)
+        assert exchange is not None, "nothing else uses the channel meanwhile"
+        done, box = self._event(), list[Frame]()
+        self._job = (exchange, done, box)
+        self._wake.set()
+        await done.wait()
+        (reply,) = box
+        assert isinstance(reply, Output)
+        check_rows(reply)
+        return rows_of(reply)
 
 
 def skewed_texts(count: int, seed: int = 20240) -> list[str]:

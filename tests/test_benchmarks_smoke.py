@@ -35,6 +35,8 @@ REQUIRED = (
     "observation_on_ratio",
     "overhead_ratio_vs_raw_trio",
     "speedup_vs_processpool_trio",
+    "host_bookkeeping_us",
+    "host_bookkeeping_us_trio",
 )
 
 
