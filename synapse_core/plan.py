@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Sequence
-from typing import NamedTuple, cast
+from typing import cast
 
 import attrs
 
@@ -111,7 +111,7 @@ def plan_call(entry: Entry, texts: Sequence[str], query: str | None = None) -> P
             raise tokenizer_failed(model, "the query", exc) from exc
         if not query_ids:
             raise Refused("empty-sequence", "the query is empty; give it some text", model=model)
-    limits = _Limits(model, entry.spec.ceiling, query is not None)
+    limits = (model, entry.spec.ceiling, query is not None)
     # Counting is enough to refuse: a large call's ids are then encoded chunk
     # by chunk, while earlier chunks run. A small call is encoded at once
     # (counting first would only add a pass), and so is every call of a
@@ -123,25 +123,23 @@ def plan_call(entry: Entry, texts: Sequence[str], query: str | None = None) -> P
     return Plan(model, entry.spec.task, tuple(items), tokenizer, query_ids)
 
 
-class _Limits(NamedTuple):
-    model: str
-    ceiling: int
-    pair: bool
+#: what every input is checked against: model name, ceiling, whether it is a document
+_Limits = tuple[str, int, bool]
 
 
 def _checked(item: Item, limits: _Limits) -> Item:
     """``item``, unless it must be refused. Each input is checked as soon as it
     is sized, so the first bad input is the one reported."""
+    model, ceiling, pair = limits
     if not item.count:
         raise Refused(
             "empty-sequence",
-            f"{'document' if limits.pair else 'input'} {item.index} is empty; "
-            "remove it or give it text",
-            model=limits.model,
+            f"{'document' if pair else 'input'} {item.index} is empty; remove it or give it text",
+            model=model,
             index=item.index,
         )
-    if item.length > limits.ceiling:
-        raise over_ceiling(limits.model, item, limits.ceiling, pair=limits.pair)
+    if item.length > ceiling:
+        raise over_ceiling(model, item, ceiling, pair=pair)
     return item
 
 
@@ -155,7 +153,7 @@ def _encoded(
             ids = tokenizer.encode(text)
             length = tokenizer.sequence_length(ids, query)
         except Exception as exc:
-            raise tokenizer_failed(limits.model, f"input {index}", exc) from exc
+            raise tokenizer_failed(limits[0], f"input {index}", exc) from exc
         items.append(_checked(Item(index, text, len(ids), length, ids), limits))
     return items
 
@@ -172,7 +170,7 @@ def _counted(
             n = count(text)
             length = positions(n, pair)
         except Exception as exc:
-            raise tokenizer_failed(limits.model, f"input {index}", exc) from exc
+            raise tokenizer_failed(limits[0], f"input {index}", exc) from exc
         items.append(_checked(Item(index, text, n, length), limits))
     return items
 
