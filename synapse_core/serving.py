@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from typing import cast
 
 import anyio
 import attrs
@@ -349,7 +350,8 @@ class CallRunner:
     def _store(call: Call, step: Group, output: Output) -> None:
         rows = rows_of(output)
         if len(rows) == len(call.rows):
-            call.rows = rows  # one request held every input, in input order
+            # One request held every input, in input order.
+            call.rows = cast(list[list[float] | None], rows)
             return
         for item, row in zip(step.items, rows, strict=True):
             call.rows[item.index] = row
