@@ -57,7 +57,8 @@ class Host:
         self, model: str, texts: Sequence[str], *, deadline: Deadline | None = None
     ) -> EmbedResult:
         """Embed ``texts``; one vector per text, in input order."""
-        call = await self._call(model, "embed", texts, None, deadline)
+        call = self._call(model, "embed", texts, None, deadline)
+        await self._runner.wait(call)
         return EmbedResult(model, call.rows, call.identity)  # type: ignore[arg-type]
 
     async def rerank(
@@ -69,7 +70,8 @@ class Host:
         deadline: Deadline | None = None,
     ) -> RerankResult:
         """Score ``documents`` against ``query``; one score per document, in input order."""
-        call = await self._call(model, "rerank", documents, query, deadline)
+        call = self._call(model, "rerank", documents, query, deadline)
+        await self._runner.wait(call)
         return RerankResult(model, [row[0] for row in call.rows if row is not None], call.identity)
 
     async def load(self, model: str, *, deadline: Deadline | None = None) -> None:
@@ -132,7 +134,7 @@ class Host:
         entry = self.catalog.entries.get(model)
         return entry.spec.task if entry else "embed"
 
-    async def _call(
+    def _call(
         self,
         model: str,
         task: Task,
@@ -140,6 +142,8 @@ class Host:
         query: str | None,
         deadline: Deadline | None,
     ) -> Call:
+        """Plan and start a call; its caller then waits for it
+        (:meth:`CallRunner.wait`). Refusals are raised here, before anything runs."""
         entry = self.catalog.entry(model, task)
         plan: Plan = plan_call(entry, texts, query)
         if model in self._retired:
@@ -157,9 +161,6 @@ class Host:
         call = Call.new(plan, deadline or Deadline.never(), self._runners.event())
         if runner.start(call, sup, worker):
             self._runners.submit((call, sup, worker))
-            await runner.wait(call)
-        if call.error is not None:
-            raise call.error
         return call
 
     def _supervisor(self, entry: Entry) -> Supervisor:

@@ -118,25 +118,28 @@ class CallRunner:
         self.exchange_timeout_s = exchange_timeout_s
 
     async def wait(self, call: Call) -> None:
-        """The caller's side: wait for the result within the deadline."""
+        """The caller's side: wait for the result within the deadline, and
+        raise the error the call ended with, if any."""
         try:
             if call.deadline.when == math.inf:
                 # Every call waits here: one coroutine frame less than
                 # wait_bounded, which would take the same path.
                 await call.done.wait()
-                return
-            await wait_bounded(
-                call.done.wait,
-                call.deadline,
-                self.clock,
-                DeadlineExceeded(f"deadline passed before {call.plan.model!r} answered"),
-            )
+            else:
+                await wait_bounded(
+                    call.done.wait,
+                    call.deadline,
+                    self.clock,
+                    DeadlineExceeded(f"deadline passed before {call.plan.model!r} answered"),
+                )
         except DeadlineExceeded as exc:
             call.abandoned = True  # the detached task drains and releases
             raise (call.error or call.expiry or exc) from None
         except BaseException:
             call.abandoned = True
             raise
+        if call.error is not None:
+            raise call.error
 
     def start(self, call: Call, supervisor: Supervisor, worker: Worker) -> bool:
         """The head start, in the caller's task before the detached task wakes:
