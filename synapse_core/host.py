@@ -143,7 +143,8 @@ class Host:
         deadline: Deadline | None,
     ) -> Call:
         """Plan and start a call; its caller then waits for it
-        (:meth:`CallRunner.wait`). Refusals are raised here, before anything runs."""
+        (:meth:`CallRunner.wait`). Refusals, and errors of the head start, are
+        raised here, before the caller's first await."""
         entry = self.catalog.entry(model, task)
         plan: Plan = plan_call(entry, texts, query)
         if model in self._retired:
@@ -159,8 +160,10 @@ class Host:
             worker = self._worker(entry)
         sup = self.supervisors[worker.lane.info.lane_id]
         call = Call.new(plan, deadline or Deadline.never(), self._runners.event())
-        if runner.start(call, sup, worker):
-            self._runners.submit((call, sup, worker))
+        if not runner.start(call, sup, worker):
+            assert call.error is not None
+            raise call.error  # before any await, as a refusal of the plan is
+        self._runners.submit((call, sup, worker))
         return call
 
     def _supervisor(self, entry: Entry) -> Supervisor:

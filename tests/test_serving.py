@@ -524,3 +524,27 @@ async def test_a_tokenizer_that_raises_is_a_plugin_error_and_the_host_keeps_serv
         with pytest.raises(synapse.PluginError, match=rf"model 'm' failed on input {count - 1}"):
             await host.embed("m", texts)
         assert (await host.embed("m", ["fine"])).vectors
+
+
+async def test_a_tokenizer_failing_in_the_head_start_raises_before_any_await(
+    make_model: Any, make_config: Any
+) -> None:
+    """On a warm worker a counted call's first request is encoded in the
+    caller's head start: its tokenizer error is raised at once, having let go
+    of everything, even in a cancelled scope."""
+    texts = ["boom"] + [f"fine {i}" for i in range(11)]
+    cfg = make_config(make_model("m"))
+    plugins = [transport_plugin(BrokenTokenizerTransport())]
+    async with synapse.open_host(cfg, plugins=plugins) as host:
+        await host.embed("m", ["warm up"])
+        raised: Exception | None = None
+        with anyio.CancelScope() as scope:
+            scope.cancel()  # a cancellation would be absorbed here, not reported
+            try:
+                await host.embed("m", texts)
+            except synapse.PluginError as exc:
+                raised = exc
+        assert raised is not None and "failed on input 0" in str(raised)
+        snapshot = host.snapshot().worker("m")
+        assert (snapshot.leases, snapshot.inflight) == (0, 0)
+        assert (await host.embed("m", ["fine"])).vectors
