@@ -1,10 +1,13 @@
 """One short embed on a warm worker: against a bare exchange and a process pool.
 
-Per repetition, ``host.embed`` of one short text and a bare framed exchange
-of the same tokens on the same worker's channel (no host, no supervisor) are
-sampled alternately, call by call. Then blocks of ``ProcessPoolExecutor``
-calls running the same embedding function (tokenise, then the mock worker's
-``embed_tokens``) alternate with blocks of ``host.embed``, ten of each. The
+Per repetition, three phases. ``host.embed`` of one short text and a bare
+framed exchange of the same tokens on the same worker's channel (no host, no
+supervisor) are sampled alternately, call by call. Then blocks of
+``host.embed`` alternate with blocks of ``ProcessPoolExecutor`` calls running
+the same embedding function (tokenise, then the mock worker's
+``embed_tokens``), ten of each. Last, ``host.embed``, an essentials-only path
+(:class:`benchmarks.rig.EssentialsPath`) and the bare exchange alternate call
+by call: the host's bookkeeping is the difference of the first two. The
 pool's blocking ``result()`` runs on the event-loop thread, which is idle
 then, so the pool pays no thread hop it would not pay anyway.
 """
@@ -84,7 +87,12 @@ def measure(mode: Mode, backend: str) -> list[Figure]:
                 )
             ],
             None,
-            series.medians("host_beside_essentials_p50_us", "essentials_p50_us"),
+            {
+                **series.medians("host_beside_essentials_p50_us", "essentials_p50_us"),
+                "essentials_over_raw": statistics.median(
+                    series.ratio("essentials_p50_us", "raw_beside_essentials_p50_us")
+                ),
+            },
         ),
     ]
 
@@ -129,15 +137,17 @@ async def _measure(mode: Mode, pool: ProcessPoolExecutor) -> Series:
             host_beside_pool_us, pool_us = await blocked_p50(
                 [[via_host], [via_pool]], mode.latency_samples, LATENCY_BLOCKS
             )
-            # What the host's bookkeeping costs, against the same work without it.
-            host_beside_essentials_us, essentials_us = await rotating_p50(
-                [via_host, via_essentials], mode.latency_samples
+            # What the host's bookkeeping costs, against the same work without
+            # it; the bare exchange alongside, to place that work.
+            host_beside_essentials_us, essentials_us, raw_beside_essentials_us = await rotating_p50(
+                [via_host, via_essentials, via_bare], mode.latency_samples
             )
             series.add(
                 host_p50_us=host_us,
                 raw_p50_us=raw_us,
                 host_beside_essentials_p50_us=host_beside_essentials_us,
                 essentials_p50_us=essentials_us,
+                raw_beside_essentials_p50_us=raw_beside_essentials_us,
                 host_beside_pool_p50_us=host_beside_pool_us,
                 pool_p50_us=pool_us,
             )
