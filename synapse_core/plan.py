@@ -111,68 +111,47 @@ def plan_call(entry: Entry, texts: Sequence[str], query: str | None = None) -> P
             raise tokenizer_failed(model, "the query", exc) from exc
         if not query_ids:
             raise Refused("empty-sequence", "the query is empty; give it some text", model=model)
-    limits = (model, entry.spec.ceiling, query is not None)
+    query_count = None if query_ids is None else len(query_ids)
+    ceiling = entry.spec.ceiling
     # Counting is enough to refuse: a large call's ids are then encoded chunk
     # by chunk, while earlier chunks run. A small call is encoded at once
     # (counting first would only add a pass), and so is every call of a
     # tokenizer that cannot count.
-    if len(texts) > EAGER_TEXTS and hasattr(tokenizer, "count") and hasattr(tokenizer, "positions"):
-        items = _counted(limits, cast(CountingTokenizer, tokenizer), texts, query_ids)
-    else:
-        items = _encoded(limits, tokenizer, texts, query_ids)
+    counting = (
+        cast(CountingTokenizer, tokenizer)
+        if len(texts) > EAGER_TEXTS
+        and hasattr(tokenizer, "count")
+        and hasattr(tokenizer, "positions")
+        else None
+    )
+    items = []
+    # Each input is checked as soon as it is sized, so the first bad input is
+    # the one reported, whatever is wrong with later ones.
+    for index, text in enumerate(texts):
+        try:
+            if counting is not None:
+                ids = None
+                n = counting.count(text)
+                length = counting.positions(n, query_count)
+            else:
+                ids = tokenizer.encode(text)
+                n = len(ids)
+                length = tokenizer.sequence_length(ids, query_ids)
+        except Exception as exc:
+            raise tokenizer_failed(model, f"input {index}", exc) from exc
+        if not n:
+            raise Refused(
+                "empty-sequence",
+                f"{'document' if query is not None else 'input'} {index} is empty; "
+                "remove it or give it text",
+                model=model,
+                index=index,
+            )
+        item = Item(index, text, n, length, ids)
+        if length > ceiling:
+            raise over_ceiling(model, item, ceiling, pair=query is not None)
+        items.append(item)
     return Plan(model, entry.spec.task, tuple(items), tokenizer, query_ids)
-
-
-#: what every input is checked against: model name, ceiling, whether it is a document
-_Limits = tuple[str, int, bool]
-
-
-def _checked(item: Item, limits: _Limits) -> Item:
-    """``item``, unless it must be refused. Each input is checked as soon as it
-    is sized, so the first bad input is the one reported."""
-    model, ceiling, pair = limits
-    if not item.count:
-        raise Refused(
-            "empty-sequence",
-            f"{'document' if pair else 'input'} {item.index} is empty; remove it or give it text",
-            model=model,
-            index=item.index,
-        )
-    if item.length > ceiling:
-        raise over_ceiling(model, item, ceiling, pair=pair)
-    return item
-
-
-def _encoded(
-    limits: _Limits, tokenizer: Tokenizer, texts: Sequence[str], query: list[int] | None
-) -> list[Item]:
-    """Checked items with their ids, encoded now."""
-    items = []
-    for index, text in enumerate(texts):
-        try:
-            ids = tokenizer.encode(text)
-            length = tokenizer.sequence_length(ids, query)
-        except Exception as exc:
-            raise tokenizer_failed(limits[0], f"input {index}", exc) from exc
-        items.append(_checked(Item(index, text, len(ids), length, ids), limits))
-    return items
-
-
-def _counted(
-    limits: _Limits, tokenizer: CountingTokenizer, texts: Sequence[str], query: list[int] | None
-) -> list[Item]:
-    """Checked items with their token counts; their ids are encoded later."""
-    pair = None if query is None else len(query)
-    count, positions = tokenizer.count, tokenizer.positions
-    items = []
-    for index, text in enumerate(texts):
-        try:
-            n = count(text)
-            length = positions(n, pair)
-        except Exception as exc:
-            raise tokenizer_failed(limits[0], f"input {index}", exc) from exc
-        items.append(_checked(Item(index, text, n, length), limits))
-    return items
 
 
 def group_by_bucket(items: Sequence[Item], select: Callable[[int], int], batch: int) -> list[Group]:
