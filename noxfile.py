@@ -64,8 +64,16 @@ def typecheck(session: nox.Session) -> None:
 def micro(session: nox.Session) -> None:
     """The serving path's pieces, timed one by one (pytest-benchmark)."""
     session.install("-r", "requirements/run.txt", "pytest-benchmark>=4")
+    # python -m puts the project root on sys.path, for the benchmarks package.
     session.run(
-        "pytest", "benchmarks/micro", "-p", "no:xdist", "--benchmark-only", *session.posargs
+        "python",
+        "-m",
+        "pytest",
+        "benchmarks/micro",
+        "-p",
+        "no:xdist",
+        "--benchmark-only",
+        *session.posargs,
     )
 
 

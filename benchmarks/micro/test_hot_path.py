@@ -18,17 +18,15 @@ times as long (see docs/performance.md).
 
 from __future__ import annotations
 
-import random
 from typing import Any
 
 import pytest
 
+from benchmarks import rig
 from synapse_core import defaults
 from synapse_core.catalog import Catalog, Entry
-from synapse_core.config import HostConfig
 from synapse_core.plan import Item, group_by_bucket, plan_call
 from synapse_core.plugins import PluginHost
-from synapse_core.testing import catalog_toml, transport_plugin
 from synapse_core.tokenizer import BasicTokenizer
 from synapse_core.wire import (
     Codec,
@@ -41,43 +39,20 @@ from synapse_core.wire import (
     rows_of,
 )
 
-mock = pytest.importorskip("synapse_mock_transport.transport")
-
-BUCKETS = [16, 32, 64, 128, 256, 512]
-DIMS = 64
-BATCH = 32
-SHORT_TEXT = "hello synapse"
-
-
-def skewed_texts(count: int, seed: int = 20240) -> list[str]:
-    """Mostly short texts with a long tail, as in the composed benchmark."""
-    rng = random.Random(seed)
-    mix = ((55, 3, 14), (20, 15, 40), (12, 41, 110), (8, 111, 250), (5, 251, 508))
-    texts = []
-    for _ in range(count):
-        _, low, high = rng.choices(mix, [w for w, _, _ in mix])[0]
-        texts.append(" ".join(f"w{rng.randrange(50_000)}" for _ in range(rng.randint(low, high))))
-    return texts
+BUCKETS = rig.BUCKETS
+DIMS = rig.DIMS
+BATCH = rig.MAX_BATCH
+SHORT_TEXT = rig.SHORT_TEXT
 
 
 @pytest.fixture(scope="module")
 def entry() -> Entry:
-    model = {
-        "name": "bench",
-        "task": "embed",
-        "transport": "mock",
-        "package": "bench-mock",
-        "ceiling": BUCKETS[-1],
-        "options": {"buckets": BUCKETS, "dims": DIMS, "max_batch": BATCH},
-    }
-    config = HostConfig.from_toml_text(catalog_toml(model))
-    plugins = PluginHost([transport_plugin(mock.MockTransport())])
-    return Catalog(config, plugins).entry("bench", "embed")
+    return Catalog(rig.config(), PluginHost(rig.plugins())).entry(rig.MODEL, "embed")
 
 
 @pytest.fixture(scope="module")
 def texts() -> list[str]:
-    return skewed_texts(1024)
+    return rig.skewed_texts(1024)
 
 
 def output(rows: int) -> Output:
