@@ -46,7 +46,6 @@ class ObservationSwitch:
         self.saved: list[tuple[Callable[[Event], None] | None, bool]] = [
             (s._observe, s._certify) for s in self.supervisors
         ]
-
         self.off: list[tuple[Callable[[Event], None] | None, bool]] = [
             (None, False) for _ in self.supervisors
         ]
