@@ -265,12 +265,11 @@ class FramedChannel:
         request had left (see :class:`Exchange`).
         """
         exchange = await self.begin(frame)
-        if progress is not None:
-            try:
-                return await self.complete(exchange, timeout)
-            finally:
+        try:
+            return await self.complete(exchange, timeout)
+        finally:
+            if progress is not None:
                 progress.written = exchange.written
-        return await self.complete(exchange, timeout)
 
     async def aclose(self) -> None:
         self.closed = True
