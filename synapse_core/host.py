@@ -12,7 +12,7 @@ from anyio.abc import TaskGroup
 from .catalog import Catalog, Entry
 from .config import HostConfig, Task
 from .deadline import Clock, Deadline, monotonic
-from .errors import Overloaded, Retired
+from .errors import Retired
 from .handoff import OneShot, event_factory
 from .plan import Plan, plan_call
 from .plugins import PluginHost
@@ -48,6 +48,7 @@ class Host:
             anyio.CapacityLimiter(config.max_concurrent),
             self.backlog,
             config.exchange_timeout_s,
+            config.max_waiting,
         )
         self._runners = _Runners(tg, self._runner)
 
@@ -150,11 +151,6 @@ class Host:
         if model in self._retired:
             raise Retired(f"model {model!r} was retired; load it again to serve it")
         runner = self._runner
-        if self.backlog.waiting >= self.config.max_waiting and runner.permits.available_tokens < 1:
-            raise Overloaded(
-                f"{self.backlog.waiting} calls are already waiting (max_waiting = "
-                f"{self.config.max_waiting}); retry later"
-            )
         worker = self._workers.get(model)
         if worker is None or worker.phase is Phase.EXITED:
             worker = self._worker(entry)

@@ -24,7 +24,14 @@ import attrs
 
 from .channel import Exchange
 from .deadline import Clock, Deadline
-from .errors import DeadlineExceeded, OutcomeUnknown, Retired, SynapseError, WorkerFault
+from .errors import (
+    DeadlineExceeded,
+    OutcomeUnknown,
+    Overloaded,
+    Retired,
+    SynapseError,
+    WorkerFault,
+)
 from .handoff import OneShot
 from .plan import Group, Item, Plan, group_by_bucket, over_ceiling
 from .plugins import PluginHost
@@ -76,6 +83,8 @@ class Call:
     expiry: SynapseError | None = None
     # What the call holds, whether the head start or the detached task took it.
     permit: bool = False
+    #: counted in ``Backlog.waiting`` until it holds the permit
+    queued: bool = False
     entered: bool = False
     #: the requests to send: each a batch-sized chunk of one bucket group
     steps: list[Group] | None = None
@@ -110,12 +119,14 @@ class CallRunner:
         permits: anyio.CapacityLimiter,
         backlog: Backlog,
         exchange_timeout_s: float,
+        max_waiting: int,
     ) -> None:
         self.plugins = plugins
         self.clock = clock
         self.permits = permits
         self.backlog = backlog
         self.exchange_timeout_s = exchange_timeout_s
+        self.max_waiting = max_waiting
 
     async def wait(self, call: Call) -> None:
         """The caller's side: wait for the result within the deadline, and
@@ -150,14 +161,27 @@ class CallRunner:
         stopped (the first thing that would have to wait). Waking the
         detached task then overlaps the worker's compute. Returns False when
         the call already ended with an error (in ``call.error``).
+
+        The permit is taken, or the call counted as waiting for it, here and
+        not in the detached task: calls arriving in one burst see each other,
+        and one that would make more than ``max_waiting`` calls wait is
+        refused with :class:`Overloaded` before it holds anything.
         """
-        if worker.phase is not Phase.READY or worker.retiring or call.deadline.expired(self.clock):
-            return True
         try:
             self.permits.acquire_on_behalf_of_nowait(call)
         except anyio.WouldBlock:
+            backlog = self.backlog
+            if backlog.waiting >= self.max_waiting:
+                raise Overloaded(
+                    f"{backlog.waiting} calls are already waiting (max_waiting = "
+                    f"{self.max_waiting}); retry later"
+                ) from None
+            backlog.waiting += 1
+            call.queued = True
             return True
         call.permit = True
+        if worker.phase is not Phase.READY or worker.retiring or call.deadline.expired(self.clock):
+            return True
         worker.enter()
         call.entered = True
         try:
@@ -215,6 +239,9 @@ class CallRunner:
         if call.permit:
             call.permit = False
             self.permits.release_on_behalf_of(call)
+        elif call.queued:
+            call.queued = False
+            self.backlog.waiting -= 1
         if isinstance(error, SynapseError):
             call.fail(error)
         elif error is not None:  # a bug must not take the host's task group down
@@ -222,21 +249,20 @@ class CallRunner:
         call.done.set()
 
     async def _take_permit(self, call: Call) -> None:
-        """The module-wide execution permit, waited for within the deadline."""
-        try:
-            self.permits.acquire_on_behalf_of_nowait(call)
-        except anyio.WouldBlock:
+        """The module-wide execution permit, waited for within the deadline by
+        a call counted as waiting (``call.queued``) since its head start."""
+        if not call.queued:
             self.backlog.waiting += 1
-            try:
-                await wait_bounded(
-                    lambda: self.permits.acquire_on_behalf_of(call),
-                    call.deadline,
-                    self.clock,
-                    DeadlineExceeded("deadline passed waiting for an execution permit"),
-                )
-            finally:
-                self.backlog.waiting -= 1
+            call.queued = True
+        await wait_bounded(
+            lambda: self.permits.acquire_on_behalf_of(call),
+            call.deadline,
+            self.clock,
+            DeadlineExceeded("deadline passed waiting for an execution permit"),
+        )
         call.permit = True
+        call.queued = False
+        self.backlog.waiting -= 1
 
     def _steps(self, call: Call, worker: Worker) -> list[Group]:
         """The call's requests, smallest bucket first: batch-sized chunks of its groups."""
