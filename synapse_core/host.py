@@ -12,7 +12,7 @@ from anyio.abc import TaskGroup
 from .catalog import Catalog, Entry
 from .config import HostConfig, Task
 from .deadline import Clock, Deadline, monotonic
-from .errors import Retired
+from .errors import HostClosed, Retired
 from .handoff import OneShot, event_factory
 from .plan import Plan, plan_call
 from .plugins import PluginHost
@@ -41,6 +41,7 @@ class Host:
         self.supervisors: dict[str, Supervisor] = {}
         self._workers: dict[str, Worker] = {}
         self._retired: set[str] = set()
+        self._closed = False
         self._serial = itertools.count(1)
         self._runner = CallRunner(
             plugins,
@@ -77,6 +78,7 @@ class Host:
 
     async def load(self, model: str, *, deadline: Deadline | None = None) -> None:
         """Start the model's worker and wait for its hello; no inference."""
+        self._check_open()
         entry = self.catalog.entry(model, self._task_of(model))
         old = self._workers.get(model)
         while (
@@ -91,6 +93,10 @@ class Host:
 
     async def retire(self, model: str) -> None:
         """Retire the model's worker: stop new leases, drain, confirm exit, refund."""
+        self._check_open()
+        await self._retire(model)
+
+    async def _retire(self, model: str) -> None:
         self._retired.add(model)
         worker = self._workers.get(model)
         if worker is not None:
@@ -111,13 +117,16 @@ class Host:
         polite exit, then SIGTERM and SIGKILL), the workers left are stopped
         outright, still confirming each exit.
         """
+        if self._closed:
+            return
+        self._closed = True  # from now on every method refuses (HostClosed)
         config = self.config
         bound = config.exchange_timeout_s + 4 * config.exit_grace_s + CLOSE_SLACK_S
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(bound) as retiring:
                 async with anyio.create_task_group() as tg:
                     for model in list(self._workers):
-                        tg.start_soon(self.retire, model)
+                        tg.start_soon(self._retire, model)
             if retiring.cancelled_caught:
                 for sup in self.supervisors.values():
                     for worker in list(sup.workers.values()):
@@ -130,6 +139,10 @@ class Host:
                     sup.lane.session = None
 
     # -- internals --------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise HostClosed("the host is closed; open a new one to serve models")
 
     def _task_of(self, model: str) -> Task:
         entry = self.catalog.entries.get(model)
@@ -146,6 +159,8 @@ class Host:
         """Plan and start a call; its caller then waits for it
         (:meth:`CallRunner.wait`). Refusals, and errors of the head start, are
         raised here, before the caller's first await."""
+        if self._closed:  # an attribute read: open hosts pay no call
+            self._check_open()
         entry = self.catalog.entry(model, task)
         plan: Plan = plan_call(entry, texts, query)
         if model in self._retired:
