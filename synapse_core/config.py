@@ -36,9 +36,10 @@ def _positive(instance: object, attribute: attrs.Attribute[Any], value: float) -
 
 
 def _duration(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    _positive(instance, attribute, value)
     # inf would make every bound it sets unbounded: a close could then hang forever
-    if not (value > 0 and math.isfinite(value)):
-        raise FieldInvalid(attribute.name, f"must be a finite number greater than 0, got {value!r}")
+    if value == math.inf:
+        raise FieldInvalid(attribute.name, f"must be a finite number of seconds, got {value!r}")
 
 
 def _not_negative(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
