@@ -41,6 +41,7 @@ json_option: Callable[[F], F] = click.option(
     help="Print one JSON document on stdout instead of a human-readable listing.",
 )
 
+
 class Seconds(click.FloatRange):
     """A number of seconds greater than 0; ``nan`` is refused like any other
     bad number (a range check alone lets it through: nan compares false)."""
