@@ -24,6 +24,8 @@ from .snapshot import HostSnapshot, take
 
 #: scheduling slack on top of the bounds a close is made of
 CLOSE_SLACK_S = 1.0
+#: most call runners kept parked for reuse (fewer when max_concurrent is lower)
+IDLE_RUNNERS = 64
 
 
 class Host:
@@ -51,7 +53,7 @@ class Host:
             config.exchange_timeout_s,
             config.max_waiting,
         )
-        self._runners = _Runners(tg, self._runner)
+        self._runners = _Runners(tg, self._runner, min(config.max_concurrent, IDLE_RUNNERS))
 
     # -- public API -----------------------------------------------------------------
 
@@ -234,11 +236,17 @@ class _Slot:
 
 class _Runners:
     """Detached call tasks, reused: waking an idle one costs less than
-    starting a task per call. Each still runs in the host's task group."""
+    starting a task per call. Each still runs in the host's task group.
 
-    def __init__(self, tg: TaskGroup, runner: CallRunner) -> None:
+    At most ``keep`` of them stay parked; one that finishes a call when that
+    many are idle ends, so a burst does not leave its runners behind. A
+    parked runner holds nothing of the call it ran.
+    """
+
+    def __init__(self, tg: TaskGroup, runner: CallRunner, keep: int) -> None:
         self.tg = tg
         self.runner = runner
+        self.keep = keep
         self.idle: list[_Slot] = []
         self.event: Callable[[], OneShot] = event_factory()
 
@@ -255,6 +263,9 @@ class _Runners:
         try:
             while True:
                 await self.runner.run(*job)
+                del job  # the call's texts, plan and rows are its caller's alone now
+                if len(self.idle) >= self.keep:
+                    return
                 # Park at once: the caller wakes only once this task yields.
                 self.idle.append(slot)
                 await slot.event.wait()
