@@ -37,6 +37,9 @@ REQUIRED = (
     "speedup_vs_processpool_trio",
     "host_bookkeeping_us",
     "host_bookkeeping_us_trio",
+    "soak_rss_ratio_after_calls",
+    "soak_rss_ratio_after_large_call",
+    "soak_live_objects_growth",
 )
 
 
