@@ -42,22 +42,21 @@ def measure(mode: Mode) -> list[Figure]:
         "objects_after_calls",
         "objects_after_large",
     )
+
+    def rss_ratio(key: str, what: str, after: str) -> Figure:
+        ratio = series.ratio(after, "rss_warm_mib")
+        return Figure(key, "ratio", what, ratio, Target("<=", 1.10), series.medians(*parts))
+
     return [
-        Figure(
+        rss_ratio(
             "soak_rss_ratio_after_calls",
-            "ratio",
             f"host RSS after {mode.soak_calls} calls, results dropped / warm RSS",
-            series.ratio("rss_after_calls_mib", "rss_warm_mib"),
-            Target("<=", 1.10),
-            series.medians(*parts),
+            "rss_after_calls_mib",
         ),
-        Figure(
+        rss_ratio(
             "soak_rss_ratio_after_large_call",
-            "ratio",
             f"host RSS after one {mode.soak_texts}-text call, result dropped / warm RSS",
-            series.ratio("rss_after_large_mib", "rss_warm_mib"),
-            Target("<=", 1.10),
-            series.medians(*parts),
+            "rss_after_large_mib",
         ),
         Figure(
             "soak_live_objects_growth",

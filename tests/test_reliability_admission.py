@@ -16,6 +16,16 @@ pytestmark = pytest.mark.anyio
 HANG_GUARD_S = 10  # turns a hang into a failure; not a timing assertion
 
 
+def _two_running_three_waiting(make_model: Any, make_config: Any, gate: Any) -> Any:
+    """A host with 2 permits and room for 3 waiting calls, whose worker holds
+    every inference reply until the gate opens."""
+    transport = InProcessTransport()
+    transport.reply_gate = gate
+    gate.armed = lambda model, frame: isinstance(frame, Infer)
+    cfg = make_config(make_model("m"), max_concurrent=2, max_waiting=3)
+    return synapse.open_host(cfg, plugins=[transport_plugin(transport)])
+
+
 async def _outcome(host: synapse.Host, text: str, outcomes: list[object]) -> None:
     try:
         outcomes.append(await host.embed("m", [text]))
@@ -29,12 +39,8 @@ async def test_a_burst_in_one_tick_is_refused_beyond_max_waiting(
 ) -> None:
     """200 calls started before any of them runs: 2 hold the permits, 3 wait,
     the other 195 are refused at once; the waiting count never passes 3."""
-    transport = InProcessTransport()
-    transport.reply_gate = gate
-    gate.armed = lambda model, frame: isinstance(frame, Infer)
-    cfg = make_config(make_model("m"), max_concurrent=2, max_waiting=3)
     outcomes: list[object] = []
-    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+    async with _two_running_three_waiting(make_model, make_config, gate) as host:
         if ready:
             await host.load("m")
         peak = 0
@@ -66,12 +72,8 @@ async def test_burst_of_callers_gets_exactly_max_waiting_queued(
     make_model: Any, make_config: Any, gate: Any
 ) -> None:
     """The same burst through the public API, each caller its own task."""
-    transport = InProcessTransport()
-    transport.reply_gate = gate
-    gate.armed = lambda model, frame: isinstance(frame, Infer)
-    cfg = make_config(make_model("m"), max_concurrent=2, max_waiting=3)
     outcomes: list[object] = []
-    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+    async with _two_running_three_waiting(make_model, make_config, gate) as host:
         await host.load("m")
         with anyio.fail_after(HANG_GUARD_S):
             async with anyio.create_task_group() as tg:

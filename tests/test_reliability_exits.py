@@ -24,6 +24,8 @@ from synapse_mock_transport.transport import MockTransport
 pytestmark = pytest.mark.anyio
 HANG_GUARD_S = 20  # turns a hang into a failure; not a timing assertion
 FIXTURES = Path(__file__).parent  # holds the plugin_fixtures package
+#: the first generation crashes on its first inference; the next one serves
+CRASHES_ONCE = {"crash_on_infer": 1, "only_generation": 1}
 
 
 def _state(host: synapse.Host, model: str = "m") -> str:
@@ -64,7 +66,7 @@ async def test_a_recovery_stopped_by_an_unconfirmed_exit_resumes_once_it_is_conf
 ) -> None:
     transport = InProcessTransport()
     transport.hold_exits = True
-    model = make_model("m", faults={"crash_on_infer": 1, "only_generation": 1})
+    model = make_model("m", faults=CRASHES_ONCE)
     cfg = make_config(model, exit_grace_s=0.02)
     with anyio.fail_after(HANG_GUARD_S):
         async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
@@ -205,7 +207,7 @@ async def test_retirement_confirms_the_exit_of_the_workers_children_too(
 async def test_recovery_after_a_crash_confirms_the_exit_of_the_workers_children_too(
     make_model: Any, make_config: Any, forking: ForkingTransport
 ) -> None:
-    model = make_model("m", faults={"crash_on_infer": 1, "only_generation": 1})
+    model = make_model("m", faults=CRASHES_ONCE)
     cfg = make_config(model, exit_grace_s=0.5)
     with anyio.fail_after(HANG_GUARD_S):
         async with synapse.open_host(cfg, plugins=[transport_plugin(forking)]) as host:
