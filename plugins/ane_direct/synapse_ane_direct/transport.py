@@ -16,7 +16,7 @@ from synapse_core.config import ModelSpec
 from synapse_core.process import spawn_worker
 from synapse_core.transport import Availability, LaneInfo, Launched, LaunchRequest, Transport
 
-from . import hardware
+from .availability import probe as hardware_probe
 from .lanelock import LaneLock, acquire
 from .options import DEVICE_KINDS, parse_options
 
@@ -66,7 +66,7 @@ class AneDirectTransport(Transport):
         device: str | None = None,
         *,
         runtime_dir: str | Path | None = None,
-        probe: Callable[[], str] = hardware.probe,
+        probe: Callable[[], str] = hardware_probe,
     ) -> None:
         self._device = device
         self.runtime_dir = Path(runtime_dir) if runtime_dir is not None else None

@@ -61,8 +61,10 @@ class _Config:
 
 
 def _float_literal(value: float, dtype: DType) -> str:
+    """Exact, as a hex float with no trailing zeros (``fp16(0x1.6ap-3)``)."""
     exact = float(np.float16(value)) if dtype == "fp16" else float(np.float32(value))
-    return f"{dtype}({exact.hex()})"
+    mantissa, exponent = exact.hex().split("p")
+    return f"{dtype}({mantissa.rstrip('0').rstrip('.')}p{exponent})"
 
 
 def _shape(shape: tuple[int, ...]) -> str:

@@ -329,7 +329,8 @@ class Interpreter:
                     f"{len(st.outputs)} declared"
                 )
             for (mil_type, name), result in zip(st.outputs, results, strict=True):
-                value = result.astype(_FLOATS.get(mil_type.dtype, result.dtype), copy=False)
+                with np.errstate(over="ignore"):  # an overflow is reported by _check
+                    value = result.astype(_FLOATS.get(mil_type.dtype, result.dtype), copy=False)
                 self._check(mil_type, name, value, st.line)
                 env[name] = value
         return {name: np.asarray(env[name]) for name in self.function.outputs}
