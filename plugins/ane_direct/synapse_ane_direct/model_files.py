@@ -117,12 +117,19 @@ def read_safetensors(path: Path) -> dict[str, Array]:
 
 @attrs.frozen
 class MiniLM:
-    """A loaded BERT sentence encoder: config, fp32 weights by safetensors name."""
+    """A loaded BERT sentence encoder: config, fp32 weights by safetensors name,
+    and the ids of the special tokens a sequence is wrapped in."""
 
     directory: Path
     config: BertConfig
     weights: Mapping[str, Array]
     sha256: str
+    cls_id: int
+    sep_id: int
+
+    def positions(self, ids: list[int] | tuple[int, ...]) -> list[int]:
+        """``[CLS] ids [SEP]``: what the encoder sees of a sequence sent without them."""
+        return [self.cls_id, *ids, self.sep_id]
 
     def embed_tokens(self, ids: list[int] | Array) -> Array:
         """Word-piece embeddings ``[len(ids), hidden]`` (fp32): the lookup the host does."""
@@ -140,7 +147,8 @@ def load_minilm(directory: Path | None = None, *, verify: bool = True) -> MiniLM
     """
     directory = default_model_dir() if directory is None else directory
     config_path, weights_path = directory / "config.json", directory / WEIGHTS_FILE
-    for path in (config_path, weights_path):
+    tokenizer_path = directory / "tokenizer.json"
+    for path in (config_path, weights_path, tokenizer_path):
         if not path.is_file():
             raise ModelFilesError(f"{path} is missing; {INSTALL_HINT}")
     digest = sha256_of(weights_path) if verify else ""
@@ -150,7 +158,19 @@ def load_minilm(directory: Path | None = None, *, verify: bool = True) -> MiniLM
             f"{WEIGHTS_SHA256}; reinstall it: {INSTALL_HINT}"
         )
     config = BertConfig.from_json(json.loads(config_path.read_text("utf-8")), str(config_path))
-    return MiniLM(directory, config, read_safetensors(weights_path), digest)
+    cls_id, sep_id = special_ids(tokenizer_path)
+    return MiniLM(directory, config, read_safetensors(weights_path), digest, cls_id, sep_id)
+
+
+def special_ids(tokenizer_path: Path) -> tuple[int, int]:
+    """The ids of ``[CLS]`` and ``[SEP]`` in a WordPiece ``tokenizer.json``."""
+    try:
+        vocab = json.loads(tokenizer_path.read_text("utf-8"))["model"]["vocab"]
+        return int(vocab["[CLS]"]), int(vocab["[SEP]"])
+    except (OSError, ValueError, KeyError, TypeError) as exc:
+        raise ModelFilesError(
+            f"{tokenizer_path}: no [CLS]/[SEP] in a WordPiece vocabulary ({exc!r})"
+        ) from None
 
 
 def load_tokenizer(directory: Path | None = None) -> Any:

