@@ -32,7 +32,7 @@ def _buckets(ctx: click.Context, param: click.Parameter, value: str) -> tuple[in
 @click.option(
     "--simulated",
     is_flag=True,
-    help="Run the whole flow with the simulated device (the MIL interpreter) instead of the Neural Engine.",
+    help="Run the whole flow with the simulated device (the MIL interpreter), not the engine.",
 )
 @click.option(
     "--texts",
@@ -51,7 +51,8 @@ def _buckets(ctx: click.Context, param: click.Parameter, value: str) -> tuple[in
     "--runtime-dir",
     type=click.Path(file_okay=False, path_type=Path),
     default=None,
-    help="Where lane locks live (default: as a host: $XDG_RUNTIME_DIR/synapse or /tmp/synapse-<uid>).",
+    help="Where lane locks live (default, as for a host: $XDG_RUNTIME_DIR/synapse, "
+    "else /tmp/synapse-<uid>).",
 )
 def selftest(
     simulated: bool, texts: int | None, buckets: tuple[int, ...], runtime_dir: Path | None

@@ -61,6 +61,10 @@ class Signature:
     declared: str
 
 
+_REQUEST = (
+    "requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:procedureIndex:"
+)
+
 #: selector -> prototype and where it is declared
 SIGNATURES: dict[str, Signature] = {
     # -- AppleNeuralEngine (private; selectors as maderix/ANE calls them) --------
@@ -106,7 +110,7 @@ SIGNATURES: dict[str, Signature] = {
     "objectWithIOSurface:": Signature(
         _id, (_ptr,), "+[_ANEIOSurfaceObject objectWithIOSurface:(IOSurfaceRef)] (private)"
     ),
-    "requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:procedureIndex:": (
+    _REQUEST: (
         Signature(
             _id,
             (_id, _id, _id, _id, _id, _id, _id),
@@ -122,9 +126,7 @@ SIGNATURES: dict[str, Signature] = {
     "stringWithUTF8String:": Signature(
         _id, (ctypes.c_char_p,), "+[NSString stringWithUTF8String:] (Foundation/NSString.h)"
     ),
-    "UTF8String": Signature(
-        ctypes.c_char_p, (), "-[NSString UTF8String] (Foundation/NSString.h)"
-    ),
+    "UTF8String": Signature(ctypes.c_char_p, (), "-[NSString UTF8String] (Foundation/NSString.h)"),
     "numberWithUnsignedLongLong:": Signature(
         _id, (ctypes.c_ulonglong,), "+[NSNumber numberWithUnsignedLongLong:] (Foundation/NSValue.h)"
     ),
@@ -150,11 +152,26 @@ FUNCTIONS: dict[str, tuple[Any, tuple[Any, ...], str, str]] = {
     "objc_getClass": (_id, (ctypes.c_char_p,), LIBOBJC, "objc/runtime.h"),
     "sel_registerName": (_SEL, (ctypes.c_char_p,), LIBOBJC, "objc/runtime.h"),
     "objc_autoreleasePoolPush": (_ptr, (), LIBOBJC, "objc/objc-internal.h (exported by libobjc)"),
-    "objc_autoreleasePoolPop": (None, (_ptr,), LIBOBJC, "objc/objc-internal.h (exported by libobjc)"),
+    "objc_autoreleasePoolPop": (
+        None,
+        (_ptr,),
+        LIBOBJC,
+        "objc/objc-internal.h (exported by libobjc)",
+    ),
     "NSTemporaryDirectory": (_id, (), FOUNDATION, "Foundation/NSPathUtilities.h"),
     "IOSurfaceCreate": (_ptr, (_id,), IOSURFACE, "IOSurface/IOSurfaceRef.h (CFDictionaryRef arg)"),
-    "IOSurfaceLock": (ctypes.c_int, (_ptr, ctypes.c_uint32, _ptr), IOSURFACE, "IOSurface/IOSurfaceRef.h"),
-    "IOSurfaceUnlock": (ctypes.c_int, (_ptr, ctypes.c_uint32, _ptr), IOSURFACE, "IOSurface/IOSurfaceRef.h"),
+    "IOSurfaceLock": (
+        ctypes.c_int,
+        (_ptr, ctypes.c_uint32, _ptr),
+        IOSURFACE,
+        "IOSurface/IOSurfaceRef.h",
+    ),
+    "IOSurfaceUnlock": (
+        ctypes.c_int,
+        (_ptr, ctypes.c_uint32, _ptr),
+        IOSURFACE,
+        "IOSurface/IOSurfaceRef.h",
+    ),
     "IOSurfaceGetBaseAddress": (_ptr, (_ptr,), IOSURFACE, "IOSurface/IOSurfaceRef.h"),
     "IOSurfaceGetAllocSize": (ctypes.c_size_t, (_ptr,), IOSURFACE, "IOSurface/IOSurfaceRef.h"),
     "CFRelease": (None, (_ptr,), COREFOUNDATION, "CoreFoundation/CFBase.h"),
@@ -278,14 +295,20 @@ class Runtime:
 
     def array(self, items: Sequence[int]) -> int:
         objects = (ctypes.c_void_p * len(items))(*items)
-        return int(self.send(self.classes["NSArray"], "arrayWithObjects:count:", objects, len(items)))
+        return int(
+            self.send(self.classes["NSArray"], "arrayWithObjects:count:", objects, len(items))
+        )
 
     def dictionary(self, pairs: Sequence[tuple[int, int]]) -> int:
         keys = (ctypes.c_void_p * len(pairs))(*(k for k, _ in pairs))
         values = (ctypes.c_void_p * len(pairs))(*(v for _, v in pairs))
         return int(
             self.send(
-                self.classes["NSDictionary"], "dictionaryWithObjects:forKeys:count:", values, keys, len(pairs)
+                self.classes["NSDictionary"],
+                "dictionaryWithObjects:forKeys:count:",
+                values,
+                keys,
+                len(pairs),
             )
         )
 

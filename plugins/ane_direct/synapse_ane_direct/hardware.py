@@ -40,7 +40,7 @@ import os
 import platform
 import shutil
 import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -106,7 +106,9 @@ class AneExecutor:
 
         rt, bucket = self.rt, program.bucket
         with AutoreleasePool(rt):
-            entry = rt.dictionary([(rt.string("offset"), rt.number(0)), (rt.string("data"), rt.data(weights))])
+            entry = rt.dictionary(
+                [(rt.string("offset"), rt.number(0)), (rt.string("data"), rt.data(weights))]
+            )
             weight_dict = rt.dictionary([(rt.string(WEIGHTS_PATH), entry)])
             descriptor = rt.send(
                 rt.classes["_ANEInMemoryModelDescriptor"],
@@ -120,9 +122,13 @@ class AneExecutor:
                     f"the Neural Engine framework refused bucket {bucket}'s program text "
                     "(modelWithMILText:weights:optionsPlist: returned nil)"
                 )
-            model = rt.send(rt.classes["_ANEInMemoryModel"], "inMemoryModelWithDescriptor:", descriptor)
+            model = rt.send(
+                rt.classes["_ANEInMemoryModel"], "inMemoryModelWithDescriptor:", descriptor
+            )
             if not model:
-                raise DeviceUnavailable(f"inMemoryModelWithDescriptor: returned nil for bucket {bucket}")
+                raise DeviceUnavailable(
+                    f"inMemoryModelWithDescriptor: returned nil for bucket {bucket}"
+                )
             model = rt.retain(model)
             workdir = Path(rt.text(rt.fn("NSTemporaryDirectory")())) / rt.text(
                 rt.send(model, "hexStringIdentifier")
@@ -133,9 +139,17 @@ class AneExecutor:
                 (workdir / "model.mil").write_text(program.text, "utf-8")
                 (workdir / "weights" / "weight.bin").write_bytes(weights)
                 error = ctypes.c_void_p()
-                if not rt.send(model, "compileWithQoS:options:error:", QOS, rt.dictionary([]), ctypes.byref(error)):
+                if not rt.send(
+                    model,
+                    "compileWithQoS:options:error:",
+                    QOS,
+                    rt.dictionary([]),
+                    ctypes.byref(error),
+                ):
                     raise self._error("compiler refused", bucket, error)
-                if not rt.send(model, "loadWithQoS:options:error:", QOS, rt.dictionary([]), ctypes.byref(error)):
+                if not rt.send(
+                    model, "loadWithQoS:options:error:", QOS, rt.dictionary([]), ctypes.byref(error)
+                ):
                     raise self._error("could not load", bucket, error)
                 inputs = [self._surface(spec) for spec in program.inputs]
                 output = self._surface(program.output)
@@ -161,7 +175,9 @@ class AneExecutor:
             ("kIOSurfaceAllocSize", size),
             ("kIOSurfacePixelFormat", 0),
         ]
-        ref = rt.fn("IOSurfaceCreate")(rt.dictionary([(rt.keys[k], rt.number(v)) for k, v in props]))
+        ref = rt.fn("IOSurfaceCreate")(
+            rt.dictionary([(rt.keys[k], rt.number(v)) for k, v in props])
+        )
         if not ref:
             raise DeviceUnavailable(f"IOSurfaceCreate failed for {spec.name} ({size} bytes)")
         return _Surface(int(ref), spec)
@@ -191,11 +207,17 @@ class AneExecutor:
 
         assert isinstance(handle, _Loaded)
         rt = self.rt
-        lock, unlock, base = rt.fn("IOSurfaceLock"), rt.fn("IOSurfaceUnlock"), rt.fn("IOSurfaceGetBaseAddress")
+        lock, unlock, base = (
+            rt.fn("IOSurfaceLock"),
+            rt.fn("IOSurfaceUnlock"),
+            rt.fn("IOSurfaceGetBaseAddress"),
+        )
         for surface in handle.inputs:
             data = np.ascontiguousarray(inputs[surface.spec.name], dtype="<f2").tobytes()
             if len(data) != surface.spec.nbytes:
-                raise EvaluationFailed(f"input {surface.spec.name}: {len(data)} bytes, not {surface.spec.nbytes}")
+                raise EvaluationFailed(
+                    f"input {surface.spec.name}: {len(data)} bytes, not {surface.spec.nbytes}"
+                )
             lock(surface.ref, 0, None)
             try:
                 ctypes.memmove(base(surface.ref), data, len(data))
@@ -204,12 +226,18 @@ class AneExecutor:
         with AutoreleasePool(rt):
             error = ctypes.c_void_p()
             ok = rt.send(
-                handle.model, "evaluateWithQoS:options:request:error:", QOS, rt.dictionary([]),
-                handle.request, ctypes.byref(error),
+                handle.model,
+                "evaluateWithQoS:options:request:error:",
+                QOS,
+                rt.dictionary([]),
+                handle.request,
+                ctypes.byref(error),
             )
             if not ok:
                 info = rt.error_info(error.value)
-                raise EvaluationFailed(f"evaluating bucket {handle.bucket}'s program failed: {info}")
+                raise EvaluationFailed(
+                    f"evaluating bucket {handle.bucket}'s program failed: {info}"
+                )
         out = handle.output
         lock(out.ref, LOCK_READ_ONLY, None)
         try:
@@ -227,8 +255,11 @@ class AneExecutor:
             error = ctypes.c_void_p()
             if not rt.send(handle.model, "unloadWithQoS:error:", QOS, ctypes.byref(error)):
                 # The program is gone from this process either way; say so and go on.
-                print(f"ane-direct worker: unload of bucket {handle.bucket} reported "
-                      f"{rt.error_info(error.value)}", file=sys.stderr)
+                print(
+                    f"ane-direct worker: unload of bucket {handle.bucket} reported "
+                    f"{rt.error_info(error.value)}",
+                    file=sys.stderr,
+                )
         rt.release(handle.request)
         for surface in [*handle.inputs, handle.output]:
             rt.fn("CFRelease")(surface.ref)

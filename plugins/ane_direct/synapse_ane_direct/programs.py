@@ -86,7 +86,9 @@ class InterpreterExecutor:
         pass
 
 
-def program_inputs(model: MiniLM, ids: Sequence[int], bucket: int, dtype: DType) -> dict[str, Array]:
+def program_inputs(
+    model: MiniLM, ids: Sequence[int], bucket: int, dtype: DType
+) -> dict[str, Array]:
     """A sequence's ``x`` (word embeddings, channels first) and ``mask``, padded to ``bucket``."""
     if not 0 < len(ids) <= bucket:
         raise DeviceError(f"a sequence of {len(ids)} tokens does not fit bucket {bucket}")
@@ -202,6 +204,10 @@ def simulated_program_device(
 ) -> ProgramDevice:
     """The simulated device running the generated programs in the MIL interpreter."""
     return ProgramDevice(
-        model, InterpreterExecutor(), kind="simulated", dims=dims, dtype=dtype, compile_cap=compile_cap
+        model,
+        InterpreterExecutor(),
+        kind="simulated",
+        dims=dims,
+        dtype=dtype,
+        compile_cap=compile_cap,
     )
-

@@ -119,7 +119,7 @@ def run_selftest(
         reason = probe_()
         if reason:
             echo(f"synapse ane selftest cannot run on this machine: {reason}")
-            echo("(`synapse ane selftest --simulated` runs the same flow through the MIL interpreter)")
+            echo("(`synapse ane selftest --simulated` runs the same flow in the MIL interpreter)")
             return EXIT_CANNOT_RUN
     try:
         lock = acquire(LANE.lane_id, runtime_dir)
@@ -170,7 +170,10 @@ def _report(result: dict[str, Any], base: Baseline, echo: Echo) -> int:
         f"{'inherited' if result['lane_lock_inherited'] else 'NOT inherited'}"
     )
     echo(f"compared with: {base.name}; and the shipped sentence-transformers vectors")
-    echo(f"{'bucket':>6} {'compile_s':>10} {'p50_ms':>8} {'texts':>5} {'min_cos':>9} {'min_cos_st':>10}")
+    echo(
+        f"{'bucket':>6} {'compile_s':>10} {'p50_ms':>8} {'texts':>5} "
+        f"{'min_cos':>9} {'min_cos_st':>10}"
+    )
     worst = 1.0
     for b in result["buckets"]:
         cos = [_cosine(v, expected[int(i)]) for i, v in b["vectors"].items()]
@@ -178,7 +181,10 @@ def _report(result: dict[str, Any], base: Baseline, echo: Echo) -> int:
         p50 = statistics.median(b["latency_ms"]) if b["latency_ms"] else float("nan")
         low, low_st = min(cos, default=float("nan")), min(cos_st, default=float("nan"))
         worst = min(worst, low) if cos else worst
-        echo(f"{b['bucket']:>6} {b['compile_s']:>10.3f} {p50:>8.2f} {len(cos):>5} {low:>9.6f} {low_st:>10.6f}")
+        echo(
+            f"{b['bucket']:>6} {b['compile_s']:>10.3f} {p50:>8.2f} {len(cos):>5} "
+            f"{low:>9.6f} {low_st:>10.6f}"
+        )
     if result["tmpdir_set"] or not result["lane_lock_inherited"]:
         echo("FAIL: the worker did not run as a host's worker runs (see the worker line)")
         return EXIT_FAIL

@@ -34,7 +34,9 @@ def lane_lock_inherited(env: Mapping[str, str]) -> bool:
 
 def pick(lengths: Sequence[int], bucket: int, limit: int | None) -> list[int]:
     """Indices of the texts that fit ``bucket``, longest first, at most ``limit``."""
-    fitting = sorted((i for i, n in enumerate(lengths) if n <= bucket), key=lambda i: (-lengths[i], i))
+    fitting = sorted(
+        (i for i, n in enumerate(lengths) if n <= bucket), key=lambda i: (-lengths[i], i)
+    )
     return fitting if limit is None else fitting[:limit]
 
 
@@ -77,13 +79,24 @@ def run(spec: Mapping[str, Any], env: Mapping[str, str]) -> tuple[int, dict[str,
                 latencies.append((time.perf_counter() - start) * 1000)
                 vectors[str(i)] = vector.tolist()
             buckets.append(
-                {"bucket": bucket, "compile_s": compile_s, "latency_ms": latencies, "vectors": vectors}
+                {
+                    "bucket": bucket,
+                    "compile_s": compile_s,
+                    "latency_ms": latencies,
+                    "vectors": vectors,
+                }
             )
     except DeviceUnavailable as exc:
         return EXIT_UNAVAILABLE, {**facts, "error": str(exc), "buckets": buckets}
     finally:
         device.close()
-    return 0, {**facts, "device": device.kind, "identity": device.identity, "ids": ids, "buckets": buckets}
+    return 0, {
+        **facts,
+        "device": device.kind,
+        "identity": device.identity,
+        "ids": ids,
+        "buckets": buckets,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:

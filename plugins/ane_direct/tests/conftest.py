@@ -2,6 +2,10 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
+
+# One BLAS thread per test process (set before numpy loads): xdist already runs
+# a process per core, and more threads per process only contend on 2 cores.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 from pathlib import Path
 from typing import Any
 
@@ -91,5 +95,7 @@ def reference() -> Iterator[Reference]:
     texts = [item["text"] for item in items]
     ids = [tokenizer.encode(text).ids for text in texts]
     for item, seq in zip(items, ids, strict=True):
-        assert len(seq) == item["tokens"], f"tokenizer disagrees with the reference on {item['text']!r}"
+        assert len(seq) == item["tokens"], (
+            f"tokenizer disagrees with the reference on {item['text']!r}"
+        )
     yield Reference(model, texts, ids, np.array([item["vector"] for item in items]))

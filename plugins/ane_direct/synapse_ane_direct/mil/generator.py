@@ -22,7 +22,7 @@ contiguous row of the output buffer.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -48,16 +48,23 @@ NORM_EPS = 1e-12
 Array = npt.NDArray[Any]
 
 
-class _Config:
-    """Duck type of :class:`~synapse_ane_direct.model_files.BertConfig`."""
+class EncoderShape(Protocol):
+    """The numbers of a BERT encoder the text depends on (e.g. ``model_files.BertConfig``)."""
 
-    hidden: int
-    heads: int
-    layers: int
-    intermediate: int
-    max_positions: int
-    layer_norm_eps: float
-    head_dim: int
+    @property
+    def hidden(self) -> int: ...
+    @property
+    def heads(self) -> int: ...
+    @property
+    def head_dim(self) -> int: ...
+    @property
+    def layers(self) -> int: ...
+    @property
+    def intermediate(self) -> int: ...
+    @property
+    def max_positions(self) -> int: ...
+    @property
+    def layer_norm_eps(self) -> float: ...
 
 
 def _float_literal(value: float, dtype: DType) -> str:
@@ -129,11 +136,13 @@ def _args(args: Mapping[str, str | tuple[str, ...]]) -> str:
     parts = []
     for key in sorted(args):
         value = args[key]
-        parts.append(f"{key} = ({', '.join(value)})" if isinstance(value, tuple) else f"{key} = {value}")
+        parts.append(
+            f"{key} = ({', '.join(value)})" if isinstance(value, tuple) else f"{key} = {value}"
+        )
     return ", ".join(parts)
 
 
-def generate(bucket: int, dtype: DType, config: _Config) -> Program:
+def generate(bucket: int, dtype: DType, config: EncoderShape) -> Program:
     """The MIL program computing ``config``'s sentence embedding for ``bucket`` tokens."""
     if not 0 < bucket <= config.max_positions:
         raise ValueError(f"bucket {bucket} must be within 1..{config.max_positions} positions")
@@ -155,7 +164,11 @@ def generate(bucket: int, dtype: DType, config: _Config) -> Program:
     e.const("no", "bool", "bool(false)")
     e.const("gelu_mode", "string", 'string("EXACT")')
     e.const("heads", "int32", f"int32({H})")
-    eps = config.layer_norm_eps if dtype == "fp32" else max(config.layer_norm_eps, FP16_LAYER_NORM_EPS)
+    eps = (
+        config.layer_norm_eps
+        if dtype == "fp32"
+        else max(config.layer_norm_eps, FP16_LAYER_NORM_EPS)
+    )
     e.scalar("ln_eps", eps)
     e.scalar("one", 1.0)
     e.scalar("mask_penalty", MASK_PENALTY)
@@ -181,7 +194,9 @@ def generate(bucket: int, dtype: DType, config: _Config) -> Program:
     def layer_norm(out: str, x: str, prefix: str) -> str:
         g = e.weight(f"{out}_g", f"{prefix}.weight", "", (C,))
         b = e.weight(f"{out}_b", f"{prefix}.bias", "", (C,))
-        return e.op(out, act, "layer_norm", axes="axis_channels", beta=b, epsilon="ln_eps", gamma=g, x=x)
+        return e.op(
+            out, act, "layer_norm", axes="axis_channels", beta=b, epsilon="ln_eps", gamma=g, x=x
+        )
 
     # Embeddings: word pieces (input) + positions + token type 0, then layer norm.
     pos = e.weight("emb_pos", "embeddings.position_embeddings.weight", "positions", act)
@@ -204,20 +219,42 @@ def generate(bucket: int, dtype: DType, config: _Config) -> Program:
         split = {}
         for tag, src in (("q", q), ("k", k), ("v", v)):
             outs = [f"{n}_{tag}_h{j}" for j in range(H)]
-            split[tag] = e.multi(outs, (1, D, 1, S), "split", axis="axis_c", num_splits="heads", x=src)
+            split[tag] = e.multi(
+                outs, (1, D, 1, S), "split", axis="axis_c", num_splits="heads", x=src
+            )
         contexts = []
         for j in range(H):
             hq = e.op(f"{n}_h{j}_q", (1, D, S), "reshape", shape="head_shape", x=split["q"][j])
             hk = e.op(f"{n}_h{j}_k", (1, D, S), "reshape", shape="head_shape", x=split["k"][j])
             hv = e.op(f"{n}_h{j}_v", (1, D, S), "reshape", shape="head_shape", x=split["v"][j])
             # scores[q, k] = sum_d q[d, q] k[d, k]
-            s = e.op(f"{n}_h{j}_scores", (1, S, S), "matmul", transpose_x="yes", transpose_y="no", x=hq, y=hk)
+            s = e.op(
+                f"{n}_h{j}_scores",
+                (1, S, S),
+                "matmul",
+                transpose_x="yes",
+                transpose_y="no",
+                x=hq,
+                y=hk,
+            )
             s = e.op(f"{n}_h{j}_masked", (1, S, S), "add", x=s, y=bias)
             w = e.op(f"{n}_h{j}_weights", (1, S, S), "softmax", axis="axis_last", x=s)
             # context[d, q] = sum_k v[d, k] weights[q, k]
-            c = e.op(f"{n}_h{j}_context", (1, D, S), "matmul", transpose_x="no", transpose_y="yes", x=hv, y=w)
-            contexts.append(e.op(f"{n}_h{j}_out", (1, D, 1, S), "reshape", shape="head_shape4", x=c))
-        ctx = e.op(f"{n}_context", act, "concat", axis="axis_c", interleave="no", values=tuple(contexts))
+            c = e.op(
+                f"{n}_h{j}_context",
+                (1, D, S),
+                "matmul",
+                transpose_x="no",
+                transpose_y="yes",
+                x=hv,
+                y=w,
+            )
+            contexts.append(
+                e.op(f"{n}_h{j}_out", (1, D, 1, S), "reshape", shape="head_shape4", x=c)
+            )
+        ctx = e.op(
+            f"{n}_context", act, "concat", axis="axis_c", interleave="no", values=tuple(contexts)
+        )
         a = linear(f"{n}_attn", ctx, f"{p}.attention.output.dense", C, C)
         a = e.op(f"{n}_attn_res", act, "add", x=h, y=a)
         a = layer_norm(f"{n}_attn_ln", a, f"{p}.attention.output.LayerNorm")
@@ -231,7 +268,9 @@ def generate(bucket: int, dtype: DType, config: _Config) -> Program:
     pooled = (1, C, 1, 1)
     m = e.op("pool_masked", act, "mul", x=h, y="mask")
     m = e.op("pool_sum", pooled, "reduce_sum", axes="axis_positions", keep_dims="yes", x=m)
-    count = e.op("pool_count", (1, 1, 1, 1), "reduce_sum", axes="axis_positions", keep_dims="yes", x="mask")
+    count = e.op(
+        "pool_count", (1, 1, 1, 1), "reduce_sum", axes="axis_positions", keep_dims="yes", x="mask"
+    )
     mean = e.op("pool_mean", pooled, "real_div", x=m, y=count)
     sq = e.op("norm_sq", pooled, "mul", x=mean, y=mean)
     ss = e.op("norm_sum", (1, 1, 1, 1), "reduce_sum", axes="axis_channels", keep_dims="yes", x=sq)
@@ -280,4 +319,6 @@ def weight_array(ref: WeightRef, tensors: Mapping[str, Array]) -> Array:
 
 def weight_file(program: Program, tensors: Mapping[str, Array]) -> bytes:
     """The weight file ``program``'s BLOBFILE constants point into."""
-    return blob.build(((r.offset, weight_array(r, tensors)) for r in program.weights), program.dtype)
+    return blob.build(
+        ((r.offset, weight_array(r, tensors)) for r in program.weights), program.dtype
+    )

@@ -24,7 +24,7 @@ from .parser import Blobfile, Function, MilType, Scalar, Statement, parse
 
 Array = npt.NDArray[Any]
 Value = Array | int | bool | str | tuple[int, ...]
-_FLOATS = {"fp16": np.dtype(np.float16), "fp32": np.dtype(np.float32)}
+_FLOATS: dict[str, np.dtype[Any]] = {"fp16": np.dtype(np.float16), "fp32": np.dtype(np.float32)}
 
 
 class InterpreterError(ValueError):
@@ -67,7 +67,9 @@ def _erf(x: Array) -> Array:
     sign = np.sign(x)
     a = np.abs(x)
     t = 1.0 / (1.0 + 0.3275911 * a)
-    poly = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))))
+    poly = t * (
+        0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429)))
+    )
     return np.asarray(sign * (1.0 - poly * np.exp(-a * a)), dtype=np.float32)
 
 
@@ -94,7 +96,9 @@ def _conv(
     if pad_type != "valid" or any(_ints(pad)):
         raise ValueError("only valid (unpadded) convolutions")
     if xs.ndim != 4 or w.ndim != 4 or w.shape[2:] != (1, 1) or w.shape[1] != xs.shape[1]:
-        raise ValueError(f"weight {list(w.shape)} does not fit input {list(xs.shape)} as a 1x1 conv")
+        raise ValueError(
+            f"weight {list(w.shape)} does not fit input {list(xs.shape)} as a 1x1 conv"
+        )
     b, c, h, s = xs.shape
     out = np.matmul(w[:, :, 0, 0], xs.reshape(b, c, h * s)).reshape(b, w.shape[0], h, s)
     if bias is not None:
@@ -269,7 +273,9 @@ class Interpreter:
         for ref in st.args.values():
             for name in (ref,) if isinstance(ref, str) else ref:
                 if name not in self.types:
-                    raise InterpreterError(f"MIL line {st.line}: {name!r} is not defined before use")
+                    raise InterpreterError(
+                        f"MIL line {st.line}: {name!r} is not defined before use"
+                    )
         return fn
 
     def _literal(self, st: Statement, readers: Mapping[str, Callable[..., Array]]) -> Value:
@@ -286,8 +292,9 @@ class Interpreter:
             return value
         if isinstance(value, Scalar) and value.dtype == mil_type.dtype and mil_type.shape is None:
             if value.dtype in _FLOATS:
-                return np.asarray(value.value, dtype=_FLOATS[value.dtype])
-            return value.value
+                return np.asarray(float(value.value), dtype=_FLOATS[value.dtype])
+            if not isinstance(value.value, float):
+                return value.value
         raise InterpreterError(f"MIL line {st.line}: a {mil_type} const cannot hold {value!r}")
 
     def _check(self, mil_type: MilType, name: str, value: Value, line: int) -> None:
@@ -297,7 +304,9 @@ class Interpreter:
                 raise InterpreterError(f"{where} is declared {mil_type}, got {_describe(value)}")
             shape = mil_type.shape if mil_type.shape is not None else ()
             if value.shape != shape:
-                raise InterpreterError(f"{where} is declared {mil_type}, got shape {list(value.shape)}")
+                raise InterpreterError(
+                    f"{where} is declared {mil_type}, got shape {list(value.shape)}"
+                )
             if not np.isfinite(value).all():
                 raise InterpreterError(f"{where} has non-finite values in {mil_type.dtype}")
         elif mil_type.shape is not None and (
