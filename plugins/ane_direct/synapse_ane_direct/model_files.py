@@ -184,3 +184,25 @@ def load_tokenizer(directory: Path | None = None) -> Any:
     tokenizer.no_truncation()
     tokenizer.no_padding()
     return tokenizer
+
+
+class ModelTokenizer:
+    """The host's view of the model's tokenizer (a ``synapse_core`` tokenizer).
+
+    Ids go to workers without ``[CLS]``/``[SEP]`` (the device adds them);
+    lengths count them, so buckets and ceilings count what the encoder sees.
+    The files load on first use.
+    """
+
+    def __init__(self, directory: Path | None = None) -> None:
+        self._directory = directory
+        self._inner: Any = None
+
+    def encode(self, text: str) -> list[int]:
+        if self._inner is None:
+            self._inner = load_tokenizer(self._directory)
+        ids: list[int] = self._inner.encode(text, add_special_tokens=False).ids
+        return ids
+
+    def sequence_length(self, ids: list[int], pair: list[int] | None = None) -> int:
+        return len(ids) + (len(pair) if pair is not None else 0) + 2

@@ -208,3 +208,23 @@ def test_weights_outside_the_model_are_named(tiny_model: MiniLM) -> None:
 def test_bucket_beyond_the_positions_is_refused() -> None:
     with pytest.raises(ValueError, match=r"within 1\.\.512"):
         generate(513, "fp16", MINILM_CONFIG)
+
+
+def test_host_ids_through_the_simulated_device_give_the_reference_vector(
+    reference: Reference,
+) -> None:
+    from synapse_ane_direct.model_files import ModelTokenizer
+    from synapse_ane_direct.programs import simulated_program_device
+    from synapse_ane_direct.transport import SHIPPED_MODELS, AneDirectTransport
+    from synapse_core.wire import Shape
+
+    tokenizer = AneDirectTransport().tokenizer(SHIPPED_MODELS[0])
+    assert isinstance(tokenizer, ModelTokenizer)
+    host_ids = [tokenizer.encode(text) for text in reference.texts]
+    # the host counts what the program sees: [CLS] ids [SEP]
+    assert [tokenizer.sequence_length(ids) for ids in host_ids] == [len(x) for x in reference.ids]
+    device = simulated_program_device(reference.model, 384)
+    device.compile(Shape(32, 2))
+    rows = device.run(Shape(32, 2), "embed", host_ids[:2], None)
+    for row, want in zip(rows, reference.vectors[:2], strict=True):
+        assert float(np.dot(row, want)) >= FLOOR["fp16"]
