@@ -40,20 +40,18 @@ import os
 import platform
 import shutil
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
 import attrs
 import numpy as np
 
-from synapse_core.wire import Shape, Task
-
 from .availability import FRAMEWORK as FRAMEWORK
 from .availability import probe as probe
 from .device import DeviceUnavailable
 from .mil.program import WEIGHTS_PATH, Program, TensorSpec
-from .programs import DEFAULT_COMPILE_CAP, EXIT_COMPILE_CAP, Array, ProgramDevice
+from .programs import DEFAULT_COMPILE_CAP, EXIT_COMPILE_CAP, Array, ExecutorFault, ProgramDevice
 
 ENV_COMPILE_CAP = "SYNAPSE_ANE_COMPILE_CAP"
 #: Exit status of a worker whose evaluation failed (EX_SOFTWARE).
@@ -68,10 +66,6 @@ def compile_cap_from_env(env: Mapping[str, str] = os.environ) -> int:
     if not raw.isdigit() or int(raw) <= 0:
         raise DeviceUnavailable(f"{ENV_COMPILE_CAP}={raw!r} is not a positive whole number")
     return int(raw)
-
-
-class EvaluationFailed(Exception):
-    """An evaluation failed on the device; the worker generation must end."""
 
 
 @attrs.define
@@ -215,7 +209,7 @@ class AneExecutor:
         for surface in handle.inputs:
             data = np.ascontiguousarray(inputs[surface.spec.name], dtype="<f2").tobytes()
             if len(data) != surface.spec.nbytes:
-                raise EvaluationFailed(
+                raise ExecutorFault(
                     f"input {surface.spec.name}: {len(data)} bytes, not {surface.spec.nbytes}"
                 )
             lock(surface.ref, 0, None)
@@ -235,9 +229,7 @@ class AneExecutor:
             )
             if not ok:
                 info = rt.error_info(error.value)
-                raise EvaluationFailed(
-                    f"evaluating bucket {handle.bucket}'s program failed: {info}"
-                )
+                raise ExecutorFault(f"evaluating bucket {handle.bucket}'s program failed: {info}")
         out = handle.output
         lock(out.ref, LOCK_READ_ONLY, None)
         try:
@@ -304,6 +296,10 @@ def _retire_at_cap(device: ProgramDevice, message: str) -> NoReturn:
     end_worker(device, message, EXIT_COMPILE_CAP)
 
 
+def _end_after_fault(device: ProgramDevice, message: str) -> NoReturn:
+    end_worker(device, message, EXIT_DEVICE_FAULT)
+
+
 class HardwareDevice(ProgramDevice):
     """The Neural Engine of this Mac running MiniLM, one program per bucket.
 
@@ -340,16 +336,5 @@ class HardwareDevice(ProgramDevice):
             dtype="fp16",
             compile_cap=cap,
             on_cap=_retire_at_cap,
+            on_fault=_end_after_fault,
         )
-
-    def run(
-        self,
-        shape: Shape,
-        task: Task,
-        sequences: Sequence[Sequence[int]],
-        query: Sequence[int] | None,
-    ) -> list[list[float]]:
-        try:
-            return super().run(shape, task, sequences, query)
-        except EvaluationFailed as exc:
-            end_worker(self, str(exc), EXIT_DEVICE_FAULT)

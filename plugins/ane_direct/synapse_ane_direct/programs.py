@@ -41,6 +41,10 @@ class CompileCapReached(Exception):
     """
 
 
+class ExecutorFault(Exception):
+    """An executor failed in a way that leaves its device in an unknown state."""
+
+
 class Executor(Protocol):
     """Compiles, runs and unloads programs on one device."""
 
@@ -109,7 +113,8 @@ class ProgramDevice:
     A shape's program is its bucket's (shapes of one bucket share it).
     ``compile_cap`` programs at most are compiled in this process's life
     (evictions do not give any back); the next compile calls ``on_cap``
-    (default: raise :class:`CompileCapReached`).
+    (default: raise :class:`CompileCapReached`). An :class:`ExecutorFault`
+    while running calls ``on_fault`` (default: a :class:`~.device.DeviceError`).
     """
 
     def __init__(
@@ -122,6 +127,7 @@ class ProgramDevice:
         dtype: DType = "fp16",
         compile_cap: int = DEFAULT_COMPILE_CAP,
         on_cap: Callable[[ProgramDevice, str], NoReturn] | None = None,
+        on_fault: Callable[[ProgramDevice, str], NoReturn] | None = None,
     ) -> None:
         if dims != model.config.hidden:
             raise DeviceError(f"the model's vectors have {model.config.hidden} dims, not {dims}")
@@ -135,6 +141,7 @@ class ProgramDevice:
         self.identity = f"{executor.name}-{dtype}-minilm-{model.sha256[:8] or 'unverified'}"
         self.compile_cap = compile_cap
         self._on_cap = on_cap
+        self._on_fault = on_fault
         self.compiles = 0
         self.loaded: dict[int, object] = {}  # bucket -> executor handle
         self.shapes: set[Shape] = set()
@@ -163,7 +170,13 @@ class ProgramDevice:
         handle = self.loaded.get(bucket)
         if handle is None:
             raise DeviceError(f"no program is loaded for bucket {bucket}")
-        output = self.executor.evaluate(handle, program_inputs(self.model, ids, bucket, self.dtype))
+        inputs = program_inputs(self.model, ids, bucket, self.dtype)
+        try:
+            output = self.executor.evaluate(handle, inputs)
+        except ExecutorFault as exc:
+            if self._on_fault is not None:
+                self._on_fault(self, str(exc))
+            raise DeviceError(str(exc)) from None
         return np.asarray(output, dtype=np.float32).reshape(-1)
 
     def run(

@@ -13,8 +13,6 @@ import pytest
 from synapse_ane_direct.device import DeviceError, DeviceUnavailable
 from synapse_ane_direct.hardware import (
     EXIT_DEVICE_FAULT,
-    EvaluationFailed,
-    HardwareDevice,
     compile_cap_from_env,
     end_worker,
 )
@@ -24,6 +22,7 @@ from synapse_ane_direct.programs import (
     DEFAULT_COMPILE_CAP,
     EXIT_COMPILE_CAP,
     CompileCapReached,
+    ExecutorFault,
     InterpreterExecutor,
     ProgramDevice,
     simulated_program_device,
@@ -45,7 +44,7 @@ class CountingExecutor(InterpreterExecutor):
     def evaluate(self, handle: object, inputs: dict[str, Any]) -> Any:
         assert isinstance(handle, tuple)
         if self.fail_evaluate:
-            raise EvaluationFailed("evaluating failed: stand-in NSError (test code 7)")
+            raise ExecutorFault("evaluating failed: stand-in NSError (test code 7)")
         return super().evaluate(handle[1], inputs)
 
     def unload(self, handle: object) -> None:
@@ -129,15 +128,30 @@ def test_at_the_cap_the_hardware_worker_retires_by_exiting(tiny_model: MiniLM) -
 def test_a_failed_evaluation_ends_the_worker_generation(
     tiny_model: MiniLM, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from synapse_ane_direct.hardware import _end_after_fault
+
     executor = CountingExecutor(fail_evaluate=True)
-    device = HardwareDevice.__new__(HardwareDevice)  # the framework cannot open here
-    ProgramDevice.__init__(device, tiny_model, executor, kind="hardware", dims=8, dtype="fp32")
+    # HardwareDevice's own wiring; the framework itself cannot open here.
+    device = ProgramDevice(
+        tiny_model, executor, kind="hardware", dims=8, dtype="fp32", on_fault=_end_after_fault
+    )
     device.compile(Shape(8, 1))
     with pytest.raises(SystemExit) as info:
         device.run(Shape(8, 1), "embed", [[5]], None)
     assert info.value.code == EXIT_DEVICE_FAULT
     assert executor.closed and executor.unloaded == [8]
     assert "stand-in NSError (test code 7)" in capsys.readouterr().err
+
+
+def test_a_failed_evaluation_without_a_fault_handler_is_a_device_error(
+    tiny_model: MiniLM,
+) -> None:
+    device = ProgramDevice(
+        tiny_model, CountingExecutor(fail_evaluate=True), kind="simulated", dims=8, dtype="fp32"
+    )
+    device.compile(Shape(8, 1))
+    with pytest.raises(DeviceError, match="stand-in NSError"):
+        device.run(Shape(8, 1), "embed", [[5]], None)
 
 
 def test_end_worker_says_why_even_if_closing_fails(
