@@ -49,7 +49,7 @@ import numpy as np
 
 from .availability import FRAMEWORK as FRAMEWORK
 from .availability import probe as probe
-from .device import DeviceUnavailable
+from .device import DeviceError, DeviceUnavailable
 from .mil.program import WEIGHTS_PATH, Program, TensorSpec
 from .programs import DEFAULT_COMPILE_CAP, EXIT_COMPILE_CAP, Array, ExecutorFault, ProgramDevice
 
@@ -76,12 +76,15 @@ class _Surface:
 
 @attrs.define
 class _Loaded:
+    """One bucket's program; filled in step by step, so a failure part-way
+    releases exactly what was made."""
+
     model: int  # _ANEInMemoryModel, retained
-    request: int  # _ANERequest, retained
-    inputs: list[_Surface]
-    output: _Surface
     workdir: Path
     bucket: int
+    on_engine: bool = False  # loadWithQoS succeeded
+    surfaces: list[_Surface] = attrs.Factory(list)  # the inputs, then the output
+    request: int = 0  # _ANERequest, retained
 
 
 class AneExecutor:
@@ -127,7 +130,7 @@ class AneExecutor:
             workdir = Path(rt.text(rt.fn("NSTemporaryDirectory")())) / rt.text(
                 rt.send(model, "hexStringIdentifier")
             )
-            loaded: _Loaded | None = None
+            loaded = _Loaded(model, workdir, bucket)
             try:
                 (workdir / "weights").mkdir(parents=True, exist_ok=True)
                 (workdir / "model.mil").write_text(program.text, "utf-8")
@@ -145,17 +148,13 @@ class AneExecutor:
                     model, "loadWithQoS:options:error:", QOS, rt.dictionary([]), ctypes.byref(error)
                 ):
                     raise self._error("could not load", bucket, error)
-                inputs = [self._surface(spec) for spec in program.inputs]
-                output = self._surface(program.output)
-                loaded = _Loaded(model, 0, inputs, output, workdir, bucket)
+                loaded.on_engine = True
+                for spec in (*program.inputs, program.output):
+                    loaded.surfaces.append(self._surface(spec))
                 loaded.request = self._request(loaded)
                 return loaded
             except BaseException:
-                if loaded is not None:
-                    self.unload(loaded)
-                else:
-                    rt.release(model)
-                    shutil.rmtree(workdir, ignore_errors=True)
+                self.unload(loaded)
                 raise
 
     def _surface(self, spec: TensorSpec) -> _Surface:
@@ -179,8 +178,9 @@ class AneExecutor:
     def _request(self, loaded: _Loaded) -> int:
         rt = self.rt
         wrap = rt.classes["_ANEIOSurfaceObject"]
-        inputs = [rt.send(wrap, "objectWithIOSurface:", s.ref) for s in loaded.inputs]
-        outputs = [rt.send(wrap, "objectWithIOSurface:", loaded.output.ref)]
+        *ins, out = loaded.surfaces
+        inputs = [rt.send(wrap, "objectWithIOSurface:", s.ref) for s in ins]
+        outputs = [rt.send(wrap, "objectWithIOSurface:", out.ref)]
         request = rt.send(
             rt.classes["_ANERequest"],
             "requestWithInputs:inputIndices:outputs:outputIndices:weightsBuffer:perfStats:procedureIndex:",
@@ -206,10 +206,11 @@ class AneExecutor:
             rt.fn("IOSurfaceUnlock"),
             rt.fn("IOSurfaceGetBaseAddress"),
         )
-        for surface in handle.inputs:
+        *ins, out = handle.surfaces
+        for surface in ins:
             data = np.ascontiguousarray(inputs[surface.spec.name], dtype="<f2").tobytes()
             if len(data) != surface.spec.nbytes:
-                raise ExecutorFault(
+                raise DeviceError(
                     f"input {surface.spec.name}: {len(data)} bytes, not {surface.spec.nbytes}"
                 )
             lock(surface.ref, 0, None)
@@ -230,7 +231,6 @@ class AneExecutor:
             if not ok:
                 info = rt.error_info(error.value)
                 raise ExecutorFault(f"evaluating bucket {handle.bucket}'s program failed: {info}")
-        out = handle.output
         lock(out.ref, LOCK_READ_ONLY, None)
         try:
             raw = ctypes.string_at(base(out.ref), out.spec.nbytes)
@@ -239,23 +239,28 @@ class AneExecutor:
         return np.frombuffer(raw, dtype="<f2").reshape(out.spec.shape)
 
     def unload(self, handle: object) -> None:
+        """Release whatever of ``handle`` exists (also after a failed load)."""
         from .framework import QOS, AutoreleasePool
 
         assert isinstance(handle, _Loaded)
         rt = self.rt
-        with AutoreleasePool(rt):
-            error = ctypes.c_void_p()
-            if not rt.send(handle.model, "unloadWithQoS:error:", QOS, ctypes.byref(error)):
-                # The program is gone from this process either way; say so and go on.
-                print(
-                    f"ane-direct worker: unload of bucket {handle.bucket} reported "
-                    f"{rt.error_info(error.value)}",
-                    file=sys.stderr,
-                )
+        if handle.on_engine:
+            with AutoreleasePool(rt):
+                error = ctypes.c_void_p()
+                if not rt.send(handle.model, "unloadWithQoS:error:", QOS, ctypes.byref(error)):
+                    # The program is gone from this process either way; say so, go on.
+                    info = rt.error_info(error.value)
+                    print(
+                        f"ane-direct worker: unloading bucket {handle.bucket}: {info}",
+                        file=sys.stderr,
+                    )
+            handle.on_engine = False
         rt.release(handle.request)
-        for surface in [*handle.inputs, handle.output]:
-            rt.fn("CFRelease")(surface.ref)
+        handle.request = 0
+        while handle.surfaces:
+            rt.fn("CFRelease")(handle.surfaces.pop().ref)
         rt.release(handle.model)
+        handle.model = 0
         shutil.rmtree(handle.workdir, ignore_errors=True)
 
     def close(self) -> None:
