@@ -127,9 +127,14 @@ class AneExecutor:
                     f"inMemoryModelWithDescriptor: returned nil for bucket {bucket}"
                 )
             model = rt.retain(model)
-            workdir = Path(rt.text(rt.fn("NSTemporaryDirectory")())) / rt.text(
-                rt.send(model, "hexStringIdentifier")
-            )
+            ident = rt.text(rt.send(model, "hexStringIdentifier"))
+            if not ident or not ident.isalnum():
+                rt.release(model)
+                # Never build (and later remove) a directory from a missing name.
+                raise DeviceUnavailable(
+                    f"the model of bucket {bucket} has no usable hexStringIdentifier ({ident!r})"
+                )
+            workdir = Path(rt.text(rt.fn("NSTemporaryDirectory")())) / ident
             loaded = _Loaded(model, workdir, bucket)
             try:
                 (workdir / "weights").mkdir(parents=True, exist_ok=True)

@@ -217,3 +217,15 @@ def test_a_failed_evaluation_is_an_executor_fault(tiny_model: MiniLM, tmp_path: 
     handle = executor.load(program, weights)
     with pytest.raises(ExecutorFault, match="stand-in refusal"):
         executor.evaluate(handle, program_inputs(tiny_model, [1, 2], 8, "fp16"))
+
+
+def test_a_model_without_an_identifier_never_touches_the_temporary_directory(
+    tiny_model: MiniLM, tmp_path: Path
+) -> None:
+    rt = FakeRuntime(tmp_path, fail="hexStringIdentifier")
+    rt.objects[0] = ""  # what text() of nil gives
+    program, weights = _program(tiny_model)
+    (tmp_path / "keep").write_text("user file")
+    with pytest.raises(DeviceUnavailable, match="no usable hexStringIdentifier"):
+        AneExecutor(rt).load(program, weights)
+    assert (tmp_path / "keep").exists() and rt.released
