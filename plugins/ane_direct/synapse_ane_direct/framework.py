@@ -1,10 +1,11 @@
 """ctypes bindings to the Objective-C runtime, Foundation, IOSurface and Apple's
 private AppleNeuralEngine framework: exactly the calls :mod:`.hardware` makes.
 
-UNTESTED CODE: no line below the imports has ever run. It was written on Linux
-from public sources and must be verified on a Mac (see the project's
-``docs/ane-direct.md``). Importing this module loads nothing; :meth:`Runtime.open`
-does.
+NEVER RUN ON A MAC: no call into these libraries has ever been made. It was
+written on Linux from public sources and must be verified on a Mac (see the
+project's ``docs/ane-direct.md``); on Linux only the refusal of
+:meth:`Runtime.open` runs. Importing this module loads nothing;
+:meth:`Runtime.open` does.
 
 Every Objective-C message is sent through ``objc_msgSend`` cast to the exact
 prototype of the method (on arm64 a variadic call passes arguments
@@ -15,12 +16,13 @@ differently, so the prototype must be exact). Each prototype is written down in
   headers (``Foundation/NSData.h`` etc., ``IOSurface/IOSurfaceRef.h``,
   ``CoreFoundation/CFBase.h``, ``objc/runtime.h``, ``objc/message.h``).
 - *AppleNeuralEngine*: a private framework with no public header. The
-  selectors and argument types are those the public reverse-engineering
-  projects call: maderix/ANE (``training/ane_runtime.h``: the in-memory model
-  descriptor, compile/load/evaluate/unload with QoS 21, IOSurface-backed
-  requests), with the classes also described by hollance/neural-engine and
-  driven from Python through ctypes by projects using ``_ANEClient`` and
-  ``_ANEInMemoryModelDescriptor``. A macOS update may change any of them.
+  selectors and argument types are those maderix/ANE calls
+  (``training/ane_runtime.h``: the in-memory model descriptor taking MIL text
+  and a weights dictionary, compile/load/evaluate/unload with QoS 21, requests
+  over IOSurface-backed buffers, ``_ANEClient sharedConnection``).
+  hollance/neural-engine documents the background: there is no public API,
+  only the private frameworks Core ML uses, and the engine computes in 16-bit
+  floats. A macOS update may change any of them.
 """
 
 from __future__ import annotations

@@ -1,10 +1,12 @@
 """The Neural Engine device: generated MIL programs compiled and run through
 Apple's private framework.
 
-UNTESTED CODE past :func:`probe`. Synapse's direct-ANE transport was written
-on Linux; nothing in :class:`AneExecutor` or :class:`HardwareDevice` has ever
-run on a Mac. The programs it compiles are verified off-hardware by the MIL
-interpreter (:mod:`.mil.interpreter`); the framework calls follow the public
+NEVER RUN ON A MAC. Synapse's direct-ANE transport was written on Linux:
+:class:`HardwareDevice` has never opened, and :class:`AneExecutor` has only
+run against a stand-in runtime that records its calls (the plugin's
+``test_ane_hardware_path.py``). The programs it compiles are verified
+off-hardware by the MIL interpreter (:mod:`.mil.interpreter`); the framework
+calls follow the public
 reverse-engineering projects (maderix/ANE above all; see :mod:`.framework`
 for every signature and where it is declared). ``synapse ane selftest`` is
 the first thing to run on a Mac; ``docs/ane-direct.md`` says what it checks.
