@@ -158,9 +158,12 @@ class ResidencyMachine(RuleBasedStateMachine):
                 started = original_start(runner, call, *args)
             except synapse.Overloaded:
                 machine.overloaded += 1
-                # Refused only when max_waiting calls really wait for a permit.
-                if queued() != MAX_WAITING:
-                    machine.queue_problems.append(f"refused with {queued()} waiting")
+                # Refused only when max_waiting calls really wait: for a
+                # permit, or (holding one) for room on the lane.
+                if runner.backlog.waiting < MAX_WAITING:
+                    machine.queue_problems.append(
+                        f"refused with {runner.backlog.waiting} waiting ({queued()} for a permit)"
+                    )
                 raise
             finally:
                 serving.reset(token)
