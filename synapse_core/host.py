@@ -14,7 +14,7 @@ from .config import HostConfig, Task
 from .deadline import Clock, Deadline, monotonic
 from .errors import Overloaded, Retired
 from .handoff import OneShot, event_factory
-from .plan import Plan, plan_call
+from .plan import Plan, check_deadline, plan_call
 from .plugins import PluginHost
 from .residency.lane import Lane
 from .residency.supervisor import Backlog, Supervisor
@@ -76,6 +76,7 @@ class Host:
 
     async def load(self, model: str, *, deadline: Deadline | None = None) -> None:
         """Start the model's worker and wait for its hello; no inference."""
+        check_deadline(deadline)
         entry = self.catalog.entry(model, self._task_of(model))
         old = self._workers.get(model)
         while (
@@ -145,6 +146,7 @@ class Host:
         """Plan and start a call; its caller then waits for it
         (:meth:`CallRunner.wait`). Refusals, and errors of the head start, are
         raised here, before the caller's first await."""
+        check_deadline(deadline)
         entry = self.catalog.entry(model, task)
         plan: Plan = plan_call(entry, texts, query)
         if model in self._retired:
