@@ -117,6 +117,8 @@ def _sequence(texts: object, what: str) -> Sequence[object]:
     Iterators are refused rather than consumed: a refusal would leave the
     caller's iterator half used.
     """
+    if type(texts) is list or type(texts) is tuple:  # the common case, without an ABC check
+        return texts
     if isinstance(texts, str):
         return [texts]
     if isinstance(texts, Sequence) and not isinstance(texts, bytes | bytearray | memoryview):
