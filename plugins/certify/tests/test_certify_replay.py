@@ -176,6 +176,16 @@ def test_unknown_fields_are_refused_naming_the_line(tmp_path: Path) -> None:
     assert "unknown field `verified`" in str(info.value)
 
 
+def test_a_shape_with_an_extra_element_is_refused_naming_the_line(tmp_path: Path) -> None:
+    lines = dumps(HONEST).splitlines()
+    lines[1] = lines[1].replace(b'"shape":[16,1]', b'"shape":[16,1,2]')
+    path = tmp_path / "extra.jsonl"
+    path.write_bytes(b"\n".join(lines) + b"\n")
+    with pytest.raises(StreamError) as info:
+        read_stream(path)
+    assert info.value.line == 2
+
+
 def test_an_inventory_no_admission_asked_for_is_refused() -> None:
     events = [*HONEST[:7], inventory([S16, S32]), count(2), *HONEST[7:]]
     assert found(events) == [("unexpected-inventory", 8)]
