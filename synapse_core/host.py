@@ -11,10 +11,10 @@ from anyio.abc import TaskGroup
 
 from .catalog import Catalog, Entry
 from .config import HostConfig, Task
-from .deadline import Clock, Deadline, monotonic
+from .deadline import Clock, Deadline, check_deadline, monotonic
 from .errors import Overloaded, Retired
 from .handoff import OneShot, event_factory
-from .plan import Plan, check_deadline, plan_call
+from .plan import Plan, plan_call
 from .plugins import PluginHost
 from .residency.lane import Lane
 from .residency.supervisor import Backlog, Supervisor

@@ -15,7 +15,6 @@ from typing import cast
 import attrs
 
 from .catalog import Entry
-from .deadline import Deadline
 from .errors import PluginError, Refused
 from .tokenizer import CountingTokenizer, Tokenizer
 
@@ -97,18 +96,6 @@ def over_ceiling(model: str, item: Item, ceiling: int, pair: bool = False) -> Re
 
 def tokenizer_failed(model: str, what: str, exc: Exception) -> PluginError:
     return PluginError(f"the tokenizer of model {model!r} failed on {what}: {exc!r}")
-
-
-def check_deadline(deadline: object) -> None:
-    """A ``TypeError`` that says what to pass, unless ``deadline`` is a
-    :class:`~synapse_core.deadline.Deadline` or ``None``."""
-    if deadline is not None and not isinstance(deadline, Deadline):
-        hint = (
-            f" (for {deadline!r} seconds from now, pass Deadline.after({deadline!r}))"
-            if isinstance(deadline, int | float) and not isinstance(deadline, bool)
-            else ""
-        )
-        raise TypeError(f"deadline must be a Deadline or None, got {type(deadline).__name__}{hint}")
 
 
 def _sequence(texts: object, what: str) -> Sequence[object]:
