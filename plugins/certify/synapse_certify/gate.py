@@ -40,16 +40,7 @@ from typing import Any, Literal
 
 import attrs
 
-from synapse_core.observation import (
-    AdmissionCount,
-    Event,
-    ShapeAdmitted,
-    ShapeRefunded,
-    WorkerExited,
-    WorkerFaulted,
-    WorkerInventory,
-    WorkerStarted,
-)
+from synapse_core import observation as ev
 from synapse_core.wire import Shape
 
 Rule = Literal[
@@ -78,7 +69,7 @@ Rule = Literal[
 ]
 
 Key = tuple[str, int]
-Numbered = tuple[int, Event]
+Numbered = tuple[int, ev.Event]
 
 
 @attrs.frozen
@@ -132,7 +123,7 @@ class GateReport:
         }
 
 
-def check(events: Iterable[Event]) -> GateReport:
+def check(events: Iterable[ev.Event]) -> GateReport:
     """Run the placement gate over ``events`` in recorded order (line = position)."""
     return replay(enumerate(events, start=1))
 
@@ -172,7 +163,7 @@ class _Generation:
     count: int = 0
     #: admissions still waiting for their inventory
     uninventoried: int = 0
-    awaiting_count: WorkerInventory | None = None
+    awaiting_count: ev.WorkerInventory | None = None
     faulted: bool = False
     #: None while running; then whether the (last) exit event confirmed it
     confirmed: bool | None = None
@@ -196,12 +187,12 @@ class _Replay:
     def problem(self, rule: Rule, key: Key, message: str, at: int | None) -> None:
         self.problems.append(Problem(rule, key[0], key[1], message, at))
 
-    def see(self, at: int, event: Event) -> None:
+    def see(self, at: int, event: ev.Event) -> None:
         self.events += 1
         key = (event.worker_id, event.generation)
-        if isinstance(event, WorkerInventory):
+        if isinstance(event, ev.WorkerInventory):
             self.inventories += 1
-        if isinstance(event, WorkerStarted):
+        if isinstance(event, ev.WorkerStarted):
             self.start(at, key, event)
             return
         gen = self.generations.get(key)
@@ -215,26 +206,26 @@ class _Replay:
             message = f"{event.__struct_config__.tag} names lane {event.lane}, not {gen.lane}"
             self.problem("worker-mismatch", key, message, at)
         match event:
-            case ShapeAdmitted():
+            case ev.ShapeAdmitted():
                 self.admitted(at, key, gen, event)
-            case ShapeRefunded():
+            case ev.ShapeRefunded():
                 self.refunded(at, key, gen, event)
-            case WorkerInventory():
+            case ev.WorkerInventory():
                 self.inventory(at, key, gen, event)
-            case AdmissionCount():
+            case ev.AdmissionCount():
                 self.admission_count(at, key, gen, event)
-            case WorkerFaulted():
+            case ev.WorkerFaulted():
                 if gen.exited:
                     self.problem("after-exit", key, "faulted after its exit", at)
                 elif gen.faulted:
                     self.problem("duplicate-fault", key, "faulted a second time", at)
                 gen.faulted = True
-            case WorkerExited():
+            case ev.WorkerExited():
                 self.exited(at, key, gen, event)
 
     # -- generations -------------------------------------------------------------------
 
-    def start(self, at: int, key: Key, event: WorkerStarted) -> None:
+    def start(self, at: int, key: Key, event: ev.WorkerStarted) -> None:
         if key in self.generations:
             since = self.generations[key].started_at
             self.problem("duplicate-start", key, f"started again (first at line {since})", at)
@@ -260,7 +251,7 @@ class _Replay:
         earlier.append(event.generation)
         self.generations[key] = _Generation(event.lane, event.model, at)
 
-    def exited(self, at: int, key: Key, gen: _Generation, event: WorkerExited) -> None:
+    def exited(self, at: int, key: Key, gen: _Generation, event: ev.WorkerExited) -> None:
         if gen.confirmed:
             self.problem("duplicate-exit", key, "exited again after a confirmed exit", at)
             return
@@ -268,7 +259,7 @@ class _Replay:
 
     # -- reservations ------------------------------------------------------------------
 
-    def admitted(self, at: int, key: Key, gen: _Generation, event: ShapeAdmitted) -> None:
+    def admitted(self, at: int, key: Key, gen: _Generation, event: ev.ShapeAdmitted) -> None:
         shape = _shape(event.shape)
         if gen.exited:
             self.problem("after-exit", key, f"{shape} admitted after its exit", at)
@@ -282,7 +273,7 @@ class _Replay:
         gen.count += 1
         gen.uninventoried += 1
 
-    def refunded(self, at: int, key: Key, gen: _Generation, event: ShapeRefunded) -> None:
+    def refunded(self, at: int, key: Key, gen: _Generation, event: ev.ShapeRefunded) -> None:
         shape = _shape(event.shape)
         if gen.confirmed is False:
             message = f"{shape} refunded although the exit was not confirmed"
@@ -312,7 +303,7 @@ class _Replay:
 
     # -- certification ---------------------------------------------------------------------
 
-    def inventory(self, at: int, key: Key, gen: _Generation, event: WorkerInventory) -> None:
+    def inventory(self, at: int, key: Key, gen: _Generation, event: ev.WorkerInventory) -> None:
         if gen.awaiting_count is not None:
             message = "inventory has no admission count recorded after it"
             self.problem("count-absent", key, message, at)
@@ -346,7 +337,9 @@ class _Replay:
                 parts.append(f"lacks {since}, admitted")
             self.problem("inventory-disagrees", key, "inventory " + "; ".join(parts), at)
 
-    def admission_count(self, at: int, key: Key, gen: _Generation, event: AdmissionCount) -> None:
+    def admission_count(
+        self, at: int, key: Key, gen: _Generation, event: ev.AdmissionCount
+    ) -> None:
         inventory, gen.awaiting_count = gen.awaiting_count, None
         if inventory is None:
             message = f"admission count {event.count} has no inventory before it"

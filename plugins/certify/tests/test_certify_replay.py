@@ -14,16 +14,7 @@ import pytest
 
 from synapse_certify import StreamError, check, read_stream
 from synapse_certify.stream import dumps
-from synapse_core.observation import (
-    AdmissionCount,
-    Event,
-    ShapeAdmitted,
-    ShapeRefunded,
-    WorkerExited,
-    WorkerFaulted,
-    WorkerInventory,
-    WorkerStarted,
-)
+from synapse_core import observation as ev
 from synapse_core.wire import Shape
 
 LANE = "mock:0"
@@ -31,37 +22,39 @@ W = "mini-a#1"
 S16, S32, S64 = Shape(16, 1), Shape(32, 1), Shape(64, 1)
 
 
-def started(gen: int = 1, worker: str = W, model: str = "mini-a", lane: str = LANE) -> Event:
-    return WorkerStarted(lane, worker, gen, model, 4000 + gen)
+def started(gen: int = 1, worker: str = W, model: str = "mini-a", lane: str = LANE) -> ev.Event:
+    return ev.WorkerStarted(lane, worker, gen, model, 4000 + gen)
 
 
-def admitted(shape: Shape, gen: int = 1, units: int | None = None, worker: str = W) -> Event:
-    return ShapeAdmitted(LANE, worker, gen, shape, shape.bucket if units is None else units, True)
+def admitted(shape: Shape, gen: int = 1, units: int | None = None, worker: str = W) -> ev.Event:
+    return ev.ShapeAdmitted(
+        LANE, worker, gen, shape, shape.bucket if units is None else units, True
+    )
 
 
-def refunded(shape: Shape, gen: int = 1, units: int | None = None, worker: str = W) -> Event:
-    return ShapeRefunded(LANE, worker, gen, shape, shape.bucket if units is None else units)
+def refunded(shape: Shape, gen: int = 1, units: int | None = None, worker: str = W) -> ev.Event:
+    return ev.ShapeRefunded(LANE, worker, gen, shape, shape.bucket if units is None else units)
 
 
-def inventory(shapes: list[Shape] | None, gen: int = 1, worker: str = W) -> Event:
-    return WorkerInventory(LANE, worker, gen, shapes, "" if shapes is not None else "gone")
+def inventory(shapes: list[Shape] | None, gen: int = 1, worker: str = W) -> ev.Event:
+    return ev.WorkerInventory(LANE, worker, gen, shapes, "" if shapes is not None else "gone")
 
 
-def count(n: int, gen: int = 1, worker: str = W) -> Event:
-    return AdmissionCount(LANE, worker, gen, n)
+def count(n: int, gen: int = 1, worker: str = W) -> ev.Event:
+    return ev.AdmissionCount(LANE, worker, gen, n)
 
 
-def exited(gen: int = 1, confirmed: bool = True, worker: str = W) -> Event:
-    return WorkerExited(LANE, worker, gen, confirmed)
+def exited(gen: int = 1, confirmed: bool = True, worker: str = W) -> ev.Event:
+    return ev.WorkerExited(LANE, worker, gen, confirmed)
 
 
-def faulted(gen: int = 1) -> Event:
-    return WorkerFaulted(LANE, W, gen, "ChannelClosed: worker closed its end of the channel")
+def faulted(gen: int = 1) -> ev.Event:
+    return ev.WorkerFaulted(LANE, W, gen, "ChannelClosed: worker closed its end of the channel")
 
 
 #: An honest run: two admissions, each with its inventory and count, then the
 #: exit and the refunds. Line numbers are positions (1-based).
-HONEST: list[Event] = [
+HONEST: list[ev.Event] = [
     started(),  # 1
     admitted(S16),  # 2
     inventory([S16]),  # 3
@@ -75,16 +68,16 @@ HONEST: list[Event] = [
 ]
 
 
-def found(events: list[Event]) -> list[tuple[str, int | None]]:
+def found(events: list[ev.Event]) -> list[tuple[str, int | None]]:
     """(rule, line) of each problem."""
     return [(p.rule, p.at) for p in check(events).problems]
 
 
-def without(*lines: int) -> list[Event]:
+def without(*lines: int) -> list[ev.Event]:
     return [e for n, e in enumerate(HONEST, start=1) if n not in lines]
 
 
-def replaced(line: int, event: Event) -> list[Event]:
+def replaced(line: int, event: ev.Event) -> list[ev.Event]:
     return [event if n == line else e for n, e in enumerate(HONEST, start=1)]
 
 

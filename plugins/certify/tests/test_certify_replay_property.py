@@ -16,16 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from synapse_certify import check
-from synapse_core.observation import (
-    AdmissionCount,
-    Event,
-    ShapeAdmitted,
-    ShapeRefunded,
-    WorkerExited,
-    WorkerFaulted,
-    WorkerInventory,
-    WorkerStarted,
-)
+from synapse_core import observation as ev
 from synapse_core.wire import Shape
 
 LANE, W = "mock:0", "m#1"
@@ -44,39 +35,39 @@ lives = st.tuples(
 )
 
 
-def honest(generations: list[Life], order: Order = list) -> list[Event]:
+def honest(generations: list[Life], order: Order = list) -> list[ev.Event]:
     """What a supervisor records for ``generations`` of worker ``W``; ``order``
     puts the refunds after an exit in some order (the lane's, in practice)."""
-    events: list[Event] = []
+    events: list[ev.Event] = []
     for number, (ops, faults, late) in enumerate(generations, start=1):
-        events.append(WorkerStarted(LANE, W, number, "m", 100 + number))
+        events.append(ev.WorkerStarted(LANE, W, number, "m", 100 + number))
         held: list[Shape] = []
         for admit, which in ops:
             shape = SHAPES[which]
             if admit and shape not in held:
                 held.append(shape)
-                events.append(ShapeAdmitted(LANE, W, number, shape, shape.bucket, True))
-                events.append(WorkerInventory(LANE, W, number, list(held)))
-                events.append(AdmissionCount(LANE, W, number, len(held)))
+                events.append(ev.ShapeAdmitted(LANE, W, number, shape, shape.bucket, True))
+                events.append(ev.WorkerInventory(LANE, W, number, list(held)))
+                events.append(ev.AdmissionCount(LANE, W, number, len(held)))
             elif not admit and shape in held:  # an eviction
                 held.remove(shape)
-                events.append(ShapeRefunded(LANE, W, number, shape, shape.bucket))
+                events.append(ev.ShapeRefunded(LANE, W, number, shape, shape.bucket))
         if faults:
-            events.append(WorkerFaulted(LANE, W, number, "crashed"))
+            events.append(ev.WorkerFaulted(LANE, W, number, "crashed"))
         if late:
-            events.append(WorkerExited(LANE, W, number, False))
-        events.append(WorkerExited(LANE, W, number, True))
+            events.append(ev.WorkerExited(LANE, W, number, False))
+        events.append(ev.WorkerExited(LANE, W, number, True))
         for shape in order(held):
-            events.append(ShapeRefunded(LANE, W, number, shape, shape.bucket))
+            events.append(ev.ShapeRefunded(LANE, W, number, shape, shape.bucket))
     return events
 
 
-def carries_placement(event: Event) -> bool:
+def carries_placement(event: ev.Event) -> bool:
     """Events whose loss must fail the gate (a fault's, or an unconfirmed
     exit's that a confirmed one follows, changes no placement)."""
-    if isinstance(event, WorkerFaulted):
+    if isinstance(event, ev.WorkerFaulted):
         return False
-    return not (isinstance(event, WorkerExited) and not event.confirmed)
+    return not (isinstance(event, ev.WorkerExited) and not event.confirmed)
 
 
 streams = st.lists(lives, min_size=1, max_size=3)
@@ -91,35 +82,35 @@ def shuffled(data: st.DataObject) -> Order:
 def test_honest_streams_pass(generations: list[Life], data: st.DataObject) -> None:
     events = honest(generations, shuffled(data))
     report = check(events)
-    has_inventory = any(isinstance(e, WorkerInventory) for e in events)
+    has_inventory = any(isinstance(e, ev.WorkerInventory) for e in events)
     if has_inventory:
         assert report.ok, [p.line() for p in report.problems]
     else:
         assert [p.rule for p in report.problems] == ["empty-stream"]
 
 
+#: ways to tamper with the event at ``i``: lose it, or repeat it at once
+TAMPERINGS = {
+    "removed": lambda events, i: events[:i] + events[i + 1 :],
+    "repeated": lambda events, i: events[: i + 1] + events[i:],
+}
+
+
+@pytest.mark.parametrize("tampering", sorted(TAMPERINGS))
 @settings(max_examples=150, deadline=None)
-@given(streams, st.data())
-def test_losing_any_placement_event_fails(generations: list[Life], data: st.DataObject) -> None:
+@given(generations=streams, data=st.data())
+def test_losing_or_repeating_any_placement_event_fails(
+    tampering: str, generations: list[Life], data: st.DataObject
+) -> None:
     events = honest(generations, shuffled(data))
     candidates = [i for i, e in enumerate(events) if carries_placement(e)]
     i = data.draw(st.sampled_from(candidates))
-    tampered = events[:i] + events[i + 1 :]
-    assert not check(tampered).ok, f"removed line {i + 1}: {events[i]!r}"
-
-
-@settings(max_examples=150, deadline=None)
-@given(streams, st.data())
-def test_repeating_any_placement_event_fails(generations: list[Life], data: st.DataObject) -> None:
-    events = honest(generations, shuffled(data))
-    candidates = [i for i, e in enumerate(events) if carries_placement(e)]
-    i = data.draw(st.sampled_from(candidates))
-    tampered = events[: i + 1] + events[i:]
-    assert not check(tampered).ok, f"repeated line {i + 1}: {events[i]!r}"
+    tampered = TAMPERINGS[tampering](events, i)
+    assert not check(tampered).ok, f"{tampering} line {i + 1}: {events[i]!r}"
 
 
 @pytest.mark.parametrize("late", [False, True])
 def test_the_reference_model_writes_what_the_gate_expects(late: bool) -> None:
     events = honest([([(True, 1), (True, 0), (False, 0)], True, late)])
     assert check(events).ok
-    assert sum(isinstance(e, ShapeRefunded) for e in events) == 2
+    assert sum(isinstance(e, ev.ShapeRefunded) for e in events) == 2
