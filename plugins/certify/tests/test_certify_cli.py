@@ -226,3 +226,15 @@ def test_identity_usage_errors(args: list[str], message: str) -> None:
     result = CliRunner().invoke(in_process_cli(), ["certify", "identity", *args])
     assert result.exit_code == 2
     assert message in result.stderr
+
+
+def test_the_synapse_command_keeps_the_certify_exit_statuses(tmp_path: Path) -> None:
+    from synapse_core.cli import make_cli
+
+    cli = make_cli(lambda: PluginHost([certify_plugin]))
+    bad = write(tmp_path / "bad.jsonl", dumps(BAD))
+    assert CliRunner().invoke(cli, ["certify", "validate", bad]).exit_code == 3
+    good = write(tmp_path / "good.jsonl", dumps(GOOD))
+    assert CliRunner().invoke(cli, ["certify", "validate", good]).exit_code == 0
+    usage = CliRunner().invoke(cli, ["certify", "validate", "--bogus", good])
+    assert usage.exit_code == 2 and "usage error" in usage.stderr
