@@ -14,6 +14,7 @@ from synapse_certify import plugin as certify_plugin
 from synapse_certify import read_stream
 from synapse_certify.cli import make_group
 from synapse_certify.stream import dumps
+from synapse_core.cli import make_cli
 from synapse_core.observation import (
     AdmissionCount,
     ShapeAdmitted,
@@ -229,8 +230,6 @@ def test_identity_usage_errors(args: list[str], message: str) -> None:
 
 
 def test_the_synapse_command_keeps_the_certify_exit_statuses(tmp_path: Path) -> None:
-    from synapse_core.cli import make_cli
-
     cli = make_cli(lambda: PluginHost([certify_plugin]))
     bad = write(tmp_path / "bad.jsonl", dumps(BAD))
     assert CliRunner().invoke(cli, ["certify", "validate", bad]).exit_code == 3
