@@ -172,6 +172,7 @@ class Host:
         runner = self._runner
         worker = self._workers.get(model)
         if worker is None or worker.phase is Phase.EXITED:
+            runner.check_room()  # a refused call leaves no worker record behind
             worker = self._worker(entry)
         sup = self.supervisors[worker.lane.info.lane_id]
         call = Call.new(plan, deadline or Deadline.never(), self._runners.event())

@@ -170,13 +170,9 @@ class CallRunner:
         try:
             self.permits.acquire_on_behalf_of_nowait(call)
         except anyio.WouldBlock:
-            backlog = self.backlog
-            if backlog.waiting >= self.max_waiting:
-                raise Overloaded(
-                    f"{backlog.waiting} calls are already waiting (max_waiting = "
-                    f"{self.max_waiting}); retry later"
-                ) from None
-            backlog.waiting += 1
+            if self.backlog.waiting >= self.max_waiting:
+                raise self._overloaded() from None
+            self.backlog.waiting += 1
             call.queued = True
             return True
         call.permit = True
@@ -197,6 +193,18 @@ class CallRunner:
             self._end(call, supervisor, worker, exc)
             return False
         return True
+
+    def check_room(self) -> None:
+        """Raise :class:`Overloaded` if a call arriving now would be refused
+        (for a caller about to create state for a call, before it does)."""
+        if self.backlog.waiting >= self.max_waiting and self.permits.available_tokens < 1:
+            raise self._overloaded()
+
+    def _overloaded(self) -> Overloaded:
+        return Overloaded(
+            f"{self.backlog.waiting} calls are already waiting (max_waiting = "
+            f"{self.max_waiting}); retry later"
+        )
 
     async def run(self, call: Call, supervisor: Supervisor, worker: Worker) -> None:
         """The detached task. Every outcome ends in ``call``; only the task's own

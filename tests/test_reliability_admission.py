@@ -88,3 +88,25 @@ async def test_burst_of_callers_gets_exactly_max_waiting_queued(
     refused = [o for o in outcomes if isinstance(o, synapse.Overloaded)]
     assert (len(served), len(refused)) == (5, 45)
     assert host.backlog.waiting == 0
+
+
+async def test_a_call_refused_as_overloaded_creates_no_worker_record(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    transport = InProcessTransport()
+    transport.reply_gate = gate
+    gate.armed = lambda model, frame: isinstance(frame, Infer)
+    cfg = make_config(make_model("busy"), make_model("idle"), max_concurrent=1, max_waiting=1)
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.load("busy")
+        with anyio.fail_after(HANG_GUARD_S):
+            async with anyio.create_task_group() as tg:
+                tg.start_soon(host.embed, "busy", ["holds the permit"])
+                tg.start_soon(host.embed, "busy", ["waits for it"])
+                await gate.arrived.wait()
+                with pytest.raises(synapse.Overloaded):
+                    await host.embed("idle", ["refused"])
+                assert host.worker("idle") is None
+                gate.armed = lambda model, frame: False
+                gate.release.set()
+        assert len(transport.launches) == 1
