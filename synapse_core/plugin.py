@@ -16,7 +16,8 @@ not pay for the host's modules.
   frame-level :class:`WorkerLogic` and its actions.
 - Tests: the in-process helpers (:class:`InProcessWorkers`,
   :class:`InProcessProcess`, :class:`LaunchRecord`), :func:`transport_plugin`,
-  :func:`catalog_toml`, :func:`eventually`.
+  :func:`catalog_toml`, :func:`eventually`, :func:`make_cli` (the
+  ``synapse`` command over chosen plugins).
 """
 
 from __future__ import annotations
@@ -75,6 +76,7 @@ _EXPORTS = {
     "InProcessWorkers": "inprocess",
     "LaunchRecord": "inprocess",
     "catalog_toml": "testing",
+    "make_cli": "cli",
     "eventually": "testing",
     "transport_plugin": "testing",
 }
@@ -121,6 +123,7 @@ __all__ = [
     "eventually",
     "hookimpl",
     "launch_spec",
+    "make_cli",
     "parse_options",
     "positive",
     "seconds",
@@ -132,6 +135,7 @@ __all__ = [
 __getattr__ = lazy_getattr(__name__, "synapse_core", _EXPORTS, globals())
 
 if TYPE_CHECKING:
+    from .cli import make_cli
     from .config import FieldInvalid, ModelSpec
     from .errors import ConfigError, LaneLocked, SynapseError
     from .hookspecs import hookimpl
