@@ -27,7 +27,7 @@ from synapse_core.plugin import (
     spawn_worker,
     transport_plugin,
 )
-from synapse_core.wire import PROTOCOL_VERSION, Frame
+from synapse_core.wire import PROTOCOL_VERSION, Frame, Hello
 from synapse_core.worker import lifeline
 
 FIXTURES = Path(__file__).parent / "worker_fixtures"
@@ -49,20 +49,13 @@ def config(*models: dict[str, Any], **settings: Any) -> synapse.HostConfig:
 # -- a hello's buckets ------------------------------------------------------------------------
 
 
-class RawHello(msgspec.Struct, tag="hello", tag_field="t"):
-    """A hello as a broken worker might send it (no checks when built)."""
-
-    protocol: int
-    implementation: str
-    version: str
-    model: str
-    package: str
-    generation: int
-    pid: int
-    buckets: list[int]
-    dims: int
-    max_batch: int
-    identity: str
+#: a hello as a broken worker might send it: Hello's fields, without its checks
+RawHello = msgspec.defstruct(
+    "RawHello",
+    [(f.name, f.type) for f in msgspec.structs.fields(Hello)],
+    tag="hello",
+    tag_field="t",
+)
 
 
 class BadHelloLogic:
