@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -304,6 +303,8 @@ def _call(method: Callable[..., Any], *args: Any) -> Any:
     except Declined as exc:
         return _Raised(exc)
     except Exception as exc:
+        import traceback  # only on this path: workers start faster without it
+
         traceback.print_exc(file=sys.stderr)
         return _Raised(exc)
 
