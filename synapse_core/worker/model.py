@@ -278,7 +278,7 @@ class ModelLogic:
             return out.failure(rid)
         try:
             data = packed(out, len(batch), width, frame.task)
-        except ValueError as exc:
+        except (TypeError, ValueError) as exc:
             return Failure(rid, "bad-output", f"{type(worker).__name__}.{frame.task}: {exc}")
         return Output(rid, shape, len(batch), width, data)
 
