@@ -24,7 +24,7 @@ from synapse_core.plugin import (
 
 from . import hardware
 from .lanelock import LaneLock, acquire
-from .options import DEVICE_KINDS, parse_options
+from .options import DEVICE_KINDS, AneOptions
 
 NAME = "ane-direct"
 #: Capacity in reservation units (bucket x batch with the default cost).
@@ -66,6 +66,8 @@ class AneDirectTransport(Transport):
     """
 
     name = NAME
+    worker = WORKER
+    options_type = AneOptions
 
     def __init__(
         self,
@@ -97,12 +99,6 @@ class AneDirectTransport(Transport):
     def catalog_models(self) -> Sequence[ModelSpec]:
         return SHIPPED_MODELS
 
-    def validate_model(self, model: ModelSpec) -> None:
-        parse_options(model.options, source=f"model {model.name!r}")
-
-    def buckets(self, model: ModelSpec) -> Sequence[int]:
-        return sorted(parse_options(model.options, source=f"model {model.name!r}").buckets)
-
     def lane_for(self, model: ModelSpec) -> LaneInfo:
         return LANE
 
@@ -112,7 +108,7 @@ class AneDirectTransport(Transport):
     async def launch(self, request: LaunchRequest) -> Launched:
         lock = held_lane(request)
         return await spawn_worker(
-            WORKER,
+            self.worker,
             request,
             env=self.worker_env(lock),
             unset_env=UNSET_ENV,
