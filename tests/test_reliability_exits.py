@@ -171,7 +171,7 @@ class ForkingTransport(MockTransport):
     async def launch(self, request: LaunchRequest) -> Launched:
         path = os.pathsep.join([str(FIXTURES), os.environ.get("PYTHONPATH", "")])
         env = {"PYTHONPATH": path, "SYNAPSE_TEST_CHILD_PIDS": str(self.pids)}
-        return await spawn_worker("plugin_fixtures.forking_worker", request, env=env)
+        return await spawn_worker("plugin_fixtures.forking_worker:ForkingWorker", request, env=env)
 
     def children(self) -> list[int]:
         if not self.pids.exists():

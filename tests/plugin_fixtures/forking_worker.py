@@ -2,7 +2,8 @@
 
 The child (a grandchild of the host) ignores SIGTERM and sleeps, as a helper
 process a real worker starts might; its pid is appended to the file named by
-``SYNAPSE_TEST_CHILD_PIDS``. Run as ``python -m plugin_fixtures.forking_worker``.
+``SYNAPSE_TEST_CHILD_PIDS``. Launch target:
+``plugin_fixtures.forking_worker:ForkingWorker``.
 """
 
 from __future__ import annotations
@@ -11,22 +12,20 @@ import os
 import subprocess
 import sys
 
+from synapse_mock_transport.options import MockOptions
+from synapse_mock_transport.worker import MockWorker
+
 CHILD = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
 
 
-def main() -> int:
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD],
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    with open(os.environ["SYNAPSE_TEST_CHILD_PIDS"], "a", encoding="utf-8") as fh:
-        fh.write(f"{child.pid}\n")
-    from synapse_mock_transport.worker import main as mock_main
-
-    return mock_main()
-
-
-if __name__ == "__main__":
-    sys.exit(main())
+class ForkingWorker(MockWorker):
+    def load(self, options: MockOptions) -> None:
+        child = subprocess.Popen(
+            [sys.executable, "-c", CHILD],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        with open(os.environ["SYNAPSE_TEST_CHILD_PIDS"], "a", encoding="utf-8") as fh:
+            fh.write(f"{child.pid}\n")
+        super().load(options)
