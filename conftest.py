@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+# The anyio_backend fixture (asyncio and trio) for the core's and every plugin's tests.
+pytest_plugins = ["synapse_core.testing.pytest_plugin"]
+
 PLUGIN_PACKAGES = ("synapse_mock_transport", "synapse_ane_direct", "synapse_certify")
 MISSING = tuple(p for p in PLUGIN_PACKAGES if importlib.util.find_spec(p) is None)
 _NEEDS = re.compile(r"\b(" + "|".join(MISSING) + r")\b") if MISSING else None

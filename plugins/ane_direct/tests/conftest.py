@@ -3,10 +3,6 @@ from __future__ import annotations
 import pytest
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
 
 @pytest.fixture(autouse=True)
 def _no_device_override(monkeypatch: pytest.MonkeyPatch) -> None:
