@@ -76,8 +76,8 @@ def _sizes(instance: object, attribute: attrs.Attribute[Any], value: tuple[int, 
 @attrs.frozen
 class FakeOptions:
     buckets: tuple[int, ...] = attrs.field(default=(16, 32, 64, 128, 256, 512), validator=_sizes)
-    dims: int = 8
-    max_batch: int = 8
+    dims: int = 64
+    max_batch: int = 32
     faults: Faults = Faults()
     trace: str | None = None
 
