@@ -140,7 +140,9 @@ class FakeLogic:
         if self.options.trace:
             self.sinks.append(_file_sink(self.options.trace))
 
-    def _record(self, frame: str, shape: Shape | None = None, request_id: int | None = None):
+    def _record(
+        self, frame: str, shape: Shape | None = None, request_id: int | None = None
+    ) -> None:
         record: dict[str, object] = {
             "pid": self.pid,
             "model": self.spec.model,
