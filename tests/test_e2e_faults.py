@@ -29,6 +29,12 @@ def open_host(cfg: synapse.HostConfig) -> Any:
     return synapse.open_host(cfg, plugins=[transport_plugin(FakeTransport())])
 
 
+def exchange_bound(knob: str) -> float:
+    """The exchange timeout for a fault test: short only where the test waits it
+    out (a hang), since it also bounds a worker's start on a loaded machine."""
+    return 3.0 if knob == "hang_on_infer" else 10.0
+
+
 def trace_lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
@@ -55,7 +61,9 @@ async def test_inference_fault_is_not_replayed_and_recovers(
     trace = tmp_path / "trace.jsonl"
     faults = {knob: 1, "only_generation": 1}
     cfg = make_config(
-        make_model("m", faults=faults, trace=str(trace)), exchange_timeout_s=1.0, exit_grace_s=2.0
+        make_model("m", faults=faults, trace=str(trace)),
+        exchange_timeout_s=exchange_bound(knob),
+        exit_grace_s=2.0,
     )
     async with open_host(cfg) as host:
         with pytest.raises(error):
@@ -95,7 +103,9 @@ async def test_fault_of_a_request_begun_by_the_caller_is_not_replayed(
     trace = tmp_path / "trace.jsonl"
     faults = {knob: 2, "only_generation": 1}
     cfg = make_config(
-        make_model("m", faults=faults, trace=str(trace)), exchange_timeout_s=1.0, exit_grace_s=2.0
+        make_model("m", faults=faults, trace=str(trace)),
+        exchange_timeout_s=exchange_bound(knob),
+        exit_grace_s=2.0,
     )
     async with open_host(cfg) as host:
         await host.embed("m", ["the first call admits the shape"])
