@@ -391,7 +391,7 @@ class Conformance:
         # The transport may declare buckets before a worker starts: the
         # longest one then caps the ceiling, and is refused up front too.
         declared = getattr(subject.transport, "buckets", lambda spec: None)(spec)
-        ceiling = min([spec.ceiling, *(declared or ())])
+        ceiling = min(spec.ceiling, max(declared)) if declared else spec.ceiling
         too_long = " ".join(f"w{i}" for i in range(ceiling + 1))
         calls: list[tuple[Callable[[Host], Awaitable[object]], str]] = [
             (lambda host: host.embed("no-such-model", ["x"]), "unknown-model"),
