@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 # The anyio_backend fixture (asyncio and trio) for the core's and every plugin's tests.
-pytest_plugins = ["synapse_core.testing.pytest_plugin"]
+pytest_plugins = ["synapse_core.testing.pytest_plugin", "pytester"]
 
 PLUGIN_PACKAGES = ("synapse_mock_transport", "synapse_ane_direct", "synapse_certify")
 MISSING = tuple(p for p in PLUGIN_PACKAGES if importlib.util.find_spec(p) is None)
