@@ -33,7 +33,7 @@ PYTHONS = ["3.11", "3.12", "3.13"]
 #: The Python that runs the single-version sessions (lint, types, benchmarks).
 MAIN_PYTHON = PYTHONS[0]
 PLUGINS = ["mock_transport", "ane_direct", "certify"]
-EXAMPLE = "docs/examples/length_transport"
+EXAMPLE = "docs/examples/hash_transport"
 PYTEST = ("python", "-m", "pytest", "-n", "auto")
 
 
@@ -126,6 +126,7 @@ def typecheck(session: nox.Session) -> None:
     for name in PLUGINS:
         package = "synapse_" + name
         session.run("mypy", f"plugins/{name}/{package}")
+    session.run("mypy", f"{EXAMPLE}/synapse_hash_transport")
     # Editable installs hide the mock package from mypy's import search.
     session.run("mypy", "benchmarks", env={"MYPYPATH": "plugins/mock_transport"})
 
