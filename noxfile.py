@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import shutil
 import sys
+import tempfile
 from pathlib import Path
 
 import nox
@@ -100,13 +101,22 @@ def example(session: nox.Session) -> None:
     core_wheel = next(dist.glob("synapse_core-*.whl"))
     example_wheel = next(p for p in dist.glob("*.whl") if p != core_wheel)
     session.install(f"{core_wheel}[test]", str(example_wheel))
-    # Tests run from a copy, so the package can only come from the installed wheel.
-    tests_copy = dist.parent / "example-tests"
-    shutil.rmtree(tests_copy, ignore_errors=True)
-    shutil.copytree(Path(EXAMPLE, "tests"), tests_copy)
-    session.chdir(tests_copy)
-    session.run("synapse", "plugins")
-    session.run(*PYTEST, "-p", "no:cacheprovider", ".", *session.posargs)
+    # The tests run from a copy outside this repository, so neither the package
+    # nor this repository's pytest configuration can come from the source tree.
+    with tempfile.TemporaryDirectory() as outside:
+        tests_copy = Path(outside, "tests")
+        shutil.copytree(Path(EXAMPLE, "tests"), tests_copy)
+        session.chdir(outside)
+        session.run("synapse", "plugins")
+        session.run("python", "-c", INSTALLED_NOT_EDITABLE)
+        session.run(*PYTEST, "-p", "no:cacheprovider", "tests", *session.posargs)
+
+
+INSTALLED_NOT_EDITABLE = """
+import synapse_core, synapse_hash_transport
+for module in (synapse_core, synapse_hash_transport):
+    assert "site-packages" in module.__file__, module.__file__
+"""
 
 
 @nox.session(python=MAIN_PYTHON)
