@@ -86,6 +86,7 @@ from ..errors import OutcomeUnknown, Refused
 from ..hookspecs import hookimpl
 from ..host import Host, open_host
 from ..process import confirm_exit
+from ..serving import EmbedResult
 from ..transport import LaneSession, Launched, LaunchRequest, Transport
 from ..wire import (
     PROTOCOL_VERSION,
@@ -258,6 +259,14 @@ def _pid_alive(pid: int) -> bool:
     return True
 
 
+async def _embedded(host: Host, name: str) -> tuple[EmbedResult, Hello]:
+    """``TEXTS`` embedded, and the hello of the worker that served them."""
+    result = await host.embed(name, TEXTS)
+    worker = host.worker(name)
+    assert worker is not None and worker.hello is not None
+    return result, worker.hello
+
+
 TEXTS = ["the first text", "a second, different text", "third", "the first text"]
 QUERY = "what does the first text say"
 
@@ -294,11 +303,8 @@ class Conformance:
 
     async def test_identity_is_returned_with_every_embedding(self, subject: Subject) -> None:
         async with _host(subject) as host:
-            name = subject.model("embed")["name"]
-            result = await host.embed(name, TEXTS)
-            worker = host.worker(name)
-            assert worker is not None and worker.hello is not None
-            assert result.identity == worker.hello.identity
+            result, hello = await _embedded(host, subject.model("embed")["name"])
+        assert result.identity == hello.identity
 
     async def test_admit_evict_and_inventory_round_trip(self, subject: Subject) -> None:
         async with _direct(subject.transport, subject.model("embed")) as worker:
@@ -320,14 +326,11 @@ class Conformance:
 
     async def test_one_row_of_dims_finite_floats_per_text(self, subject: Subject) -> None:
         async with _host(subject) as host:
-            name = subject.model("embed")["name"]
-            result = await host.embed(name, TEXTS)
-            worker = host.worker(name)
-            assert worker is not None and worker.hello is not None
-            assert len(result.vectors) == len(TEXTS)
-            assert {len(v) for v in result.vectors} == {worker.hello.dims}
-            _assert_finite(result.vectors, "embed")
-            assert _close(result.vectors[0], result.vectors[3], subject.atol), "same text"
+            result, hello = await _embedded(host, subject.model("embed")["name"])
+        assert len(result.vectors) == len(TEXTS)
+        assert {len(v) for v in result.vectors} == {hello.dims}
+        _assert_finite(result.vectors, "embed")
+        assert _close(result.vectors[0], result.vectors[3], subject.atol), "same text"
 
     async def test_one_finite_score_per_document(self, subject: Subject) -> None:
         entry = subject.model("rerank")
@@ -444,11 +447,8 @@ class Conformance:
         results = []
         for transport in (subject.transport, subject.in_process):
             async with _host(subject, transport) as host:
-                result = await host.embed(name, TEXTS)
-                worker = host.worker(name)
-                assert worker is not None and worker.hello is not None
-                h = worker.hello
-                results.append((result, (h.buckets, h.dims, h.max_batch, h.identity)))
+                result, h = await _embedded(host, name)
+            results.append((result, (h.buckets, h.dims, h.max_batch, h.identity)))
         (sub, sub_hello), (inp, inp_hello) = results
         assert sub_hello == inp_hello, "the variants' hellos differ"
         for i, (a, b) in enumerate(zip(sub.vectors, inp.vectors, strict=True)):
