@@ -69,17 +69,19 @@ def core(session: nox.Session) -> None:
 @nox.session(python=PYTHONS)
 @nox.parametrize("target", PLUGIN_TARGETS)
 def plugin(session: nox.Session, target: str) -> None:
-    """One plugin installed alone on top of the core, with the core's tests.
+    """One plugin installed alone on top of the core, and its tests.
 
     ``target`` is a plugin of this repository (``plugins/NAME``) or a path
     given after ``--``; such an outside plugin's own tests run from its
-    directory, with the arguments after its path passed on to pytest.
+    directory, with the arguments after its path passed on to pytest. (The
+    core's tests run with every plugin installed in ``tests``, and with none
+    in ``core``.)
     """
     args = [a for a in session.posargs if a != target]
     if target in PLUGINS:
         session.install("-e", ".[test]", "-e", f"./plugins/{target}")
         session.run("synapse", "plugins")
-        session.run(*PYTEST, "tests", f"plugins/{target}/tests", *args)
+        session.run(*PYTEST, f"plugins/{target}/tests", *args)
         return
     path = Path(target).resolve()
     session.install("-e", ".[test]", str(path))
