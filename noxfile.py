@@ -126,7 +126,14 @@ def lint(session: nox.Session) -> None:
     session.install("ruff>=0.5")
     session.run("ruff", "check", ".")
     session.run(
-        "ruff", "format", "--check", "synapse_core", "plugins", "tests", "benchmarks", "docs"
+        "ruff",
+        "format",
+        "--check",
+        "synapse_core",
+        "plugins",
+        "tests",
+        "benchmarks",
+        "docs/examples",
     )
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-SUITE = '''
+SUITE = """
 import math
 import pytest
 from synapse_core.testing.conformance import Conformance, Subject
@@ -70,7 +70,7 @@ class TestBroken(Conformance):
 
 
 WORKER = {worker}
-'''
+"""
 
 
 @pytest.mark.parametrize(
@@ -90,7 +90,9 @@ def test_the_suite_fails_a_worker_that_breaks_its_check(
 ) -> None:
     pytester.makepyfile(test_suite=SUITE.format(worker=worker))
     selected = "test_admit_evict or " + (fails or "test_rows or test_one")
-    result = pytester.runpytest_inprocess("-p", "no:xdist", "-p", "no:cacheprovider", "-k", selected)
+    result = pytester.runpytest_inprocess(
+        "-p", "no:xdist", "-p", "no:cacheprovider", "-k", selected
+    )
     outcomes = result.parseoutcomes()
     failed = [r.nodeid for r in result.reprec.getreports("pytest_runtest_logreport") if r.failed]
     if fails is None:
