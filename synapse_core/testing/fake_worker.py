@@ -10,12 +10,10 @@ from __future__ import annotations
 
 import math
 import zlib
-from collections.abc import Mapping
-from typing import Any
 
 import attrs
 
-from ..worker import ModelWorker, WorkerOptions, bucket_sizes, parse_options, positive
+from ..worker import ModelWorker, WorkerOptions, bucket_sizes, positive
 
 
 @attrs.frozen
@@ -27,11 +25,6 @@ class FakeOptions(WorkerOptions):
     )
     dims: int = attrs.field(default=64, validator=positive)
     max_batch: int = attrs.field(default=32, validator=positive)
-
-
-def fake_options(options: Mapping[str, Any], source: str = "<options>") -> FakeOptions:
-    """Structure catalog options; errors name the path (``options.faults.crash_on_infer``)."""
-    return parse_options(options, FakeOptions, source)
 
 
 def fake_vector(tokens: list[int], dims: int) -> list[float]:
