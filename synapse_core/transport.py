@@ -127,6 +127,12 @@ class Transport:
         """Check ``model.options``; raise :class:`~synapse_core.errors.ConfigError`
         naming the bad option's path. Called when a host opens, never spawning."""
 
+    def model_availability(self, model: ModelSpec) -> Availability:
+        """Whether ``model`` can run here when the transport can (its files are
+        installed...); ``reason`` tells a user what to install. Called when a
+        catalog is built: keep it cheap (no hashing, no loading)."""
+        return Availability.yes()
+
     def lane_for(self, model: ModelSpec) -> LaneInfo:
         """The lane ``model`` runs on."""
         return LaneInfo(f"{self.name}:0")

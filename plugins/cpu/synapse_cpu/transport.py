@@ -1,0 +1,144 @@
+"""The ``cpu`` transport: MiniLM-class sentence encoders in worker processes on lane ``cpu:0``.
+
+Host side only: it checks a model's files (cheaply when a catalog is built,
+the weights' sha256 before a launch), gives the host the model's own
+tokenizer, prices admissions in MiB and starts workers. Nothing here imports
+numpy: the host stays light, the forward pass lives in the workers.
+"""
+
+from __future__ import annotations
+
+import functools
+from pathlib import Path
+
+import anyio
+import attrs
+
+from synapse_core.config import ModelSpec
+from synapse_core.errors import ConfigError
+from synapse_core.process import spawn_worker
+from synapse_core.tokenizer import BasicTokenizer, Tokenizer
+from synapse_core.transport import Availability, LaneInfo, Launched, LaunchRequest, Transport
+
+from . import files
+from .costs import HIDDEN, default_capacity_mib, weights_mib
+from .errors import ModelFilesError
+from .options import CpuOptions, parse_options
+from .tokenizer import HFTokenizer
+
+LANE_ID = "cpu:0"
+WORKER_MODULE = "synapse_cpu.worker"
+
+
+def onnxruntime_problem() -> str:
+    """Why the onnxruntime backend cannot run here ("" when it can); imports nothing."""
+    import importlib.util
+
+    for module in ("onnxruntime", "onnx"):
+        if importlib.util.find_spec(module) is None:
+            return (
+                f"{module} is not installed: pip install 'synapse-cpu[onnx]' "
+                '(or set options.runtime = "numpy")'
+            )
+    return ""
+
+
+def model_files(options: CpuOptions) -> files.ModelFiles:
+    return files.locate(options.model_dir, options.sha256)
+
+
+@functools.lru_cache(maxsize=64)
+def _tokenizer(path: Path) -> HFTokenizer:
+    return HFTokenizer(path)
+
+
+@functools.lru_cache(maxsize=64)
+def _verified(path: Path, size: int, mtime_ns: int, expected: str | None) -> str:
+    return files.verify_weights(files.ModelFiles(path.parent, "", expected))
+
+
+def verify_before_launch(located: files.ModelFiles) -> None:
+    """The checks a worker would fail on, made here so the caller gets a typed
+    error naming the file (a worker can only exit). Hashing is remembered per
+    file size and modification time."""
+    files.check_present(located)
+    stat = located.weights.stat()
+    _verified(located.weights, stat.st_size, stat.st_mtime_ns, located.sha256)
+    _tokenizer(located.tokenizer).special_ids()
+
+
+@attrs.frozen
+class ModelFacts:
+    """What pricing an admission needs, read once per model folder."""
+
+    weights_mib: int
+    hidden: int
+    batch_tokens: int
+
+
+def model_facts(model: ModelSpec) -> ModelFacts:
+    options = parse_options(model.options, source=f"model {model.name!r}")
+    located = model_files(options)
+    return _facts(located.root, options.runtime, options.batch_tokens)
+
+
+@functools.lru_cache(maxsize=64)
+def _facts(root: Path, runtime: str, batch_tokens: int) -> ModelFacts:
+    located = files.ModelFiles(root, "", None)
+    hidden = int(files.read_json(located.config).get("hidden_size", HIDDEN))
+    size = located.weights.stat().st_size
+    return ModelFacts(weights_mib(size, runtime), hidden, batch_tokens)
+
+
+class CpuTransport(Transport):
+    name = "cpu"
+
+    def validate_model(self, model: ModelSpec) -> None:
+        options = parse_options(model.options, source=f"model {model.name!r}")
+        longest = max(options.buckets)
+        if model.ceiling > longest:
+            raise ConfigError(
+                f"model {model.name!r}",
+                [
+                    f"ceiling: {model.ceiling} is over the longest bucket ({longest}); "
+                    "lower it or add a bucket"
+                ],
+            )
+
+    def model_availability(self, model: ModelSpec) -> Availability:
+        options = parse_options(model.options, source=f"model {model.name!r}")
+        if options.runtime == "onnxruntime" and (problem := onnxruntime_problem()):
+            return Availability.no(problem)
+        try:
+            files.check_present(model_files(options))
+        except ModelFilesError as exc:
+            return Availability.no(str(exc))
+        return Availability.yes()
+
+    def lane_for(self, model: ModelSpec) -> LaneInfo:
+        return LaneInfo(LANE_ID, capacity=default_capacity_mib())
+
+    def tokenizer(self, model: ModelSpec) -> Tokenizer:
+        try:
+            located = model_files(parse_options(model.options))
+        except (ModelFilesError, ConfigError):
+            return BasicTokenizer()  # the model is unavailable and refused before tokenizing
+        return _tokenizer(located.tokenizer)
+
+    async def launch(self, request: LaunchRequest) -> Launched:
+        located = model_files(parse_options(request.model.options))
+        await anyio.to_thread.run_sync(verify_before_launch, located)
+        # One BLAS thread unless the options ask otherwise; set before numpy loads.
+        threads = str(parse_options(request.model.options).threads)
+        env = {name: threads for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
+        return await spawn_worker(WORKER_MODULE, request, env=env)
+
+
+def runtimes_summary() -> str:
+    problem = onnxruntime_problem()
+    return "runtimes: numpy" + ("" if problem else ", onnxruntime") + (
+        f" (onnxruntime: {problem})" if problem else ""
+    )
+
+
+__all__ = ["LANE_ID", "CpuTransport"]
