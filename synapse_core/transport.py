@@ -133,6 +133,17 @@ class Transport:
         catalog is built: keep it cheap (no hashing, no loading)."""
         return Availability.yes()
 
+    def buckets(self, model: ModelSpec) -> Sequence[int] | None:
+        """The buckets ``model``'s workers will report, if known from its options.
+
+        With them the catalog knows the effective ceiling, ``min(ceiling,
+        largest bucket)``, before any worker starts: longer inputs are refused
+        without starting one, and ``synapse catalog`` shows both. ``None``
+        (the default): known only from a worker's hello. Called when a
+        catalog opens, after :meth:`validate_model`; never spawn here.
+        """
+        return None
+
     def lane_for(self, model: ModelSpec) -> LaneInfo:
         """The lane ``model`` runs on."""
         return LaneInfo(f"{self.name}:0")
