@@ -136,9 +136,9 @@ def weights_from_tensors(
     return weights
 
 
-def pack(sequences: Sequence[Sequence[int]], cls_id: int, sep_id: int) -> tuple[
-    npt.NDArray[np.int64], F32
-]:
+def pack(
+    sequences: Sequence[Sequence[int]], cls_id: int, sep_id: int
+) -> tuple[npt.NDArray[np.int64], F32]:
     """``[CLS] ids [SEP]`` per sequence, right-padded to the longest, and its mask."""
     width = max(len(s) for s in sequences) + 2
     ids = np.zeros((len(sequences), width), dtype=np.int64)

@@ -10,9 +10,12 @@ from __future__ import annotations
 
 import math
 import os
+from typing import TYPE_CHECKING
 
-from synapse_core.residency.policy import LaneView
-from synapse_core.wire import Shape
+from synapse_core.plugin import Shape
+
+if TYPE_CHECKING:
+    from synapse_core.residency.policy import LaneView
 
 MIB = 1 << 20
 #: interpreter, numpy, tokenizers and BLAS buffers of a loaded worker

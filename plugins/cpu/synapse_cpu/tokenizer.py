@@ -17,8 +17,9 @@ class HFTokenizer:
     """Implements :class:`synapse_core.tokenizer.CountingTokenizer`.
 
     The file is read on first use, so listing a catalog never touches it.
-    ``pair`` lengths are those of a bi-encoder: the query and the document are
-    encoded separately, so a pair needs the longer of the two.
+    A rerank pair counts the query's tokens and the document's together, as
+    every transport does (the worker kit's one shape rule), although this
+    bi-encoder embeds them separately: longer pairs are refused, never cut.
     """
 
     def __init__(self, path: Path) -> None:
@@ -48,7 +49,7 @@ class HFTokenizer:
         return self.positions(len(ids), None if pair is None else len(pair))
 
     def positions(self, count: int, pair: int | None = None) -> int:
-        return max(count, pair or 0) + 2  # [CLS] text [SEP]
+        return count + (pair or 0) + 2  # [CLS] text [SEP]
 
     def special_ids(self) -> tuple[int, int]:
         """The ids of ``[CLS]`` and ``[SEP]``."""

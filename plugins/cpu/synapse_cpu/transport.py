@@ -9,16 +9,24 @@ numpy: the host stays light, the forward pass lives in the workers.
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
 import attrs
 
-from synapse_core.config import ModelSpec
-from synapse_core.errors import ConfigError
-from synapse_core.process import spawn_worker
-from synapse_core.tokenizer import BasicTokenizer, Tokenizer
-from synapse_core.transport import Availability, LaneInfo, Launched, LaunchRequest, Transport
+from synapse_core.plugin import (
+    Availability,
+    BasicTokenizer,
+    ConfigError,
+    LaneInfo,
+    Launched,
+    LaunchRequest,
+    ModelSpec,
+    Tokenizer,
+    Transport,
+    spawn_worker,
+)
 
 from . import files
 from .costs import HIDDEN, default_capacity_mib, weights_mib
@@ -27,7 +35,7 @@ from .options import CpuOptions, parse_options
 from .tokenizer import HFTokenizer
 
 LANE_ID = "cpu:0"
-WORKER_MODULE = "synapse_cpu.worker"
+WORKER = "synapse_cpu.worker:CpuWorker"
 
 
 def onnxruntime_problem() -> str:
@@ -94,16 +102,10 @@ class CpuTransport(Transport):
     name = "cpu"
 
     def validate_model(self, model: ModelSpec) -> None:
-        options = parse_options(model.options, source=f"model {model.name!r}")
-        longest = max(options.buckets)
-        if model.ceiling > longest:
-            raise ConfigError(
-                f"model {model.name!r}",
-                [
-                    f"ceiling: {model.ceiling} is over the longest bucket ({longest}); "
-                    "lower it or add a bucket"
-                ],
-            )
+        parse_options(model.options, source=f"model {model.name!r}")
+
+    def buckets(self, model: ModelSpec) -> Sequence[int]:
+        return sorted(parse_options(model.options, source=f"model {model.name!r}").buckets)
 
     def model_availability(self, model: ModelSpec) -> Availability:
         options = parse_options(model.options, source=f"model {model.name!r}")
@@ -130,14 +132,16 @@ class CpuTransport(Transport):
         await anyio.to_thread.run_sync(verify_before_launch, located)
         # One BLAS thread unless the options ask otherwise; set before numpy loads.
         threads = str(parse_options(request.model.options).threads)
-        env = {name: threads for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")}
-        return await spawn_worker(WORKER_MODULE, request, env=env)
+        env = {f"{pool}_NUM_THREADS": threads for pool in ("OPENBLAS", "OMP", "MKL")}
+        return await spawn_worker(WORKER, request, env=env)
 
 
 def runtimes_summary() -> str:
     problem = onnxruntime_problem()
-    return "runtimes: numpy" + ("" if problem else ", onnxruntime") + (
-        f" (onnxruntime: {problem})" if problem else ""
+    return (
+        "runtimes: numpy"
+        + ("" if problem else ", onnxruntime")
+        + (f" (onnxruntime: {problem})" if problem else "")
     )
 
 

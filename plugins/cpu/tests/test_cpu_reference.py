@@ -68,7 +68,8 @@ def test_a_vector_does_not_depend_on_its_batch_mates(
 def test_rerank_is_the_cosine_of_separate_embeddings(model: runtime.Model) -> None:
     encode = model.tokenizer.encode
     query = encode("What is the capital of France?")
-    docs = [encode("Paris is the capital and most populous city of France."), encode("I love pizza")]
+    paris = encode("Paris is the capital and most populous city of France.")
+    docs = [paris, encode("I love pizza")]
     scores = model.rerank(query, docs)
     vectors = model.embed([query, *docs])
     assert np.allclose(scores, vectors[1:] @ vectors[0], atol=1e-6)
@@ -83,7 +84,8 @@ def test_identity_names_model_weights_and_runtime(model: runtime.Model) -> None:
 def test_erf_is_accurate_to_float32() -> None:
     xs = np.linspace(-6, 6, 10_001, dtype=np.float32)
     expected = np.array([math.erf(float(x)) for x in xs])
-    assert np.abs(bert.erf(xs.copy()) - expected).max() < 6e-7  # A&S bound 1.5e-7 plus float32 rounding
+    # the approximation's bound (1.5e-7) plus float32 rounding
+    assert np.abs(bert.erf(xs.copy()) - expected).max() < 6e-7
 
 
 def test_onnxruntime_equals_numpy_within_float32_rounding(
