@@ -68,6 +68,32 @@ def embed_lines(result: EmbedResult, inputs: Inputs) -> list[str]:
     return [title, *table(["index", "dims", "norm", "first values", "text"], rows)]
 
 
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norms = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return dot / norms if norms else 0.0
+
+
+def similarity_doc(result: EmbedResult, inputs: Inputs) -> Doc:
+    first, *others = result.vectors
+    return {
+        "model": result.model,
+        "identity": result.identity,
+        "first": inputs.items[0],
+        "similarities": [
+            {"text": text, "cosine": cosine(first, vector)}
+            for text, vector in zip(inputs.items[1:], others, strict=True)
+        ],
+    }
+
+
+def similarity_lines(result: EmbedResult, inputs: Inputs) -> list[str]:
+    doc = similarity_doc(result, inputs)
+    rows = [[f"{s['cosine']:+.4f}", clip(s["text"])] for s in doc["similarities"]]
+    title = f"{result.model}: cosine similarity with {clip(inputs.items[0])!r}"
+    return [title, *table(["cosine", "text"], rows), f"identity {result.identity}"]
+
+
 def rerank_doc(result: RerankResult, query: str) -> Doc:
     return {
         "model": result.model,
