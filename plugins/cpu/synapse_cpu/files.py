@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import struct
 from pathlib import Path
 from typing import Any
 
@@ -120,6 +121,20 @@ def read_json(path: Path) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ModelFilesError(str(path), "expected a JSON object")
     return data
+
+
+def vocab_rows(weights: Path) -> int:
+    """Rows of the word-embedding table, read from the safetensors header alone."""
+    try:
+        with weights.open("rb") as fh:
+            (size,) = struct.unpack("<Q", fh.read(8))
+            header = json.loads(fh.read(min(size, 1 << 24)))
+        for name in ("embeddings.word_embeddings.weight", "bert.embeddings.word_embeddings.weight"):
+            if name in header:
+                return int(header[name]["shape"][0])
+    except (OSError, ValueError, struct.error, KeyError, TypeError, IndexError) as exc:
+        raise ModelFilesError(str(weights), f"is not a safetensors file: {exc!r}") from None
+    raise ModelFilesError(str(weights), "has no word embeddings: not a BERT checkpoint")
 
 
 def sha256_of(path: Path) -> str:

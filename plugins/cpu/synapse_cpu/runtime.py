@@ -17,7 +17,7 @@ import numpy.typing as npt
 
 from . import bert, files
 from .errors import ModelFilesError
-from .tokenizer import HFTokenizer
+from .tokenizer import HFTokenizer, check_fits
 
 Runtime = Literal["numpy", "onnxruntime"]
 RUNTIMES: tuple[Runtime, ...] = ("numpy", "onnxruntime")
@@ -104,15 +104,9 @@ def load(
     digest = files.verify_weights(located)
     config = bert.BertConfig.from_json(files.read_json(located.config), str(located.config))
     tokenizer = HFTokenizer(located.tokenizer)
+    check_fits(tokenizer, files.vocab_rows(located.weights))
     cls_id, sep_id = tokenizer.special_ids()
     weights = bert.weights_from_tensors(_tensors(located.weights), config, str(located.weights))
-    vocab = tokenizer.load().get_vocab_size()  # type: ignore[attr-defined]
-    if vocab != weights.word.shape[0]:
-        raise ModelFilesError(
-            str(located.tokenizer),
-            f"has {vocab} tokens but the weights embed {weights.word.shape[0]}: this "
-            "tokenizer belongs to another model; use the model's own tokenizer.json",
-        )
     forward: Forward
     if runtime == "onnxruntime":
         from .onnx_graph import cached_graph, default_cache_dir

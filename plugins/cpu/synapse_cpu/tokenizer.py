@@ -63,6 +63,18 @@ class HFTokenizer:
         return int(cls_id), int(sep_id)
 
 
+def check_fits(tokenizer: HFTokenizer, vocab_rows: int) -> None:
+    """Refuse a tokenizer whose ids the weights cannot embed (another model's)."""
+    size = tokenizer.load().get_vocab_size()  # type: ignore[attr-defined]
+    if size != vocab_rows:
+        raise ModelFilesError(
+            str(tokenizer.path),
+            f"has {size} tokens but the weights embed {vocab_rows}: it belongs to another "
+            "model; use the model's own tokenizer.json",
+        )
+    tokenizer.special_ids()
+
+
 def load_tokenizer(path: Path) -> object:
     try:
         from tokenizers import Tokenizer

@@ -32,7 +32,7 @@ from . import files
 from .costs import HIDDEN, default_capacity_mib, weights_mib
 from .errors import ModelFilesError
 from .options import CpuOptions, parse_options
-from .tokenizer import HFTokenizer
+from .tokenizer import HFTokenizer, check_fits
 
 LANE_ID = "cpu:0"
 WORKER = "synapse_cpu.worker:CpuWorker"
@@ -72,7 +72,7 @@ def verify_before_launch(located: files.ModelFiles) -> None:
     files.check_present(located)
     stat = located.weights.stat()
     _verified(located.weights, stat.st_size, stat.st_mtime_ns, located.sha256)
-    _tokenizer(located.tokenizer).special_ids()
+    check_fits(_tokenizer(located.tokenizer), files.vocab_rows(located.weights))
 
 
 @attrs.frozen
