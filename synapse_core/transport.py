@@ -127,6 +127,11 @@ class Transport:
         """Check ``model.options``; raise :class:`~synapse_core.errors.ConfigError`
         naming the bad option's path. Called when a host opens, never spawning."""
 
+    def describe(self) -> str:
+        """One line for ``synapse plugins`` about what runs here (e.g. which
+        backends are installed); empty for none. Keep it cheap."""
+        return ""
+
     def model_availability(self, model: ModelSpec) -> Availability:
         """Whether ``model`` can run here when the transport can (its files are
         installed...); ``reason`` tells a user what to install. Called when a

@@ -116,6 +116,7 @@ def test_plugins_lists_the_selected_plugin_and_its_transport() -> None:
             "plugin": "mock",
             "available": True,
             "reason": "",
+            "details": "",
             "models": ["mini-a", "mini-b", "rr"],
         }
     ]

@@ -183,6 +183,7 @@ def plugins_doc(plugins: PluginHost, config: HostConfig, selected: set[str] | No
             "plugin": t.plugin,
             "available": t.availability.available,
             "reason": t.availability.reason,
+            "details": _describe(t.transport),
             "models": [m.name for m in _served(config, t.transport) if m.transport == name],
         }
         for name, t in sorted(plugins.transports().items())
@@ -225,6 +226,8 @@ def plugins_lines(doc: Doc) -> list[str]:
             status = "available" if t["available"] else f"unavailable: {t['reason']}"
             models = ", ".join(t["models"]) or "none"
             lines.append(f"  {t['name']}  {status}")
+            if t["details"]:
+                lines.append(f"    {t['details']}")
             lines.append(f"    plugin {t['plugin']}; catalog models: {models}")
     else:
         lines.append(
@@ -235,6 +238,13 @@ def plugins_lines(doc: Doc) -> list[str]:
         lines.append("Problems:")
         lines.extend(f"  {problem}" for problem in doc["problems"])
     return lines
+
+
+def _describe(transport: Transport) -> str:
+    try:
+        return transport.describe()
+    except Exception as exc:  # a diagnostic listing goes on
+        return f"describe() failed: {exc!r}"
 
 
 def _served(config: HostConfig, transport: Transport) -> tuple[ModelSpec, ...]:

