@@ -359,6 +359,18 @@ def test_missing_catalog_file_exits_2(tmp_path: Path) -> None:
     assert "cannot read file" in error_line(result)
 
 
+def test_catalog_prints_model_descriptions_as_notes() -> None:
+    result = invoke(["catalog"], plugins="")
+    assert result.exit_code == 0, result.stderr
+    notes = result.stdout.split("Notes:\n", 1)[1].splitlines()
+    assert "  minilm-rerank: bi-encoder rerank: cosine of separate MiniLM embeddings, " in (
+        notes[1][:76]
+    )
+    assert notes[1].endswith("not a cross-encoder")
+    doc = json.loads(invoke(["catalog", "--json"], plugins="").stdout)
+    assert {m["name"]: m["description"] for m in doc["models"]}["mini-a"] == ""
+
+
 @needs_mock
 def test_catalog_option_and_environment_choose_the_catalog(tmp_path: Path) -> None:
     one = write_catalog(tmp_path / "one.toml", model("from-option", buckets=[16, 64]))

@@ -136,6 +136,7 @@ def catalog_doc(catalog: Catalog) -> Doc:
                 "buckets": list(entry.buckets) if entry.buckets is not None else None,
                 "available": entry.available,
                 "problem": entry.problem,
+                "description": spec.description,
             }
         )
     return {"source": catalog.source, "models": models}
@@ -160,7 +161,12 @@ def catalog_lines(doc: Doc) -> list[str]:
         for m in doc["models"]
     ]
     header = ["model", "task", "transport", "lane", "ceiling", "buckets", "status"]
-    return [f"Catalog {doc['source']}:", *table(header, rows)]
+    notes = [f"  {m['name']}: {m['description']}" for m in doc["models"] if m["description"]]
+    return [
+        f"Catalog {doc['source']}:",
+        *table(header, rows),
+        *(["Notes:", *notes] if notes else []),
+    ]
 
 
 # -- plugins ----------------------------------------------------------------------------
