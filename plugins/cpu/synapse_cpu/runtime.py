@@ -23,6 +23,8 @@ Runtime = Literal["numpy", "onnxruntime"]
 RUNTIMES: tuple[Runtime, ...] = ("numpy", "onnxruntime")
 Forward = Callable[[npt.NDArray[np.int64], bert.F32], bert.F32]
 Vectors = bert.F32
+#: a forward slice pads its rows to at most this times its shortest row
+SLACK = 1.25
 
 
 def limit_threads(threads: int) -> None:
@@ -59,7 +61,8 @@ class Model:
         """Unit vectors, one row per token-id sequence (no special tokens), in order.
 
         Sequences run shortest first in slices of at most ``batch_tokens``
-        positions, each padded only to its own longest: the mask makes the
+        positions, each padded only to its own longest and cut where padding
+        would pass a quarter of the slice's shortest: the mask makes the
         result independent of this grouping.
         """
         out = np.empty((len(sequences), self.dims), dtype=np.float32)
@@ -67,9 +70,10 @@ class Model:
         start = 0
         while start < len(order):
             stop = start + 1
+            widest = (len(sequences[order[start]]) + 2) * SLACK
             while stop < len(order):
                 width = len(sequences[order[stop]]) + 2
-                if (stop - start + 1) * width > self.batch_tokens:
+                if width > widest or (stop - start + 1) * width > self.batch_tokens:
                     break
                 stop += 1
             chunk = order[start:stop]
