@@ -7,7 +7,7 @@ vector does not depend on its batch mates or on how far it was padded.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, MutableMapping, Sequence
 
 import attrs
 import numpy as np
@@ -85,14 +85,16 @@ class BertWeights:
 
 
 def weights_from_tensors(
-    tensors: Mapping[str, npt.NDArray[np.generic]], config: BertConfig, source: str
+    tensors: MutableMapping[str, npt.NDArray[np.generic]], config: BertConfig, source: str
 ) -> BertWeights:
-    """Arrange safetensors tensors (with or without a ``bert.`` prefix) for the forward pass."""
+    """Arrange safetensors tensors (with or without a ``bert.`` prefix) for the
+    forward pass, taking each out of ``tensors`` as it is used (``tensors`` may
+    load lazily: the file is then never in memory twice)."""
 
     def get(name: str) -> F32:
         for key in (name, "bert." + name):
             if key in tensors:
-                return np.ascontiguousarray(tensors[key], dtype=np.float32)
+                return np.ascontiguousarray(tensors.pop(key), dtype=np.float32)
         raise ModelFilesError(source, f"tensor {name!r} is missing: not a BERT checkpoint")
 
     def linear(prefix: str) -> tuple[F32, F32]:
@@ -215,7 +217,9 @@ def encode(weights: BertWeights, ids: npt.NDArray[np.int64], mask: F32) -> F32:
         q = qkv[:, :, 0].transpose(0, 2, 1, 3)
         k = qkv[:, :, 1].transpose(0, 2, 3, 1)
         v = qkv[:, :, 2].transpose(0, 2, 1, 3)
-        scores = (q @ k) * scale + bias
+        scores = q @ k
+        scores *= scale
+        scores += bias
         scores -= scores.max(axis=-1, keepdims=True)
         np.exp(scores, out=scores)
         scores /= scores.sum(axis=-1, keepdims=True)

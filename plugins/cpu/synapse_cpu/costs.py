@@ -41,9 +41,9 @@ def shape_mib(shape: Shape, batch_tokens: int, hidden: int = HIDDEN) -> int:
     rows = min(shape.batch, max(1, batch_tokens // shape.bucket))
     positions = rows * shape.bucket
     heads = max(1, hidden // 32)
-    # hidden states and their temporaries, q/k/v, the MLP's widened rows,
-    # and the attention scores with their softmax copy
-    floats = positions * (hidden * 8 + hidden * 4 * 2) + rows * heads * shape.bucket**2 * 2
+    # At the MLP's peak: the hidden states, the 4x widened rows and the three
+    # temporaries of their GELU; in attention: the scores, softmaxed in place.
+    floats = positions * hidden * 18 + rows * heads * shape.bucket**2
     return math.ceil(floats * 4 / MIB) + 1
 
 

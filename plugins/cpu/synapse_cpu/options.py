@@ -35,7 +35,7 @@ class CpuOptions(WorkerOptions):
     #: sequences per request
     max_batch: int = attrs.field(default=32, validator=positive)
     #: positions (rows x padded length) per forward slice: bounds the activations
-    batch_tokens: int = attrs.field(default=4096, validator=positive)
+    batch_tokens: int = attrs.field(default=2048, validator=positive)
     #: BLAS / onnxruntime threads per worker; more workers scale better
     threads: int = attrs.field(default=1, validator=positive)
     #: where built ONNX graphs are kept; default ``~/.cache/synapse/onnx``

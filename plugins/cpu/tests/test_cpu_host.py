@@ -123,7 +123,7 @@ async def test_weights_are_charged_once_per_worker_and_each_shape_its_working_se
     weights = costs.weights_mib(size, "numpy")
 
     def working(bucket: int) -> int:
-        return costs.shape_mib(Shape(bucket, 32), 4096)
+        return costs.shape_mib(Shape(bucket, 32), 2048)
 
     async with host(config(entry("a"), entry("b"))) as h:
         await h.embed("a", ["short"], deadline=deadline())
