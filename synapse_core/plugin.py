@@ -79,9 +79,93 @@ _EXPORTS = {
     "transport_plugin": "testing",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = [
+    "Action",
+    "Availability",
+    "BasicTokenizer",
+    "ConfigError",
+    "CountingTokenizer",
+    "Crash",
+    "Declined",
+    "Faults",
+    "FieldInvalid",
+    "Frame",
+    "Hang",
+    "InProcessProcess",
+    "InProcessWorkers",
+    "LaneInfo",
+    "LaneLocked",
+    "LaneSession",
+    "LaunchRecord",
+    "LaunchRequest",
+    "LaunchSpec",
+    "Launched",
+    "ModelSpec",
+    "ModelWorker",
+    "RawReply",
+    "Reply",
+    "Rows",
+    "Scores",
+    "Shape",
+    "Stop",
+    "SynapseError",
+    "Task",
+    "Tokenizer",
+    "Transport",
+    "WorkerLogic",
+    "WorkerOptions",
+    "WorkerProcess",
+    "bucket_sizes",
+    "catalog_toml",
+    "confirm_exit",
+    "eventually",
+    "hookimpl",
+    "launch_spec",
+    "parse_options",
+    "positive",
+    "seconds",
+    "spawn_worker",
+    "transport_plugin",
+    "worker_main",
+]
 
 __getattr__ = lazy_getattr(__name__, "synapse_core", _EXPORTS, globals())
 
 if TYPE_CHECKING:
-    pass
+    from .config import FieldInvalid, ModelSpec
+    from .errors import ConfigError, LaneLocked, SynapseError
+    from .hookspecs import hookimpl
+    from .inprocess import InProcessProcess, InProcessWorkers, LaunchRecord
+    from .process import confirm_exit, launch_spec, spawn_worker
+    from .testing import catalog_toml, eventually, transport_plugin
+    from .tokenizer import BasicTokenizer, CountingTokenizer, Tokenizer
+    from .transport import (
+        Availability,
+        LaneInfo,
+        LaneSession,
+        Launched,
+        LaunchRequest,
+        Transport,
+        WorkerProcess,
+    )
+    from .wire import Frame, LaunchSpec, Shape, Task
+    from .worker import (
+        Action,
+        Crash,
+        Declined,
+        Faults,
+        Hang,
+        ModelWorker,
+        RawReply,
+        Reply,
+        Rows,
+        Scores,
+        Stop,
+        WorkerLogic,
+        WorkerOptions,
+        bucket_sizes,
+        parse_options,
+        positive,
+        seconds,
+        worker_main,
+    )

@@ -176,6 +176,19 @@ class Codec:
             raise WireError(f"undecodable frame: {exc}") from None
 
 
+_TEXT = frozenset(range(0x20, 0x7F)) | {0x09, 0x0A, 0x0D}
+
+
+def stray_text(data: bytes | bytearray, limit: int = 60) -> str | None:
+    """What to report when a frame header reads as text (a worker printed to
+    its stdout), or ``None`` when it does not."""
+    head = data[: PREFIX.size]
+    if len(head) < PREFIX.size or not all(b in _TEXT for b in head):
+        return None
+    more = "…" if len(data) > limit else ""
+    return f"worker wrote to stdout: {bytes(data[:limit])!r}{more}"
+
+
 def bucket_problem(buckets: Sequence[int]) -> str:
     """Why ``buckets`` cannot be a worker's buckets, or ``""``: they must be
     positive sizes in increasing order, none listed twice, at least one."""

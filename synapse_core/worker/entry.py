@@ -84,24 +84,30 @@ def worker_main(
     ``ConfigError`` while building (bad options) exits 2 with the message
     on stderr.
     """
-    from ..errors import SynapseError
-
-    pipes = take_pipes()
-    prog = prog or getattr(target, "__module__", "worker")
-    spec = _spec(prog, argv)
+    take_pipes()
+    name = prog or str(getattr(target, "__module__", "worker"))
+    spec = _spec(name, argv)
     if isinstance(spec, int):
         return spec
+    return _serve(target, spec, name)
+
+
+def _serve(target: Target, spec: LaunchSpec, prog: str) -> int:
+    from ..errors import SynapseError
+
     _watch(spec)
+    logic: WorkerLogic
     try:
         if isinstance(target, type) and issubclass(target, ModelWorker):
             logic = build_logic(target, spec)
         else:
+            assert not isinstance(target, type)
             logic = target(spec)
     except (SynapseError, ValueError) as exc:
         print(f"{prog}: cannot start: {exc}", file=sys.stderr)
         return 2
     try:
-        return serve_pipes(logic, *pipes)
+        return serve_pipes(logic, *take_pipes())
     finally:
         close = getattr(logic, "close", None)
         if close is not None:
@@ -130,7 +136,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return spec
     _watch(spec)  # before any author code runs, imports included
     if ":" in target:
-        return worker_main(resolve(target), rest, prog=target)
+        return _serve(resolve(target), spec, target)
     import runpy
 
     sys.argv = [target, *rest]

@@ -32,19 +32,26 @@ def _leave(host: int, exit: Callable[[int], object]) -> None:
 
 def watch_host(
     host_pid: int | None, *, exit: Callable[[int], object] = os._exit, poll_s: float = POLL_S
-) -> threading.Thread:
-    """Start the watch; ``host_pid`` defaults to this process's parent."""
+) -> threading.Thread | None:
+    """Start the watch; ``host_pid`` defaults to this process's parent.
+
+    ``exit`` ends the process (tests pass a recorder); with the host already
+    gone it is called at once and no thread starts.
+    """
     parent = os.getppid()
     host = parent if host_pid is None else host_pid
     pidfd = _pidfd(host)
-    if pidfd == -1:  # the host is already gone
+    if pidfd == -1:
         _leave(host, exit)
+        return None
 
     def by_pidfd() -> None:
+        assert pidfd is not None
         poller = select.poll()
         poller.register(pidfd, select.POLLIN)
         while not poller.poll():
             pass
+        os.close(pidfd)
         _leave(host, exit)
 
     def by_parent() -> None:

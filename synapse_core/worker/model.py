@@ -168,7 +168,7 @@ class ModelWorker:
 def declared_problems(worker: ModelWorker) -> list[str]:
     """What is wrong with what a worker declares for its hello."""
     problems = []
-    buckets = bucket_problem(list(worker.buckets))
+    buckets = bucket_problem(sorted(worker.buckets))
     if buckets:
         problems.append(f"buckets {list(worker.buckets)}: {buckets}")
     if worker.dims <= 0:
@@ -316,17 +316,15 @@ def _guarded(rid: int, method: Callable[..., Any], *args: Any) -> Failure | None
 def packed(out: Any, rows: int, width: int, task: str) -> bytes:
     """``out`` as little-endian float32 bytes, checked to be ``rows`` x ``width``.
 
-    numpy arrays are converted without importing numpy here (the core does
-    not depend on it): an object with ``__array_interface__`` came from it.
+    An array (numpy's, or anything with ``shape``, ``astype`` and
+    ``tobytes``) is converted by its own methods: the core never imports numpy.
     """
-    if hasattr(out, "__array_interface__"):
-        import numpy as np
-
-        array_ = np.asarray(out)
-        expected = (rows,) if task == "rerank" else (rows, width)
-        if array_.shape != expected and array_.shape != (rows, width):
-            raise ValueError(f"returned an array of shape {array_.shape}, expected {expected}")
-        return bytes(np.ascontiguousarray(array_, dtype="<f4").tobytes())
+    shape = getattr(out, "shape", None)
+    if shape is not None and hasattr(out, "astype"):
+        allowed = ((rows,), (rows, 1)) if task == "rerank" else ((rows, width),)
+        if tuple(shape) not in allowed:
+            raise ValueError(f"returned an array of shape {tuple(shape)}, expected {allowed[0]}")
+        return bytes(out.astype("<f4").tobytes())
     if len(out) != rows:
         raise ValueError(f"returned {len(out)} results for {rows} sequences")
     if task == "rerank":
