@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import attrs
 import numpy as np
@@ -134,7 +134,7 @@ class LazyTensors(dict[str, Any]):
         from safetensors import safe_open
 
         try:
-            self._file = safe_open(str(path), framework="numpy")
+            self._file: Any = cast(Any, safe_open(str(path), framework="numpy"))
             names = list(self._file.keys())
         except Exception as exc:
             raise ModelFilesError(str(path), f"cannot read it as safetensors: {exc}") from None
