@@ -164,55 +164,15 @@ def measure(mode: Mode) -> list[Figure]:
             series.medians("one_worker_texts_per_s", "two_workers_texts_per_s"),
         ),
         Figure(
-            "cpu_tokens_per_s",
-            "tokens/s",
-            "positions ([CLS] and [SEP] included) per second of the composed call, numpy worker",
-            series["numpy_tokens_per_s"],
-        ),
-        Figure(
-            "cpu_texts_per_s",
-            "texts/s",
-            "texts per second of the composed call, numpy worker",
-            series["numpy_texts_per_s"],
-        ),
-        Figure(
-            "cpu_worker_rss_mib",
-            "MiB",
-            "resident memory of the numpy worker after the composed call",
-            series["numpy_rss_mib"],
-            Target("<=", 260.0),
-            series.medians("numpy_hwm_mib"),
-        ),
-        Figure(
             "cpu_worker_start_ms",
             "ms",
             "a new host's first embed of one short text: spawn, checks, load, first call (numpy)",
             series["start_ms"],
         ),
     ]
+    figures += backend_figures(series, "cpu_", "numpy", Target("<=", 260.0))
     if "onnx_tokens_per_s" in series.parts:
-        figures += [
-            Figure(
-                "cpu_onnx_tokens_per_s",
-                "tokens/s",
-                "positions per second of the composed call, onnxruntime worker",
-                series["onnx_tokens_per_s"],
-            ),
-            Figure(
-                "cpu_onnx_texts_per_s",
-                "texts/s",
-                "texts per second of the composed call, onnxruntime worker",
-                series["onnx_texts_per_s"],
-            ),
-            Figure(
-                "cpu_onnx_worker_rss_mib",
-                "MiB",
-                "resident memory of the onnxruntime worker after the composed call",
-                series["onnx_rss_mib"],
-                None,
-                series.medians("onnx_hwm_mib"),
-            ),
-        ]
+        figures += backend_figures(series, "cpu_onnx_", "onnx", None)
     if "sentence_transformers_s" in series.parts:
         figures.append(
             Figure(
@@ -224,6 +184,35 @@ def measure(mode: Mode) -> list[Figure]:
             )
         )
     return figures
+
+
+def backend_figures(
+    series: Series, prefix: str, part: str, rss_target: Target | None
+) -> list[Figure]:
+    """Throughput of the composed call and resident memory, for one backend's worker."""
+    runtime = "onnxruntime" if part == "onnx" else part
+    return [
+        Figure(
+            f"{prefix}tokens_per_s",
+            "tokens/s",
+            f"positions ([CLS] and [SEP] included) per second of the composed call, {runtime}",
+            series[f"{part}_tokens_per_s"],
+        ),
+        Figure(
+            f"{prefix}texts_per_s",
+            "texts/s",
+            f"texts per second of the composed call, {runtime} worker",
+            series[f"{part}_texts_per_s"],
+        ),
+        Figure(
+            f"{prefix}worker_rss_mib",
+            "MiB",
+            f"resident memory of the {runtime} worker after the composed call (detail: peak)",
+            series[f"{part}_rss_mib"],
+            rss_target,
+            series.medians(f"{part}_hwm_mib"),
+        ),
+    ]
 
 
 async def _measure(plan: Plan) -> Series:
