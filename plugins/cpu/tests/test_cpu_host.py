@@ -179,15 +179,16 @@ async def test_a_worker_refuses_corrupted_weights_itself(model_copy: Path, model
 
 
 @asyncio_only
-async def test_a_folder_without_the_pooling_config_is_unavailable_naming_it(
-    model_copy: Path,
+@pytest.mark.parametrize("missing", [files.POOLING, files.WEIGHTS, files.TOKENIZER])
+async def test_a_folder_missing_a_file_is_unavailable_naming_it(
+    model_copy: Path, missing: str
 ) -> None:
-    (model_copy / files.POOLING).unlink()
-    async with host(config(entry("nopool", model_dir=str(model_copy)))) as h:
+    (model_copy / missing).unlink()
+    async with host(config(entry("incomplete", model_dir=str(model_copy)))) as h:
         with pytest.raises(synapse.Refused) as refused:
-            await h.embed("nopool", ["hello"], deadline=deadline())
+            await h.embed("incomplete", ["hello"], deadline=deadline())
     assert refused.value.code == "transport-unavailable"
-    assert str(model_copy / files.POOLING) in refused.value.message
+    assert f"{model_copy / missing}: missing" in refused.value.message
     assert h.snapshot().lanes.get("cpu:0") is None or not h.snapshot().lanes["cpu:0"].reserved
 
 
