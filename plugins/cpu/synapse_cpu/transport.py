@@ -123,9 +123,16 @@ class CpuTransport(Transport):
         if options.runtime == "onnxruntime" and (problem := onnxruntime_problem()):
             return Availability.no(problem)
         try:
-            files.check_present(model_files(options))
+            located = model_files(options)
+            files.check_present(located)
+            positions = files.read_json(located.config).get("max_position_embeddings", 512)
         except ModelFilesError as exc:
             return Availability.no(str(exc))
+        if max(options.buckets) > positions:
+            return Availability.no(
+                f"options.buckets: {max(options.buckets)} is longer than the {positions} "
+                f"positions the model has ({located.config}); use shorter buckets"
+            )
         return Availability.yes()
 
     def lane_for(self, model: ModelSpec) -> LaneInfo:
@@ -139,10 +146,11 @@ class CpuTransport(Transport):
         return _tokenizer(located.tokenizer)
 
     async def launch(self, request: LaunchRequest) -> Launched:
-        located = model_files(parse_options(request.model.options))
-        await anyio.to_thread.run_sync(verify_before_launch, located)
-        # One BLAS thread unless the options ask otherwise; set before numpy loads.
-        threads = str(parse_options(request.model.options).threads)
+        options = parse_options(request.model.options)
+        await anyio.to_thread.run_sync(verify_before_launch, model_files(options))
+        # One BLAS thread unless the options ask otherwise, set before numpy loads
+        # (the worker also caps its pools with threadpoolctl).
+        threads = str(options.threads)
         env = {f"{pool}_NUM_THREADS": threads for pool in ("OPENBLAS", "OMP", "MKL")}
         return await spawn_worker(WORKER, request, env=env)
 

@@ -205,6 +205,14 @@ async def test_another_models_tokenizer_is_refused_naming_it(model_copy: Path) -
             await h.embed("mismatch", ["hello"], deadline=deadline())
 
 
+def test_buckets_longer_than_the_model_are_refused_in_the_catalog() -> None:
+    transport = synapse_cpu.transport.CpuTransport()
+    spec = synapse.HostConfig.from_toml_text(catalog_toml(entry("m", buckets=[64, 1024]))).models[0]
+    availability = transport.model_availability(spec)
+    assert not availability.available
+    assert "options.buckets: 1024 is longer than the 512 positions" in availability.reason
+
+
 def test_a_missing_model_wheel_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(files, "wheel_model_dir", lambda: None)
     transport = synapse_cpu.transport.CpuTransport()
