@@ -37,17 +37,19 @@ class Entry:
     #: the buckets its workers will report, when the transport knows them
     #: before one starts (``Transport.buckets``); else ``None``
     buckets: tuple[int, ...] | None = None
+    #: the longest sequence served: the catalog ceiling, capped by the
+    #: largest known bucket (worked out once: every call reads it)
+    ceiling: int = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        ceiling = self.spec.ceiling
+        if self.buckets:
+            ceiling = min(ceiling, self.buckets[-1])
+        object.__setattr__(self, "ceiling", ceiling)
 
     @property
     def available(self) -> bool:
         return not self.problem
-
-    @property
-    def ceiling(self) -> int:
-        """The longest sequence served: the catalog ceiling, capped by the
-        largest known bucket."""
-        ceiling = self.spec.ceiling
-        return min(ceiling, self.buckets[-1]) if self.buckets else ceiling
 
 
 class Catalog:

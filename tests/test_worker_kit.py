@@ -284,6 +284,17 @@ def test_declined_wrong_and_raising_embeds_fail_the_request_only() -> None:
     assert isinstance(infer(worker, [[1]]), Output)  # still serving
 
 
+def test_an_output_that_is_not_rows_is_a_bad_output() -> None:
+    class Chatty(SumWorker):
+        def embed(self, batch: list[list[int]]) -> Any:
+            return None if batch[0] == [1] else [["a", "b"] for _ in batch]
+
+    worker = ready(build_logic(Chatty, spec()))
+    for batch in ([[1]], [[2]]):
+        frame = infer(worker, batch)
+        assert isinstance(frame, Failure) and frame.code == "bad-output"
+
+
 def test_a_model_without_rerank_declines_it() -> None:
     class EmbedOnly(SumWorker):
         rerank = ModelWorker.rerank

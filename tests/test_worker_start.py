@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import msgspec
 import pytest
 
@@ -20,14 +21,17 @@ import synapse_core as synapse
 from synapse_core.catalog import Catalog
 from synapse_core.plugin import (
     InProcessWorkers,
+    LaneInfo,
     Launched,
     LaunchRequest,
     ModelSpec,
     Transport,
+    WorkerOptions,
+    bucket_sizes,
     spawn_worker,
     transport_plugin,
 )
-from synapse_core.wire import PROTOCOL_VERSION, Frame
+from synapse_core.wire import PROTOCOL_VERSION, Frame, Hello
 from synapse_core.worker import lifeline
 
 FIXTURES = Path(__file__).parent / "worker_fixtures"
@@ -49,20 +53,13 @@ def config(*models: dict[str, Any], **settings: Any) -> synapse.HostConfig:
 # -- a hello's buckets ------------------------------------------------------------------------
 
 
-class RawHello(msgspec.Struct, tag="hello", tag_field="t"):
-    """A hello as a broken worker might send it (no checks when built)."""
-
-    protocol: int
-    implementation: str
-    version: str
-    model: str
-    package: str
-    generation: int
-    pid: int
-    buckets: list[int]
-    dims: int
-    max_batch: int
-    identity: str
+#: a hello as a broken worker might send it: Hello's fields, without its checks
+RawHello = msgspec.defstruct(
+    "RawHello",
+    [(f.name, f.type) for f in msgspec.structs.fields(Hello)],
+    tag="hello",
+    tag_field="t",
+)
 
 
 class BadHelloLogic:
@@ -162,6 +159,43 @@ def test_declared_buckets_are_checked_when_the_catalog_opens(
     (line,) = error.value.problems
     assert line.startswith(f"models[0].options: transport 'kit' declares buckets {sizes}")
     assert problem in line
+
+
+@attrs.frozen
+class SizeOptions(WorkerOptions):
+    buckets: tuple[int, ...] = attrs.field(default=(32, 8), validator=bucket_sizes)
+
+
+class DefaultsTransport(Transport):
+    """A transport that only names its worker and options class."""
+
+    name = "kit"
+    worker = "kit_workers:CountWorker"
+    options_type = SizeOptions
+
+
+def test_a_transport_naming_its_options_type_gets_validation_and_buckets() -> None:
+    plugins = synapse.PluginHost([transport_plugin(DefaultsTransport())])
+    catalog = Catalog(config(model(), model("small", buckets=[4])), plugins)
+    assert (catalog.entries["m"].buckets, catalog.entries["m"].ceiling) == ((8, 32), 32)
+    assert (catalog.entries["small"].buckets, catalog.entries["small"].ceiling) == ((4,), 4)
+    for options, problem in [
+        ({"colour": "red"}, "models[0].options: extra fields found (colour)"),
+        ({"buckets": [8, 8]}, "models[0].options.buckets: a bucket is listed twice, got [8, 8]"),
+    ]:
+        with pytest.raises(synapse.ConfigError) as error:
+            Catalog(config(model(**options)), plugins)
+        assert error.value.problems == [problem]
+
+
+@pytest.mark.anyio
+async def test_a_transport_without_worker_or_launch_says_so() -> None:
+    spec = ModelSpec("m", "embed", "kit", "pkg", 16)
+    bare = Transport()
+    with pytest.raises(NotImplementedError, match="sets no worker and does not override launch"):
+        await bare.launch(LaunchRequest(spec, "m#1", 1, LaneInfo("k")))
+    assert bare.buckets(spec) is None
+    bare.validate_model(spec)  # no options type: nothing to check
 
 
 # -- real worker processes: stdout safety, and ending with the host ---------------------------

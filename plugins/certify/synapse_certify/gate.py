@@ -24,7 +24,7 @@ from typing import Any, Literal
 
 import attrs
 
-from synapse_core.observation import AdmissionCount, Event, ShapeAdmitted, WorkerInventory
+from synapse_core.plugin import AdmissionCount, Event, ShapeAdmitted, WorkerInventory
 
 Rule = Literal[
     "inventory-missing",
