@@ -93,6 +93,7 @@ class Catalog:
                 problem,
                 buckets,
             )
+        problems.extend(_unknown_lanes(self.config, self.entries))
         if problems:
             raise ConfigError(self.source, problems)
 
@@ -149,6 +150,24 @@ def _known_buckets(info: TransportInfo, spec: ModelSpec) -> tuple[int, ...] | No
             [f"options: transport {spec.transport!r} declares buckets {list(buckets)}: {problem}"],
         )
     return buckets
+
+
+def _unknown_lanes(config: HostConfig, entries: dict[str, Entry]) -> list[str]:
+    """A ``lanes`` setting naming a lane no model runs on is a typo, not a no-op.
+
+    The lanes of a transport that is not installed are unknown here, so while
+    any model's transport is missing, lane settings are left unchecked.
+    """
+    if any(entry.transport is None for entry in entries.values()):
+        return []
+    known = sorted({entry.lane.lane_id for entry in entries.values() if entry.lane is not None})
+    listing = ", ".join(known) or "none"
+    return [
+        f"lanes[{lane_id!r}]: no model of the catalog runs on lane {lane_id!r} "
+        f"(its lanes: {listing})"
+        for lane_id in config.lanes
+        if lane_id not in known
+    ]
 
 
 def _safe_models(info: TransportInfo, plugins: PluginHost) -> tuple[ModelSpec, ...]:

@@ -8,7 +8,8 @@ sequence that does not fit is refused with its index.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Iterator, Sequence
 from typing import cast
 
 import attrs
@@ -19,6 +20,9 @@ from .tokenizer import CountingTokenizer, Tokenizer
 
 #: calls of at most this many texts are encoded while they are planned
 EAGER_TEXTS = 8
+
+#: a UTF-16 surrogate on its own: a str can hold one, UTF-8 cannot encode it
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @attrs.define(eq=False)
@@ -94,11 +98,53 @@ def tokenizer_failed(model: str, what: str, exc: Exception) -> PluginError:
     return PluginError(f"the tokenizer of model {model!r} failed on {what}: {exc!r}")
 
 
-def plan_call(entry: Entry, texts: Sequence[str], query: str | None = None) -> Plan:
-    """Tokenise and check every input; raise :class:`Refused` on the first bad one."""
-    model = entry.spec.name
+def _sequence(texts: object, what: str) -> Sequence[object]:
+    """``texts`` as a sequence (one str is one text), or a ``TypeError``.
+
+    Iterators are refused rather than consumed: a refusal would leave the
+    caller's iterator half used.
+    """
+    if type(texts) is list or type(texts) is tuple:  # the common case, without an ABC check
+        return texts
     if isinstance(texts, str):
-        texts = [texts]
+        return [texts]
+    if isinstance(texts, Sequence) and not isinstance(texts, bytes | bytearray | memoryview):
+        return texts
+    hint = "; pass list(...) of it" if isinstance(texts, Iterator) else ""
+    raise TypeError(f"{what} must be a list of strings, got {type(texts).__name__}{hint}")
+
+
+def invalid_text(model: str, value: object, what: str, index: int | None) -> Refused | None:
+    """The refusal of ``value`` if it is not text UTF-8 can carry (else ``None``)."""
+    if isinstance(value, str):
+        found = _SURROGATE.search(value)
+        if found is None:
+            return None
+        problem = (
+            f"holds a lone surrogate (U+{ord(found.group()):04X}) at character {found.start()}, "
+            "which is not valid Unicode; decode its bytes with errors='replace' or fix its source"
+        )
+    else:
+        kind = "None" if value is None else f"of type {type(value).__name__}"
+        problem = f"is {kind}, not text; give a string"
+    return Refused("invalid-text", f"{what} {problem}", model=model, index=index)
+
+
+def plan_call(entry: Entry, texts: Sequence[str], query: str | None = None) -> Plan:
+    """Tokenise and check every input; raise :class:`Refused` on the first bad one.
+
+    ``texts`` must be a sequence (a ``TypeError`` says so otherwise); an item
+    or query that is not valid text is refused as ``invalid-text``.
+    """
+    model = entry.spec.name
+    rerank = entry.spec.task == "rerank"
+    texts = cast(Sequence[str], _sequence(texts, "documents" if rerank else "texts"))
+    if rerank and query is None:
+        raise Refused(
+            "missing-query", "no query given; rerank scores documents against a query", model=model
+        )
+    if query is not None and (refusal := invalid_text(model, query, "the query", None)):
+        raise refusal
     if not texts:
         what = "documents" if query is not None else "texts"
         raise Refused("empty-input", f"no {what} given; pass at least one", model=model)
@@ -127,7 +173,12 @@ def plan_call(entry: Entry, texts: Sequence[str], query: str | None = None) -> P
     items = []
     # Each input is checked as soon as it is sized, so the first bad input is
     # the one reported, whatever is wrong with later ones.
+    noun = "document" if query is not None else "input"
     for index, text in enumerate(texts):
+        if not (isinstance(text, str) and text.isascii()) and (
+            refusal := invalid_text(model, text, f"{noun} {index}", index)
+        ):
+            raise refusal
         try:
             if counting is not None:
                 ids = None

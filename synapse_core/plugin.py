@@ -53,7 +53,10 @@ _EXPORTS = {
     "Faults": "worker",
     "WorkerOptions": "worker",
     "parse_options": "worker",
+    "appendable_file": "worker",
     "bucket_sizes": "worker",
+    "count": "worker",
+    "validator": "worker",
     "positive": "worker",
     "seconds": "worker",
     # workers
@@ -141,9 +144,11 @@ __all__ = [
     "WorkerOptions",
     "WorkerProcess",
     "WorkerStarted",
+    "appendable_file",
     "bucket_sizes",
     "catalog_toml",
     "confirm_exit",
+    "count",
     "default_config",
     "eventually",
     "hookimpl",
@@ -154,6 +159,7 @@ __all__ = [
     "seconds",
     "spawn_worker",
     "transport_plugin",
+    "validator",
     "worker_main",
 ]
 
@@ -204,9 +210,12 @@ if TYPE_CHECKING:
         Stop,
         WorkerLogic,
         WorkerOptions,
+        appendable_file,
         bucket_sizes,
+        count,
         parse_options,
         positive,
         seconds,
+        validator,
         worker_main,
     )
