@@ -19,6 +19,7 @@ import pytest
 
 import synapse_core as synapse
 from synapse_core.catalog import Catalog
+from synapse_core.channel import ChannelClosed, FramedChannel
 from synapse_core.plugin import (
     InProcessWorkers,
     LaneInfo,
@@ -28,10 +29,21 @@ from synapse_core.plugin import (
     Transport,
     WorkerOptions,
     bucket_sizes,
+    confirm_exit,
     spawn_worker,
     transport_plugin,
 )
-from synapse_core.wire import PROTOCOL_VERSION, Frame, Hello
+from synapse_core.wire import (
+    PROTOCOL_VERSION,
+    Admit,
+    Admitted,
+    Codec,
+    Frame,
+    Hello,
+    Infer,
+    Shape,
+    WorkerFrame,
+)
 from synapse_core.worker import lifeline
 
 FIXTURES = Path(__file__).parent / "worker_fixtures"
@@ -235,6 +247,27 @@ async def test_a_worker_writing_to_stdout_does_not_corrupt_its_channel(
         "a child process writing to stdout",
     ]:
         assert line in err
+
+
+@pytest.mark.subprocess
+@pytest.mark.anyio
+async def test_a_worker_that_exits_itself_ends_with_its_status() -> None:
+    spec = ModelSpec("m", "embed", "kit", "pkg", 16, {"exit_status": 70})
+    request = LaunchRequest(spec, "m#1", 1, LaneInfo("kit:0"))
+    launched = await spawn_worker(
+        "kit_workers:CountWorker", request, env={"PYTHONPATH": str(FIXTURES)}
+    )
+    channel = FramedChannel(launched.send, launched.receive, Codec(WorkerFrame))
+    try:
+        with anyio.fail_after(BOUND_S):
+            assert isinstance(await channel.receive(), Hello)
+            assert isinstance(await channel.exchange(Admit(1, Shape(8, 1)), BOUND_S), Admitted)
+            with pytest.raises(ChannelClosed):
+                await channel.exchange(Infer(2, Shape(8, 1), "embed", [[1]]), BOUND_S)
+            assert await launched.process.wait() == 70
+    finally:
+        await channel.aclose()
+        await confirm_exit(launched.process, 5.0)
 
 
 HOST_SCRIPT = """
