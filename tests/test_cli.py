@@ -39,6 +39,10 @@ def fake_plugins() -> PluginHost:
     return PluginHost([transport_plugin(FakeTransport("mock"))])
 
 
+#: the shipped catalog's models, in its order
+SHIPPED = ["minilm", "minilm-rerank", "mini-a", "mini-b", "rr"]
+
+
 def invoke(
     args: Sequence[str],
     *,
@@ -125,6 +129,7 @@ def test_plugins_lists_the_selected_plugin_and_its_transport() -> None:
             "plugin": "mock",
             "available": True,
             "reason": "",
+            "details": "",
             "models": ["mini-a", "mini-b", "rr"],
         }
     ]
@@ -184,7 +189,7 @@ class _Shadowing:
 def test_a_plugin_cannot_replace_a_built_in_command() -> None:
     result = invoke(["catalog", "--json"], load=lambda: PluginHost([_Shadowing()]))
     assert result.exit_code == 0
-    assert [m["name"] for m in json.loads(result.stdout)["models"]] == ["mini-a", "mini-b", "rr"]
+    assert [m["name"] for m in json.loads(result.stdout)["models"]] == SHIPPED
     assert "replaced the built-in command 'catalog'" in error_line(result)
 
 
@@ -362,6 +367,16 @@ def test_missing_catalog_file_exits_2(tmp_path: Path) -> None:
     assert "cannot read file" in error_line(result)
 
 
+def test_catalog_prints_model_descriptions_as_notes() -> None:
+    result = invoke(["catalog"], plugins="")
+    assert result.exit_code == 0, result.stderr
+    notes = result.stdout.split("Notes:\n", 1)[1].splitlines()
+    assert notes[1].startswith("  minilm-rerank: bi-encoder rerank: cosine of separate MiniLM")
+    assert notes[1].endswith("not a cross-encoder")
+    doc = json.loads(invoke(["catalog", "--json"], plugins="").stdout)
+    assert {m["name"]: m["description"] for m in doc["models"]}["mini-a"] == ""
+
+
 def test_catalog_option_and_environment_choose_the_catalog(tmp_path: Path) -> None:
     one = write_catalog(tmp_path / "one.toml", model("from-option", buckets=[16, 64]))
     two = write_catalog(tmp_path / "two.toml", model("from-env"))
@@ -370,7 +385,7 @@ def test_catalog_option_and_environment_choose_the_catalog(tmp_path: Path) -> No
         assert result.exit_code == 0, result.stderr
         return [m["name"] for m in json.loads(result.stdout)["models"]]
 
-    assert names(invoke(["catalog", "--json"])) == ["mini-a", "mini-b", "rr"]
+    assert names(invoke(["catalog", "--json"])) == SHIPPED
     assert names(invoke(["catalog", "--json", "--catalog", str(one)])) == ["from-option"]
     assert names(invoke(["catalog", "--json"], env={"SYNAPSE_CATALOG": str(two)})) == ["from-env"]
     # An explicit option wins over the environment.
@@ -447,6 +462,22 @@ def test_embed_json_has_full_vectors_in_input_order(tmp_path: Path) -> None:
     assert all(math.isclose(math.hypot(*v), 1.0, rel_tol=1e-5) for v in vectors)
     assert vectors[0] == vectors[2] != vectors[1]
     assert_served_by_exited_subprocesses(trace)
+
+
+@pytest.mark.subprocess
+def test_similarity_prints_the_cosine_of_the_first_text_with_each_other(tmp_path: Path) -> None:
+    path = write_catalog(tmp_path / "c.toml", model("m"))
+    texts = ["alpha beta", "alpha beta", "gamma delta"]
+    doc = json.loads(invoke(["similarity", "m", *texts, "--json", "--catalog", str(path)]).stdout)
+    cosines = [s["cosine"] for s in doc["similarities"]]
+    assert [s["text"] for s in doc["similarities"]] == texts[1:]
+    assert math.isclose(cosines[0], 1.0, rel_tol=1e-6) and abs(cosines[1]) < 0.9
+    human = invoke(["similarity", "m", *texts, "--catalog", str(path)])
+    assert human.exit_code == 0, human.stderr
+    lines = human.stdout.splitlines()
+    assert lines[1].split() == ["cosine", "text"]
+    assert lines[2].split() == ["+1.0000", "alpha", "beta"]
+    assert lines[-1] == f"identity {doc['identity']}"
 
 
 @pytest.mark.subprocess
