@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import composed, grants, latency, machine, observation, report, scaling, soak, workers
+from . import composed, cpu, grants, latency, machine, observation, report, scaling, soak, workers
 from .harness import FULL, QUICK, SMOKE, Figure, Mode
 
 Group = Callable[[Mode], list[Figure]]
@@ -28,6 +28,7 @@ GROUPS: dict[str, Group] = {
     "composed": composed.measure,
     "scaling": scaling.measure,
     "soak": soak.measure,
+    "cpu": cpu.measure,
 }
 
 

@@ -81,7 +81,7 @@ class Catalog:
             except ConfigError as exc:
                 problems.extend(f"models[{i}].{p}" for p in exc.problems)
             problem = (
-                ""
+                _model_problem(info, spec)
                 if info.availability.available
                 else (f"transport {spec.transport!r} cannot run here: {info.availability.reason}")
             )
@@ -118,6 +118,16 @@ class Catalog:
         if entry.problem:
             raise Refused("transport-unavailable", entry.problem, model=name)
         return entry
+
+
+def _model_problem(info: TransportInfo, spec: ModelSpec) -> str:
+    try:
+        availability = info.transport.model_availability(spec)
+    except Exception as exc:
+        return f"transport {spec.transport!r} failed to check model {spec.name!r}: {exc!r}"
+    if availability.available:
+        return ""
+    return f"model {spec.name!r} cannot run here: {availability.reason}"
 
 
 def _known_buckets(info: TransportInfo, spec: ModelSpec) -> tuple[int, ...] | None:

@@ -163,6 +163,17 @@ class Transport:
         if self.options_type is not None:
             self.model_options(model)
 
+    def describe(self) -> str:
+        """One line for ``synapse plugins`` about what runs here (e.g. which
+        backends are installed); empty for none. Keep it cheap."""
+        return ""
+
+    def model_availability(self, model: ModelSpec) -> Availability:
+        """Whether ``model`` can run here when the transport can (its files are
+        installed...); ``reason`` tells a user what to install. Called when a
+        catalog is built: keep it cheap (no hashing, no loading)."""
+        return Availability.yes()
+
     def buckets(self, model: ModelSpec) -> Sequence[int] | None:
         """The buckets ``model``'s workers will report, if known from its options.
 

