@@ -9,8 +9,8 @@ import pytest
 
 import synapse_core as synapse
 from synapse_core.testing import transport_plugin
+from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.wire import Infer
-from synapse_mock_transport.inprocess import InProcessTransport
 
 pytestmark = pytest.mark.anyio
 HANG_GUARD_S = 10  # turns a hang into a failure; not a timing assertion
@@ -19,7 +19,7 @@ HANG_GUARD_S = 10  # turns a hang into a failure; not a timing assertion
 def _two_running_three_waiting(make_model: Any, make_config: Any, gate: Any) -> Any:
     """A host with 2 permits and room for 3 waiting calls, whose worker holds
     every inference reply until the gate opens."""
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     transport.reply_gate = gate
     gate.armed = lambda model, frame: isinstance(frame, Infer)
     cfg = make_config(make_model("m"), max_concurrent=2, max_waiting=3)
@@ -93,7 +93,7 @@ async def test_burst_of_callers_gets_exactly_max_waiting_queued(
 async def test_a_call_refused_as_overloaded_creates_no_worker_record(
     make_model: Any, make_config: Any, gate: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     transport.reply_gate = gate
     gate.armed = lambda model, frame: isinstance(frame, Infer)
     cfg = make_config(make_model("busy"), make_model("idle"), max_concurrent=1, max_waiting=1)

@@ -13,7 +13,7 @@ from synapse_certify.gate import check
 from synapse_core.hookspecs import hookimpl
 from synapse_core.observation import ShapeRefunded, WorkerExited
 from synapse_core.testing import eventually, transport_plugin
-from synapse_mock_transport.inprocess import InProcessTransport
+from synapse_core.testing.fake import InProcessFakeTransport
 
 pytestmark = pytest.mark.anyio
 HANG_GUARD_S = 20  # turns a hang into a failure; not a timing assertion
@@ -31,7 +31,7 @@ class Events:
 async def test_an_exit_confirmed_late_is_recorded_and_passes_the_placement_gate(
     make_model: Any, make_config: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     transport.hold_exits = True
     sink = Events()
     cfg = make_config(make_model("m"), exit_grace_s=0.02, certify_observation=True)

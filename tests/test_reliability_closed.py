@@ -10,7 +10,7 @@ import pytest
 
 import synapse_core as synapse
 from synapse_core.testing import transport_plugin
-from synapse_mock_transport.inprocess import InProcessTransport
+from synapse_core.testing.fake import InProcessFakeTransport
 
 pytestmark = pytest.mark.anyio
 HANG_GUARD_S = 10  # turns a hang into a failure; not a timing assertion
@@ -19,7 +19,7 @@ HANG_GUARD_S = 10  # turns a hang into a failure; not a timing assertion
 async def test_every_method_of_a_closed_host_raises_host_closed_and_changes_nothing(
     make_model: Any, make_config: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     cfg = make_config(make_model("m"), make_model("r", task="rerank"), make_model("idle"))
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
         await host.embed("m", ["x"])
@@ -49,7 +49,7 @@ async def test_a_closed_host_refuses_before_checking_the_call(
 ) -> None:
     """Even a call the catalog would refuse gets HostClosed: the host is the problem."""
     cfg = make_config(make_model("m"))
-    async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessTransport())]) as host:
+    async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessFakeTransport())]) as host:
         pass
     with pytest.raises(synapse.HostClosed):
         await host.embed("unknown", ["x"])

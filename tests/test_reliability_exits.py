@@ -17,9 +17,8 @@ from anyio.abc import ByteReceiveStream
 import synapse_core as synapse
 from synapse_core.process import spawn_worker
 from synapse_core.testing import eventually, transport_plugin
+from synapse_core.testing.fake import FakeTransport, InProcessFakeTransport
 from synapse_core.transport import Launched, LaunchRequest
-from synapse_mock_transport.inprocess import InProcessTransport
-from synapse_mock_transport.transport import MockTransport
 
 pytestmark = pytest.mark.anyio
 HANG_GUARD_S = 20  # turns a hang into a failure; not a timing assertion
@@ -33,7 +32,7 @@ def _state(host: synapse.Host, model: str = "m") -> str:
 
 
 def _reserved(host: synapse.Host) -> int:
-    return host.snapshot().lanes["mock:0"].reserved
+    return host.snapshot().lanes["fake:0"].reserved
 
 
 # -- an unconfirmed exit keeps being watched ---------------------------------------------
@@ -42,7 +41,7 @@ def _reserved(host: synapse.Host) -> int:
 async def test_an_unconfirmed_exit_is_confirmed_once_the_process_is_gone_then_load_works(
     make_model: Any, make_config: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     transport.hold_exits = True  # the process is not gone until the test says so
     cfg = make_config(make_model("m"), exit_grace_s=0.02)
     with anyio.fail_after(HANG_GUARD_S):
@@ -64,7 +63,7 @@ async def test_an_unconfirmed_exit_is_confirmed_once_the_process_is_gone_then_lo
 async def test_a_recovery_stopped_by_an_unconfirmed_exit_resumes_once_it_is_confirmed(
     make_model: Any, make_config: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     transport.hold_exits = True
     model = make_model("m", faults=CRASHES_ONCE)
     cfg = make_config(model, exit_grace_s=0.02)
@@ -99,7 +98,7 @@ class Silent(ByteReceiveStream):
         await self.inner.aclose()
 
 
-class SilentFirst(InProcessTransport):
+class SilentFirst(InProcessFakeTransport):
     """The first worker's hello never reaches the host."""
 
     async def launch(self, request: LaunchRequest) -> Launched:
@@ -135,7 +134,7 @@ async def test_a_real_worker_whose_exit_was_not_confirmed_in_time_is_confirmed_l
 ) -> None:
     cfg = make_config(make_model("m"), exit_grace_s=0.001)
     with anyio.fail_after(HANG_GUARD_S):
-        async with synapse.open_host(cfg, plugins=[transport_plugin(MockTransport())]) as host:
+        async with synapse.open_host(cfg, plugins=[transport_plugin(FakeTransport())]) as host:
             await host.embed("m", ["x"])
             await host.retire("m")  # too short a grace to confirm it, most often
             await eventually(lambda: _state(host) == "exited")
@@ -162,10 +161,11 @@ def _running(pid: int) -> bool:
     return True
 
 
-class ForkingTransport(MockTransport):
-    """Mock workers that each start a child in their process group first."""
+class ForkingTransport(FakeTransport):
+    """Fake workers that each start a child in their process group first."""
 
     def __init__(self, pids: Path) -> None:
+        super().__init__()
         self.pids = pids
 
     async def launch(self, request: LaunchRequest) -> Launched:

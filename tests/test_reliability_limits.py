@@ -12,7 +12,7 @@ import synapse_core as synapse
 from synapse_core.cli import make_cli
 from synapse_core.errors import ConfigError
 from synapse_core.testing import catalog_toml, transport_plugin
-from synapse_mock_transport.inprocess import InProcessTransport
+from synapse_core.testing.fake import InProcessFakeTransport
 
 
 @pytest.mark.parametrize(
@@ -61,7 +61,7 @@ def test_a_nan_deadline_is_refused_when_it_is_made() -> None:
 async def test_a_nan_deadline_sends_nothing_to_the_worker(
     make_model: Any, make_config: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     cfg = make_config(make_model("m"))
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
         await host.load("m")

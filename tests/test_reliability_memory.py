@@ -15,8 +15,7 @@ from synapse_core.host import IDLE_RUNNERS, _Slot
 from synapse_core.plan import Plan
 from synapse_core.serving import Call
 from synapse_core.testing import transport_plugin
-from synapse_mock_transport.inprocess import InProcessTransport
-from synapse_mock_transport.transport import MockTransport
+from synapse_core.testing.fake import FakeTransport, InProcessFakeTransport
 
 pytestmark = pytest.mark.anyio
 
@@ -31,7 +30,7 @@ async def test_no_call_or_plan_stays_reachable_once_its_caller_has_the_result(
 ) -> None:
     before = (live(Call), live(Plan))
     cfg = make_config(make_model("m"), make_model("r", task="rerank"))
-    async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessTransport())]) as host:
+    async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessFakeTransport())]) as host:
         await host.embed("m", ["one", "two words", "three words here"])
         await host.rerank("r", "q", ["a", "b"])
         async with anyio.create_task_group() as tg:
@@ -45,7 +44,7 @@ async def test_a_burst_leaves_at_most_a_small_pool_of_idle_runners(
 ) -> None:
     slots, calls = live(_Slot), live(Call)
     cfg = make_config(make_model("m"), max_concurrent=500, max_waiting=500)
-    async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessTransport())]) as host:
+    async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessFakeTransport())]) as host:
         await host.load("m")
         async with anyio.create_task_group() as tg:
             for i in range(500):
@@ -67,7 +66,7 @@ async def test_a_large_calls_memory_is_released_once_its_result_is_dropped(
     """Measured with tracemalloc in the host process (the worker is a real
     subprocess, so its own caches are not counted)."""
     cfg = make_config(make_model("m", dims=64, max_batch=32))
-    async with synapse.open_host(cfg, plugins=[transport_plugin(MockTransport())]) as host:
+    async with synapse.open_host(cfg, plugins=[transport_plugin(FakeTransport())]) as host:
         await host.embed("m", ["warm up"])
         texts = [f"text number {i} with a few words" for i in range(5000)]
         tracemalloc.start()

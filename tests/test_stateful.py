@@ -381,7 +381,7 @@ class ResidencyMachine(RuleBasedStateMachine):
         worker = self.worker(model)
         if self.closed or worker is None or worker.phase is not Phase.READY:
             return
-        sup = self.host.supervisors["mock:0"]
+        sup = self.host.supervisors["fake:0"]
 
         async def report() -> None:
             sup.report_fault(worker, worker.generation, "a fault the machine reports")

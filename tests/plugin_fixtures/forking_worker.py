@@ -1,4 +1,4 @@
-"""The mock worker, after starting a child of its own in its process group.
+"""The fake worker, after starting a child of its own in its process group.
 
 The child (a grandchild of the host) ignores SIGTERM and sleeps, as a helper
 process a real worker starts might; its pid is appended to the file named by
@@ -12,14 +12,13 @@ import os
 import subprocess
 import sys
 
-from synapse_mock_transport.options import MockOptions
-from synapse_mock_transport.worker import MockWorker
+from synapse_core.testing.fake_worker import FakeOptions, FakeWorker
 
 CHILD = "import signal, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); time.sleep(600)"
 
 
-class ForkingWorker(MockWorker):
-    def load(self, options: MockOptions) -> None:
+class ForkingWorker(FakeWorker):
+    def load(self, options: FakeOptions) -> None:
         child = subprocess.Popen(
             [sys.executable, "-c", CHILD],
             stdin=subprocess.DEVNULL,
