@@ -1,8 +1,9 @@
 """Planning a composed call: refusals before inference, then bucket groups.
 
 Every input is counted and checked before anything runs; token ids are
-encoded later, chunk by chunk. There is no truncation anywhere here: a
-sequence that does not fit is refused with its index.
+encoded later, chunk by chunk. A sequence that does not fit is refused with
+its index, unless the caller explicitly asked for truncation: then it is cut
+to the ceiling here, and the plan lists every index that was cut.
 """
 
 from __future__ import annotations
@@ -40,6 +41,13 @@ class Plan:
     items: tuple[Item, ...]
     tokenizer: Tokenizer
     query: list[int] | None = None
+    #: indexes of the inputs cut to the ceiling (only when truncation was asked for)
+    truncated: tuple[int, ...] = ()
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of every input as served (after any cut), without special tokens."""
+        return sum(item.count for item in self.items)
 
     @property
     def longest(self) -> Item:
@@ -94,8 +102,38 @@ def tokenizer_failed(model: str, what: str, exc: Exception) -> PluginError:
     return PluginError(f"the tokenizer of model {model!r} failed on {what}: {exc!r}")
 
 
-def plan_call(entry: Entry, texts: Sequence[str], query: str | None = None) -> Plan:
-    """Tokenise and check every input; raise :class:`Refused` on the first bad one."""
+def truncated_item(
+    model: str, tokenizer: Tokenizer, item: Item, ceiling: int, query: list[int] | None
+) -> Item:
+    """``item`` with its tokens cut at the end so the sequence fits ``ceiling``;
+    refused when nothing of it would fit (a rerank query that fills the ceiling)."""
+    ids = item.ids
+    if ids is None:
+        try:
+            ids = tokenizer.encode(item.text)
+        except Exception as exc:
+            raise tokenizer_failed(model, f"input {item.index}", exc) from exc
+    keep = len(ids) - (item.length - ceiling)
+    if keep > 0:
+        ids = ids[:keep]
+        length = tokenizer.sequence_length(ids, query)
+        if length <= ceiling:
+            return Item(item.index, item.text, keep, length, ids)
+    raise over_ceiling(model, item, ceiling, pair=query is not None)
+
+
+def plan_call(
+    entry: Entry,
+    texts: Sequence[str] | Sequence[Sequence[int]],
+    query: str | None = None,
+    truncate: bool = False,
+) -> Plan:
+    """Tokenise and check every input; raise :class:`Refused` on the first bad one.
+
+    An input may be a text or the token ids of the model's own tokenizer
+    (special tokens excluded). With ``truncate`` an input over the ceiling is
+    cut to fit instead of refused, and its index recorded in the plan.
+    """
     model = entry.spec.name
     if isinstance(texts, str):
         texts = [texts]
@@ -125,11 +163,18 @@ def plan_call(entry: Entry, texts: Sequence[str], query: str | None = None) -> P
         else None
     )
     items = []
+    cut: list[int] = []
     # Each input is checked as soon as it is sized, so the first bad input is
     # the one reported, whatever is wrong with later ones.
-    for index, text in enumerate(texts):
+    ids: list[int] | None
+    for index, given in enumerate(cast(Sequence[str | Sequence[int]], texts)):
+        text = given if isinstance(given, str) else ""
         try:
-            if counting is not None:
+            if not isinstance(given, str):
+                ids = list(given)
+                n = len(ids)
+                length = tokenizer.sequence_length(ids, query_ids)
+            elif counting is not None:
                 ids = None
                 n = counting.count(text)
                 length = counting.positions(n, query_count)
@@ -149,9 +194,12 @@ def plan_call(entry: Entry, texts: Sequence[str], query: str | None = None) -> P
             )
         item = Item(index, text, n, length, ids)
         if length > ceiling:
-            raise over_ceiling(model, item, ceiling, pair=query is not None)
+            if not truncate:
+                raise over_ceiling(model, item, ceiling, pair=query is not None)
+            item = truncated_item(model, tokenizer, item, ceiling, query_ids)
+            cut.append(index)
         items.append(item)
-    return Plan(model, entry.spec.task, tuple(items), tokenizer, query_ids)
+    return Plan(model, entry.spec.task, tuple(items), tokenizer, query_ids, tuple(cut))
 
 
 def group_by_bucket(items: Sequence[Item], select: Callable[[int], int], batch: int) -> list[Group]:
