@@ -149,19 +149,20 @@ class ApiKey:
                     error_type="unauthorized",
                 ),
                 {"WWW-Authenticate": "Bearer"},
-            )
+            ),
+            scope["path"],
         )
         await answer(scope, receive, send)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, HTTPError)
-    return error_response(exc)
+    return error_response(exc, request.url.path)
 
 
 async def _synapse_error(request: Request, exc: Exception) -> Response:
     assert isinstance(exc, SynapseError)
-    return error_response(synapse_error(service_of(request), exc))
+    return error_response(synapse_error(service_of(request), exc), request.url.path)
 
 
 async def _starlette_error(request: Request, exc: Exception) -> Response:
@@ -171,8 +172,9 @@ async def _starlette_error(request: Request, exc: Exception) -> Response:
         404: f"no route {request.url.path}; see the routes in the Synapse HTTP docs",
         405: f"{request.method} is not allowed on {request.url.path}",
     }.get(exc.status_code, str(exc.detail))
-    return error_response(HTTPError(exc.status_code, ErrorBody(error=hint, error_type=kind)))
+    answer = HTTPError(exc.status_code, ErrorBody(error=hint, error_type=kind))
+    return error_response(answer, request.url.path)
 
 
 async def _unexpected(request: Request, exc: Exception) -> Response:
-    return error_response(unexpected(exc))
+    return error_response(unexpected(exc), request.url.path)

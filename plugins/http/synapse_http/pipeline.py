@@ -166,11 +166,11 @@ def post(schema: type[T]) -> Callable[[Handler[T]], Callable[[Request], Awaitabl
                 body = decode(await read_body(request, service.settings.max_body_bytes), schema)
                 answer = await until_disconnect(request, lambda: handler(request, service, body))
             except HTTPError as exc:
-                return error_response(exc)
+                return error_response(exc, request.url.path)
             except SynapseError as exc:
-                return error_response(synapse_error(service, exc))
+                return error_response(synapse_error(service, exc), request.url.path)
             except Exception as exc:
-                return error_response(unexpected(exc))
+                return error_response(unexpected(exc), request.url.path)
             if answer is None:
                 return Response(status_code=CLIENT_GONE)  # nobody reads it
             return answer
@@ -192,5 +192,23 @@ def synapse_error(service: Service, exc: SynapseError) -> HTTPError:
     return unexpected(exc) if answer.status == 500 else answer
 
 
-def error_response(exc: HTTPError) -> Response:
-    return json_response(exc.body, exc.status, exc.headers)
+#: routes whose clients read OpenAI's error envelope
+OPENAI_PATHS = ("/v1/embeddings", "/v1/models")
+
+
+def error_response(exc: HTTPError, path: str = "") -> Response:
+    """The error as JSON: TEI's flat ``{"error", "error_type", ...}``, or on
+    OpenAI's routes OpenAI's ``{"error": {"message", "type", "param", "code"}}``
+    holding the same fields (the ``openai`` client then exposes them)."""
+    if not path.startswith(OPENAI_PATHS):
+        return json_response(exc.body, exc.status, exc.headers)
+    fields = msgspec.to_builtins(exc.body)
+    inner = {
+        "message": fields["error"],
+        "type": fields["error_type"],
+        "param": fields.get("field"),
+        "code": fields["error_type"],
+        **fields,
+    }
+    del inner["error"]
+    return json_response({"error": inner}, exc.status, exc.headers)
