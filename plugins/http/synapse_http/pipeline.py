@@ -122,7 +122,7 @@ def truncated_header(indexes: tuple[int, ...]) -> dict[str, str]:
 def refuse_direction(direction: str) -> None:
     if direction.lower() != "right":
         raise invalid(
-            "truncation_direction 'Left' is not supported: Synapse cuts at the end of a text",
+            "$.truncation_direction: 'Left' is not supported; Synapse cuts at the end of a text",
             "$.truncation_direction",
         )
 

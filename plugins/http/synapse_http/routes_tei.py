@@ -172,7 +172,7 @@ def _entry(service: Service, model: str) -> Entry:
 def _no_prompts(prompt_name: str | None) -> None:
     if prompt_name is not None:
         raise invalid(
-            "prompt_name is not supported: Synapse's catalog has no prompts; "
+            "$.prompt_name: not supported, Synapse's catalog has no prompts; "
             "put the prompt's text in front of each input",
             "$.prompt_name",
         )
