@@ -51,10 +51,12 @@ async def test_an_unexpected_error_is_500_with_an_id_in_the_log_and_no_traceback
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     plugins = [transport_plugin(BrokenTokenizer())]
-    async with synapse.open_host(config(), plugins=plugins) as host:
-        async with client(create_app(host)) as http:
-            response = await http.post("/embed", json={"inputs": ["fine", "boom"]})
-            assert (await http.post("/embed", json={"inputs": ["fine"]})).status_code == 200
+    async with (
+        synapse.open_host(config(), plugins=plugins) as host,
+        client(create_app(host)) as http,
+    ):
+        response = await http.post("/embed", json={"inputs": ["fine", "boom"]})
+        assert (await http.post("/embed", json={"inputs": ["fine"]})).status_code == 200
     assert response.status_code == 500
     body = response.json()
     assert body["error_type"] == "internal-error" and body["error_id"] in body["error"]
