@@ -91,13 +91,14 @@ def from_synapse(exc: SynapseError) -> HTTPError:
     headers = {}
     if isinstance(exc, Overloaded):
         headers["Retry-After"] = str(RETRY_AFTER_S)
+    # Said only where it is known: a retirement racing a call may or may not
+    # have let its request reach the worker.
     if isinstance(exc, OutcomeUnknown):
         body.may_have_run = True
         body.error += "; the server did not retry it: retry only if running it twice is harmless"
-    elif status == 503:
+    elif isinstance(exc, WorkerFault):
         body.may_have_run = False
-        if isinstance(exc, WorkerFault):
-            body.error += " (it did not run; retrying is safe)"
+        body.error += " (it did not run; retrying is safe)"
     if isinstance(exc, DeadlineExceeded):
         body.error += (
             "; raise the request's X-Synapse-Timeout-Ms (or the server's --request-timeout)"

@@ -59,6 +59,17 @@ class Metrics:
         self.requests.labels(route, str(status)).inc()
         self.latency.labels(route).observe(seconds)
 
+    def answered(self) -> int:
+        """Requests answered so far (every route and status)."""
+        return int(
+            sum(
+                sample.value
+                for family in self.requests.collect()
+                for sample in family.samples
+                if sample.name.endswith("_total")
+            )
+        )
+
     def render(self) -> bytes:
         return generate_latest(self.registry)
 
