@@ -36,7 +36,6 @@ TEXTS = [
     f"text number {i} about {'serving hosts' if i % 2 else 'brain junctions'}" for i in range(40)
 ]
 HOST = {"max_concurrent": 4, "max_waiting": 8, "exit_grace_s": 5.0}
-DOCUMENTED = {200, 429, 503, 504}
 
 
 @attrs.define
