@@ -92,7 +92,8 @@ def over_ceiling(model: str, item: Item, ceiling: int, pair: bool = False) -> Re
     return Refused(
         "over-ceiling",
         f"{what} has {item.length} tokens, over the ceiling of {ceiling} for "
-        f"model {model!r}; split it into shorter texts (Synapse never truncates)",
+        f"model {model!r}; split it into shorter texts or ask for truncation explicitly "
+        "(Synapse never truncates unasked)",
         model=model,
         index=item.index,
     )
