@@ -117,6 +117,8 @@ class Observed:
             if message["type"] == "http.response.start":
                 status = message["status"]
             await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                self.metrics.answered += 1
 
         try:
             await self.app(scope, receive, sending)

@@ -96,7 +96,7 @@ async def serve(
                 )
                 await run_app(app, sock, backend, settings.shutdown_grace_s, stop, force)
                 tg.cancel_scope.cancel()
-            log.info("stopped taking requests; %d answered", service.metrics.answered())
+            log.info("stopped taking requests; %d answered", service.metrics.answered)
             if force.is_set():
                 await stop_workers_now(synapse_host)
         # Leaving open_host retires every worker and confirms its exit.

@@ -181,6 +181,9 @@ def test_sigterm_under_load_answers_every_accepted_request(
         API_KEY,
         "--preload",
         "load",
+        # Longer than any request here takes, even on a crowded machine.
+        "--shutdown-grace",
+        "200",
         max_concurrent=16,
         max_waiting=1024,
         exit_grace_s=5.0,
