@@ -138,6 +138,31 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Server]]:
         assert status == 0, "".join(server.lines)
 
 
+@pytest.fixture(scope="module", params=["asyncio", "trio"])
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """One server per test module and backend, for the module's ``MODELS``
+    started with its ``ARGS`` and host ``SETTINGS``."""
+    module = request.module
+    running = start_server(
+        tmp_path_factory.mktemp(module.__name__.rpartition(".")[2]),
+        request.param,
+        module.MODELS,
+        *getattr(module, "ARGS", ()),
+        **getattr(module, "SETTINGS", {}),
+    )
+    yield running
+    assert running.stop() == 0, "".join(running.lines)
+
+
+@pytest.fixture
+def http(server: Server) -> Iterator[httpx.Client]:
+    """A client of the module's server, with the API key."""
+    with server.client() as client:
+        yield client
+
+
 def metric(text: str, name: str, **labels: str) -> list[float]:
     """Every value of metric ``name`` whose labels include ``labels``."""
     values = []
