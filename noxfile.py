@@ -14,8 +14,9 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["tests", "core", "plugin", "lint", "typecheck"]
 
 PLUGINS = ["mock_transport", "ane_direct", "certify", "http"]
-#: extras a plugin's own tests need (the HTTP tests drive the server with real clients)
-TEST_EXTRAS = {"http": "[test]"}
+#: what a plugin's own tests need beside it: the HTTP tests drive a real server,
+#: serving the mock transport's models, with the official clients
+TEST_NEEDS = {"http": ("-e", "./plugins/http[test]", "-e", "./plugins/mock_transport")}
 PYTEST = ("python", "-m", "pytest", "-n", "auto")
 
 
@@ -38,7 +39,7 @@ def core(session: nox.Session) -> None:
 @nox.parametrize("name", PLUGINS)
 def plugin(session: nox.Session, name: str) -> None:
     """One plugin installed alone on top of the core."""
-    session.install("-e", ".[test]", "-e", f"./plugins/{name}{TEST_EXTRAS.get(name, '')}")
+    session.install("-e", ".[test]", *TEST_NEEDS.get(name, ("-e", f"./plugins/{name}")))
     session.run("synapse", "plugins")
     session.run(*PYTEST, "tests", f"plugins/{name}/tests", *session.posargs)
 

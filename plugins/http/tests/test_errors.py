@@ -13,6 +13,7 @@ import pytest
 
 from .conftest import API_KEY, Server, metric, model
 
+# The servers run synapse_mock_transport's workers: without it, this module is skipped.
 pytestmark = pytest.mark.subprocess
 
 MODELS = [
