@@ -120,9 +120,11 @@ class Observed:
             if message["type"] == "http.response.body" and not message.get("more_body"):
                 self.metrics.answered += 1
 
+        self.metrics.inside += 1
         try:
             await self.app(scope, receive, sending)
         finally:
+            self.metrics.inside -= 1
             self.metrics.observe(route, status, time.perf_counter() - start)
 
 

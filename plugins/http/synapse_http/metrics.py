@@ -56,6 +56,8 @@ class Metrics:
         self.registry.register(_HostCollector(service))
         #: requests whose answer was handed to the server in full
         self.answered = 0
+        #: requests inside the app now
+        self.inside = 0
 
     def observe(self, route: str, status: int, seconds: float) -> None:
         self.requests.labels(route, str(status)).inc()
