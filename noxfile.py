@@ -54,7 +54,15 @@ def lint(session: nox.Session) -> None:
 @nox.session
 def typecheck(session: nox.Session) -> None:
     # pytest and pytest-benchmark: benchmarks/micro is type-checked too.
-    session.install("-r", "requirements/run.txt", "mypy>=1.10", "pytest>=8", "pytest-benchmark>=4")
+    # httpx: synapse_http.testing drives servers with it.
+    session.install(
+        "-r",
+        "requirements/run.txt",
+        "mypy>=1.10",
+        "pytest>=8",
+        "pytest-benchmark>=4",
+        "httpx>=0.27",
+    )
     session.run("mypy", "synapse_core")
     for name in PLUGINS:
         package = "synapse_" + name

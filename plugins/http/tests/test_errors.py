@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import pytest
 
-from .conftest import API_KEY, Server, metric, model
+from synapse_http.testing import API_KEY, Server, metric, model
 
 # The servers run synapse_mock_transport's workers: without it, this module is skipped.
 pytestmark = pytest.mark.subprocess

@@ -20,9 +20,8 @@ import pytest
 
 import synapse_core as synapse
 from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_http.testing import API_KEY, AUTH, Server, metric, model, start_server
 from synapse_mock_transport.transport import MockTransport
-
-from .conftest import API_KEY, AUTH, Server, metric, model, start_server
 
 pytestmark = pytest.mark.subprocess
 
