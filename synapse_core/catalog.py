@@ -77,6 +77,7 @@ class Catalog:
                 info.transport.tokenizer(spec),
                 problem,
             )
+        problems.extend(_unknown_lanes(self.config, self.entries))
         if problems:
             raise ConfigError(self.source, problems)
 
@@ -101,6 +102,24 @@ class Catalog:
         if entry.problem:
             raise Refused("transport-unavailable", entry.problem, model=name)
         return entry
+
+
+def _unknown_lanes(config: HostConfig, entries: dict[str, Entry]) -> list[str]:
+    """A ``lanes`` setting naming a lane no model runs on is a typo, not a no-op.
+
+    The lanes of a transport that is not installed are unknown here, so while
+    any model's transport is missing, lane settings are left unchecked.
+    """
+    if any(entry.transport is None for entry in entries.values()):
+        return []
+    known = sorted({entry.lane.lane_id for entry in entries.values() if entry.lane is not None})
+    listing = ", ".join(known) or "none"
+    return [
+        f"lanes[{lane_id!r}]: no model of the catalog runs on lane {lane_id!r} "
+        f"(its lanes: {listing})"
+        for lane_id in config.lanes
+        if lane_id not in known
+    ]
 
 
 def _safe_models(info: TransportInfo, plugins: PluginHost) -> tuple[ModelSpec, ...]:

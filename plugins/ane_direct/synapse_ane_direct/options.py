@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
 import attrs
 
+from synapse_core import checks
 from synapse_core.config import structure
 from synapse_core.errors import ConfigError
 
@@ -29,29 +29,25 @@ class AneOptions:
     trace: str | None = None
 
 
+_RULES = {
+    "buckets": checks.sizes,
+    "dims": checks.positive,
+    "max_batch": checks.positive,
+    "compile_delay_s": checks.seconds,
+    "trace": checks.appendable_file,
+}
+
+
 def parse_options(
     options: Mapping[str, Any], source: str = "<options>", root: str = "options"
 ) -> AneOptions:
-    """Structure and check ``options``; errors name the path, e.g. ``options.dims``."""
+    """Structure and check ``options``; errors name the path, e.g. ``options.dims``.
+
+    Values are checked after structuring (not in attrs validators) so every
+    bad value is reported at once, each with its field's path.
+    """
     parsed = structure(dict(options), AneOptions, source, root="." + root)
-    problems = _problems(parsed, root)
+    problems = checks.problems(parsed, root, _RULES)
     if problems:
         raise ConfigError(source, problems)
     return parsed
-
-
-def _problems(o: AneOptions, root: str) -> list[str]:
-    # Values are checked after structuring (not in attrs validators) so each
-    # message keeps its field's path.
-    problems = []
-    if not o.buckets or any(b <= 0 for b in o.buckets):
-        problems.append(f"{root}.buckets: must be a non-empty list of positive sizes")
-    elif len(set(o.buckets)) != len(o.buckets):
-        problems.append(f"{root}.buckets: lists a bucket twice")
-    if o.dims <= 0:
-        problems.append(f"{root}.dims: must be greater than 0, got {o.dims}")
-    if o.max_batch <= 0:
-        problems.append(f"{root}.max_batch: must be greater than 0, got {o.max_batch}")
-    if not (math.isfinite(o.compile_delay_s) and o.compile_delay_s >= 0):
-        problems.append(f"{root}.compile_delay_s: must be a finite number >= 0")
-    return problems

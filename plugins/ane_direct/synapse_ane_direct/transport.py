@@ -14,9 +14,10 @@ from pathlib import Path
 
 from synapse_core.config import ModelSpec
 from synapse_core.process import spawn_worker
+from synapse_core.tokenizer import Tokenizer
 from synapse_core.transport import Availability, LaneInfo, Launched, LaunchRequest, Transport
 
-from . import hardware
+from .availability import probe as hardware_probe
 from .lanelock import LaneLock, acquire
 from .options import DEVICE_KINDS, parse_options
 
@@ -31,22 +32,27 @@ ENV_LANE_LOCK = "SYNAPSE_ANE_LANE_LOCK"
 #: Removed from every worker's environment (see the module docstring).
 UNSET_ENV = ("TMPDIR",)
 
+#: The package of the shipped models: all-MiniLM-L6-v2, one program per
+#: bucket (positions including [CLS] and [SEP]; 256 is the model's ceiling).
+MINILM_PACKAGE = "ane-all-minilm-l6-v2"
+MINILM_OPTIONS = {"dims": 384, "buckets": [32, 64, 128, 256]}
 SHIPPED_MODELS = (
     ModelSpec(
         name="ane-minilm",
         task="embed",
         transport=NAME,
-        package="ane-all-minilm-l6-v2",
-        ceiling=512,
-        options={"dims": 384},
+        package=MINILM_PACKAGE,
+        ceiling=256,
+        options=MINILM_OPTIONS,
     ),
+    # A bi-encoder: the cosine of the query's and each document's embedding.
     ModelSpec(
         name="ane-rerank-minilm",
         task="rerank",
         transport=NAME,
-        package="ane-ms-marco-minilm-l6",
-        ceiling=512,
-        options={"dims": 384},
+        package=MINILM_PACKAGE,
+        ceiling=256,
+        options=MINILM_OPTIONS,
     ),
 )
 
@@ -66,7 +72,7 @@ class AneDirectTransport(Transport):
         device: str | None = None,
         *,
         runtime_dir: str | Path | None = None,
-        probe: Callable[[], str] = hardware.probe,
+        probe: Callable[[], str] = hardware_probe,
     ) -> None:
         self._device = device
         self.runtime_dir = Path(runtime_dir) if runtime_dir is not None else None
@@ -96,6 +102,15 @@ class AneDirectTransport(Transport):
 
     def lane_for(self, model: ModelSpec) -> LaneInfo:
         return LANE
+
+    def tokenizer(self, model: ModelSpec) -> Tokenizer:
+        """MiniLM's own tokenizer for the shipped MiniLM models (their programs
+        embed its word pieces); the default tokenizer for any other package."""
+        if model.package == MINILM_PACKAGE:
+            from .model_files import ModelTokenizer
+
+            return ModelTokenizer()
+        return super().tokenizer(model)
 
     async def open_lane(self, lane: LaneInfo) -> LaneLock:
         return acquire(lane.lane_id, self.runtime_dir)

@@ -7,7 +7,9 @@ from typing import Any
 
 import attrs
 
-from synapse_core.config import FieldInvalid, structure
+from synapse_core import checks
+from synapse_core.config import structure
+from synapse_core.errors import ConfigError
 
 
 @attrs.frozen
@@ -27,24 +29,40 @@ class Faults:
         return self.only_generation is None or self.only_generation == generation
 
 
-def _buckets(instance: object, attribute: attrs.Attribute[Any], value: tuple[int, ...]) -> None:
-    if not value or any(b <= 0 for b in value):
-        raise FieldInvalid(
-            "buckets", f"must be a non-empty list of positive sizes, got {list(value)}"
-        )
-
-
 @attrs.frozen
 class MockOptions:
-    buckets: tuple[int, ...] = attrs.field(default=(16, 32, 64, 128, 256, 512), validator=_buckets)
+    buckets: tuple[int, ...] = (16, 32, 64, 128, 256, 512)
     dims: int = 64
     max_batch: int = 32
     faults: Faults = Faults()
     trace: str | None = None
 
 
+_OPTION_RULES = {
+    "buckets": checks.sizes,
+    "dims": checks.positive,
+    "max_batch": checks.positive,
+    "trace": checks.appendable_file,
+}
+_FAULT_RULES = {
+    "reply_delay_s": checks.seconds,
+    "cold_admit_delay_s": checks.seconds,
+    "crash_on_infer": checks.count,
+    "malformed_on_infer": checks.count,
+    "hang_on_infer": checks.count,
+    "crash_on_admit": checks.count,
+    "only_generation": checks.count,
+}
+
+
 def parse_options(
     options: Mapping[str, Any], source: str = "<options>", root: str = "options"
 ) -> MockOptions:
-    """Structure ``options``; errors name the path, e.g. ``options.faults.crash_on_infer``."""
-    return structure(dict(options), MockOptions, source, root="." + root)
+    """Structure and check ``options``; errors name the path, e.g.
+    ``options.faults.crash_on_infer``, and every bad value is reported at once."""
+    parsed = structure(dict(options), MockOptions, source, root="." + root)
+    problems = checks.problems(parsed, root, _OPTION_RULES)
+    problems += checks.problems(parsed.faults, f"{root}.faults", _FAULT_RULES)
+    if problems:
+        raise ConfigError(source, problems)
+    return parsed
