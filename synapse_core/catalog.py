@@ -15,6 +15,7 @@ from .errors import ConfigError, Refused
 from .plugins import PluginHost, TransportInfo
 from .tokenizer import BasicTokenizer, Tokenizer
 from .transport import LaneInfo
+from .wire import bucket_problem
 
 DEFAULT_CATALOG = "default_catalog.toml"
 
@@ -33,6 +34,18 @@ class Entry:
     tokenizer: Tokenizer
     #: why the model cannot run here ("" when it can)
     problem: str = ""
+    #: the buckets its workers will report, when the transport knows them
+    #: before one starts (``Transport.buckets``); else ``None``
+    buckets: tuple[int, ...] | None = None
+    #: the longest sequence served: the catalog ceiling, capped by the
+    #: largest known bucket (worked out once: every call reads it)
+    ceiling: int = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        ceiling = self.spec.ceiling
+        if self.buckets:
+            ceiling = min(ceiling, self.buckets[-1])
+        object.__setattr__(self, "ceiling", ceiling)
 
     @property
     def available(self) -> bool:
@@ -61,8 +74,10 @@ class Catalog:
                     f"{spec.transport!r}); install its plugin or check SYNAPSE_PLUGINS",
                 )
                 continue
+            buckets = None
             try:
                 info.transport.validate_model(spec)
+                buckets = _known_buckets(info, spec)
             except ConfigError as exc:
                 problems.extend(f"models[{i}].{p}" for p in exc.problems)
             problem = (
@@ -76,6 +91,7 @@ class Catalog:
                 info.transport.lane_for(spec),
                 info.transport.tokenizer(spec),
                 problem,
+                buckets,
             )
         problems.extend(_unknown_lanes(self.config, self.entries))
         if problems:
@@ -102,6 +118,28 @@ class Catalog:
         if entry.problem:
             raise Refused("transport-unavailable", entry.problem, model=name)
         return entry
+
+
+def _known_buckets(info: TransportInfo, spec: ModelSpec) -> tuple[int, ...] | None:
+    """The transport's declared buckets for ``spec``, checked as a hello's are."""
+    try:
+        declared = info.transport.buckets(spec)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(
+            "", [f"options: transport {spec.transport!r} could not declare buckets: {exc!r}"]
+        ) from None
+    if declared is None:
+        return None
+    buckets = tuple(declared)
+    problem = bucket_problem(buckets)
+    if problem:
+        raise ConfigError(
+            "",
+            [f"options: transport {spec.transport!r} declares buckets {list(buckets)}: {problem}"],
+        )
+    return buckets
 
 
 def _unknown_lanes(config: HostConfig, entries: dict[str, Entry]) -> list[str]:

@@ -1,17 +1,17 @@
 """Value checks for transport options, each returning ``""`` or what is wrong.
 
-A transport structures its ``[models.options]`` with
-:func:`synapse_core.config.structure`, then runs these over the result with
-:func:`problems`, so every bad value is reported at once with its path (for
-example ``options.dims: must be greater than 0, got 0``) when the catalog
-opens, not when a worker trips on it.
+Transports use them as attrs validators (``positive``, ``seconds``,
+``count``, ``appendable_file`` of :mod:`synapse_core.plugin`), which
+``parse_options`` runs over the structured options, so every bad value is
+reported at once with its path (for example ``options.dims: must be greater
+than 0, got 0``) when the catalog opens, not when a worker trips on it.
 """
 
 from __future__ import annotations
 
 import math
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 
 Check = Callable[[object], str]
 
@@ -37,15 +37,6 @@ def count(value: object) -> str:
     return "" if ok else f"counts start at 1, got {value!r}"
 
 
-def sizes(value: object) -> str:
-    """A non-empty list of distinct positive sizes."""
-    items = list(value) if isinstance(value, tuple | list) else []
-    if not items or not all(isinstance(v, int) and v > 0 for v in items):
-        return f"must be a non-empty list of positive sizes, got {list(items)}"
-    twice = sorted({v for v in items if items.count(v) > 1})
-    return f"lists {', '.join(map(str, twice))} twice, in {items}" if twice else ""
-
-
 def appendable_file(value: object) -> str:
     """``None`` or a path a worker can append to: not a directory, in a
     directory that exists. A relative path is relative to the working
@@ -63,13 +54,3 @@ def appendable_file(value: object) -> str:
     if not os.path.exists(path) and not os.access(parent, os.W_OK | os.X_OK):
         return f"directory {parent} is not writable"
     return ""
-
-
-def problems(obj: object, root: str, rules: Mapping[str, Check]) -> list[str]:
-    """``root.field: what is wrong`` for each of ``obj``'s fields that fails its rule."""
-    found = []
-    for name, rule in rules.items():
-        what = rule(getattr(obj, name))
-        if what:
-            found.append(f"{root}.{name}: {what}")
-    return found

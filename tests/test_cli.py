@@ -373,7 +373,7 @@ def test_catalog_option_and_environment_choose_the_catalog(tmp_path: Path) -> No
 
 
 @needs_mock
-def test_catalog_shows_configured_buckets_and_availability(tmp_path: Path) -> None:
+def test_catalog_shows_buckets_effective_ceilings_and_availability(tmp_path: Path) -> None:
     path = write_catalog(
         tmp_path / "c.toml",
         model("bucketed", buckets=[16, 64]),
@@ -385,16 +385,24 @@ def test_catalog_shows_configured_buckets_and_availability(tmp_path: Path) -> No
     assert rows["bucketed"]["buckets"] == [16, 64]
     assert rows["bucketed"]["lane"] == "mock:0"
     assert rows["bucketed"]["available"] is True
-    assert rows["plain"]["buckets"] is None
+    # The transport declares its buckets before any worker starts: the
+    # largest caps the ceiling, and defaults show as well as set options.
+    assert (rows["bucketed"]["ceiling"], rows["bucketed"]["catalog_ceiling"]) == (64, 512)
+    assert rows["plain"]["buckets"] == [16, 32, 64, 128, 256, 512]
+    assert rows["plain"]["ceiling"] == 512
     assert rows["plain"]["task"] == "rerank"
+    assert rows["elsewhere"]["buckets"] is None
     assert rows["elsewhere"]["available"] is False
     assert "no installed transport provides model 'elsewhere'" in rows["elsewhere"]["problem"]
 
     human = invoke(["catalog", "--catalog", str(path)])
     assert human.exit_code == 0
     lines = {line.split()[0]: line.split() for line in human.stdout.splitlines()[2:]}
-    assert " ".join(lines["bucketed"]) == "bucketed embed mock mock:0 512 16,64 available"
-    assert lines["plain"][5] == "-"
+    assert " ".join(lines["bucketed"]) == (
+        "bucketed embed mock mock:0 64 (catalog 512) 16,64 available"
+    )
+    assert lines["plain"][5] == "16,32,64,128,256,512"
+    assert lines["elsewhere"][5] == "-"
     assert lines["elsewhere"][6] == "unavailable:"
 
 

@@ -96,7 +96,6 @@ def catalog_doc(catalog: Catalog) -> Doc:
     models = []
     for name, entry in catalog.entries.items():
         spec = entry.spec
-        buckets = spec.options.get("buckets")
         models.append(
             {
                 "name": name,
@@ -104,10 +103,11 @@ def catalog_doc(catalog: Catalog) -> Doc:
                 "transport": spec.transport,
                 "package": spec.package,
                 "lane": entry.lane.lane_id if entry.lane else None,
-                "ceiling": spec.ceiling,
-                # Buckets are reported by a worker's hello; before that only
-                # the configured ones (if any) are known.
-                "buckets": list(buckets) if isinstance(buckets, list | tuple) else None,
+                # The effective ceiling: capped by the largest bucket when the
+                # transport declares its buckets before a worker starts.
+                "ceiling": entry.ceiling,
+                "catalog_ceiling": spec.ceiling,
+                "buckets": list(entry.buckets) if entry.buckets is not None else None,
                 "available": entry.available,
                 "problem": entry.problem,
             }
@@ -124,7 +124,10 @@ def catalog_lines(doc: Doc) -> list[str]:
             m["task"],
             m["transport"],
             m["lane"] or "-",
-            str(m["ceiling"]),
+            str(m["ceiling"])
+            + (
+                f" (catalog {m['catalog_ceiling']})" if m["ceiling"] != m["catalog_ceiling"] else ""
+            ),
             ",".join(str(b) for b in m["buckets"]) if m["buckets"] else "-",
             "available" if m["available"] else f"unavailable: {m['problem']}",
         ]

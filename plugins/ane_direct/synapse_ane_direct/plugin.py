@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from synapse_core.hookspecs import hookimpl
-from synapse_core.transport import Transport
+from synapse_core.plugin import Transport, hookimpl
 
 from .transport import AneDirectTransport
 

@@ -16,7 +16,7 @@ from typing import Any, NoReturn, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from synapse_core.wire import Shape, Task
+from synapse_core.plugin import Shape, Task
 
 from .device import DeviceError
 from .mil.generator import generate, weight_file

@@ -27,7 +27,7 @@ from typing import Any
 
 import attrs
 
-from synapse_core.errors import LaneLocked
+from synapse_core.plugin import LaneLocked
 
 from .availability import probe
 from .lanelock import RuntimeDirError, acquire
@@ -75,7 +75,7 @@ def cpu_baseline() -> Baseline:
 def _interpreter_baseline() -> Baseline:
     import numpy as np
 
-    from synapse_core.wire import Shape
+    from synapse_core.plugin import Shape
 
     from .model_files import load_minilm
     from .programs import simulated_program_device

@@ -17,7 +17,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from synapse_core.wire import Shape
+from synapse_core.plugin import Shape
 
 from .device import DeviceUnavailable
 from .lanelock import holds_lane

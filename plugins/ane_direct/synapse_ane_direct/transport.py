@@ -12,19 +12,25 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from synapse_core.config import ModelSpec
-from synapse_core.process import spawn_worker
-from synapse_core.tokenizer import Tokenizer
-from synapse_core.transport import Availability, LaneInfo, Launched, LaunchRequest, Transport
+from synapse_core.plugin import (
+    Availability,
+    LaneInfo,
+    Launched,
+    LaunchRequest,
+    ModelSpec,
+    Tokenizer,
+    Transport,
+    spawn_worker,
+)
 
 from .availability import probe as hardware_probe
 from .lanelock import LaneLock, acquire
-from .options import DEVICE_KINDS, parse_options
+from .options import DEVICE_KINDS, AneOptions
 
 NAME = "ane-direct"
 #: Capacity in reservation units (bucket x batch with the default cost).
 LANE = LaneInfo("ane:0", capacity=65_536, hardware_lock=True)
-WORKER_MODULE = "synapse_ane_direct.worker"
+WORKER = "synapse_ane_direct.worker:AneWorker"
 
 ENV_DEVICE = "SYNAPSE_ANE_DEVICE"
 ENV_LANE_FD = "SYNAPSE_ANE_LANE_FD"
@@ -66,6 +72,8 @@ class AneDirectTransport(Transport):
     """
 
     name = NAME
+    worker = WORKER
+    options_type = AneOptions
 
     def __init__(
         self,
@@ -97,9 +105,6 @@ class AneDirectTransport(Transport):
     def catalog_models(self) -> Sequence[ModelSpec]:
         return SHIPPED_MODELS
 
-    def validate_model(self, model: ModelSpec) -> None:
-        parse_options(model.options, source=f"model {model.name!r}")
-
     def lane_for(self, model: ModelSpec) -> LaneInfo:
         return LANE
 
@@ -118,7 +123,7 @@ class AneDirectTransport(Transport):
     async def launch(self, request: LaunchRequest) -> Launched:
         lock = held_lane(request)
         return await spawn_worker(
-            WORKER_MODULE,
+            self.worker,
             request,
             env=self.worker_env(lock),
             unset_env=UNSET_ENV,

@@ -18,13 +18,8 @@ import anyio
 import attrs
 import click
 
-from synapse_core.catalog import default_config
-from synapse_core.config import HostConfig
-from synapse_core.deadline import Deadline
-from synapse_core.errors import SynapseError
-from synapse_core.host import open_host
-from synapse_core.plugins import PluginHost
-from synapse_core.wire import Hello
+from synapse_core import Deadline, HostConfig, PluginHost, SynapseError, open_host
+from synapse_core.plugin import Hello, default_config
 
 from . import stream
 from .errors import StreamError

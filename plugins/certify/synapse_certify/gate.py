@@ -40,8 +40,8 @@ from typing import Any, Literal
 
 import attrs
 
-from synapse_core import observation as ev
-from synapse_core.wire import Shape
+from synapse_core import plugin as ev
+from synapse_core.plugin import Shape
 
 Rule = Literal[
     "inventory-missing",

@@ -7,62 +7,26 @@ from typing import Any
 
 import attrs
 
-from synapse_core import checks
-from synapse_core.config import structure
-from synapse_core.errors import ConfigError
+from synapse_core.plugin import Faults, WorkerOptions, bucket_sizes, positive
+from synapse_core.plugin import parse_options as parse_into
 
 
 @attrs.frozen
-class Faults:
-    """Fault knobs. Counts are per worker generation, starting at 1."""
+class MockOptions(WorkerOptions):
+    """Plus the kit's ``faults`` and ``trace`` (see :class:`WorkerOptions`)."""
 
-    reply_delay_s: float = 0.0
-    cold_admit_delay_s: float = 0.0
-    crash_on_infer: int | None = None
-    malformed_on_infer: int | None = None
-    hang_on_infer: int | None = None
-    crash_on_admit: int | None = None
-    ignore_sigterm: bool = False
-    only_generation: int | None = None
-
-    def active(self, generation: int) -> bool:
-        return self.only_generation is None or self.only_generation == generation
-
-
-@attrs.frozen
-class MockOptions:
-    buckets: tuple[int, ...] = (16, 32, 64, 128, 256, 512)
-    dims: int = 64
-    max_batch: int = 32
-    faults: Faults = Faults()
-    trace: str | None = None
-
-
-_OPTION_RULES = {
-    "buckets": checks.sizes,
-    "dims": checks.positive,
-    "max_batch": checks.positive,
-    "trace": checks.appendable_file,
-}
-_FAULT_RULES = {
-    "reply_delay_s": checks.seconds,
-    "cold_admit_delay_s": checks.seconds,
-    "crash_on_infer": checks.count,
-    "malformed_on_infer": checks.count,
-    "hang_on_infer": checks.count,
-    "crash_on_admit": checks.count,
-    "only_generation": checks.count,
-}
+    buckets: tuple[int, ...] = attrs.field(
+        default=(16, 32, 64, 128, 256, 512), validator=bucket_sizes
+    )
+    dims: int = attrs.field(default=64, validator=positive)
+    max_batch: int = attrs.field(default=32, validator=positive)
 
 
 def parse_options(
     options: Mapping[str, Any], source: str = "<options>", root: str = "options"
 ) -> MockOptions:
-    """Structure and check ``options``; errors name the path, e.g.
-    ``options.faults.crash_on_infer``, and every bad value is reported at once."""
-    parsed = structure(dict(options), MockOptions, source, root="." + root)
-    problems = checks.problems(parsed, root, _OPTION_RULES)
-    problems += checks.problems(parsed.faults, f"{root}.faults", _FAULT_RULES)
-    if problems:
-        raise ConfigError(source, problems)
-    return parsed
+    """Structure ``options``; errors name the path, e.g. ``options.faults.crash_on_infer``."""
+    return parse_into(options, MockOptions, source, root)
+
+
+__all__ = ["Faults", "MockOptions", "parse_options"]

@@ -1,9 +1,8 @@
-"""Building blocks for worker processes: the frame loop, sync and async.
+"""The frame loop a worker runs, over pipes (a subprocess) or memory streams.
 
-A worker's logic is a :class:`WorkerLogic`: it says hello, then answers each
-host frame with an :class:`Action`. The same logic runs in a subprocess over
-stdin/stdout (:func:`serve_stdio`) or in-process over memory streams
-(:func:`serve_streams`), which is how the mock transport offers both.
+A worker's behaviour is a :class:`WorkerLogic`: it says hello, then answers
+each host frame with an :class:`Action`. :class:`~.model.ModelWorker` builds
+one from an author's model; a test worker may implement it directly.
 
 Imported by worker processes: depends only on :mod:`synapse_core.wire`.
 """
@@ -19,8 +18,7 @@ from typing import BinaryIO, Protocol
 
 import attrs
 
-from .errors import SynapseError
-from .wire import PREFIX, Codec, Frame, Hello, HostFrame, LaunchSpec, Shutdown, WireError
+from ..wire import PREFIX, Codec, Frame, Hello, HostFrame, WireError
 
 
 @attrs.frozen
@@ -58,34 +56,14 @@ Action = Reply | RawReply | Crash | Hang | Stop
 
 
 class WorkerLogic(Protocol):
+    """What the frame loop drives: one worker generation's behaviour."""
+
+    #: keep running on SIGTERM (a fault knob: the host must then SIGKILL)
     ignore_sigterm: bool
 
     def hello(self) -> Hello: ...
 
     def handle(self, frame: Frame) -> Action: ...
-
-
-def worker_main(
-    prog: str, build: Callable[[LaunchSpec], WorkerLogic], argv: list[str] | None = None
-) -> int:
-    """The ``main`` of a worker module: read ``--spec``, build the logic, serve.
-
-    ``build`` may raise ``ConfigError`` or ``ValueError`` for options it cannot
-    use: the worker then exits 2 with the message on stderr.
-    """
-    import argparse
-
-    import msgspec
-
-    parser = argparse.ArgumentParser(prog=prog)
-    parser.add_argument("--spec", required=True, help="launch spec as JSON (set by the host)")
-    args = parser.parse_args(argv)
-    try:
-        logic = build(msgspec.json.decode(args.spec, type=LaunchSpec))
-    except (msgspec.DecodeError, msgspec.ValidationError, SynapseError, ValueError) as exc:
-        print(f"{prog}: bad launch spec: {exc}", file=sys.stderr)
-        return 2
-    return serve_stdio(logic)
 
 
 def host_codec() -> Codec:
@@ -107,16 +85,10 @@ def _read_exactly(stream: BinaryIO, n: int) -> bytes | None:
     return b"".join(chunks)
 
 
-def serve_stdio(logic: WorkerLogic) -> int:
-    """Run ``logic`` over this process's stdin/stdout; return the exit status.
-
-    stdout is taken for frames, so ``print`` goes to stderr from here on.
-    """
+def serve_pipes(logic: WorkerLogic, frames_in: BinaryIO, frames_out: BinaryIO) -> int:
+    """Run ``logic`` over a pair of unbuffered pipe ends; return the exit status."""
     if logic.ignore_sigterm:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    frames_in = os.fdopen(os.dup(sys.stdin.fileno()), "rb", buffering=0)
-    frames_out = os.fdopen(os.dup(sys.stdout.fileno()), "wb", buffering=0)
-    sys.stdout = sys.stderr
     codec = host_codec()
     frames_out.write(codec.encode(logic.hello()))
     while True:
@@ -202,19 +174,3 @@ async def serve_streams(
         with anyio.CancelScope(shield=True):
             await send.aclose()
             await receive.aclose()
-
-
-__all__ = [
-    "Action",
-    "Crash",
-    "Hang",
-    "RawReply",
-    "Reply",
-    "Shutdown",
-    "Stop",
-    "WorkerLogic",
-    "host_codec",
-    "serve_stdio",
-    "serve_streams",
-    "worker_main",
-]
