@@ -38,6 +38,10 @@ REQUIRED = (
     "speedup_vs_processpool_trio",
     "host_bookkeeping_us",
     "host_bookkeeping_us_trio",
+) + (
+    ("http_overhead_ratio", "http_throughput_ratio_vs_asgi_floor")
+    if importlib.util.find_spec("synapse_http") is not None
+    else ()
 )
 #: the cpu group's figures, measured where synapse-cpu and the model wheel are installed
 CPU = (
