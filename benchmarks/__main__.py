@@ -7,13 +7,26 @@ Runs every benchmark group, prints a table and writes the results file
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import composed, cpu, grants, latency, machine, observation, report, scaling, soak, workers
+from . import (
+    composed,
+    cpu,
+    grants,
+    http_serving,
+    latency,
+    machine,
+    observation,
+    report,
+    scaling,
+    soak,
+    workers,
+)
 from .harness import FULL, QUICK, SMOKE, Figure, Mode
 
 Group = Callable[[Mode], list[Figure]]
@@ -30,6 +43,9 @@ GROUPS: dict[str, Group] = {
     "soak": soak.measure,
     "cpu": cpu.measure,
 }
+# synapse serve's figures, when the synapse-http plugin is installed.
+if importlib.util.find_spec("synapse_http") is not None:
+    GROUPS["http"] = http_serving.measure
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

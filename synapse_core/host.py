@@ -58,12 +58,23 @@ class Host:
     # -- public API -----------------------------------------------------------------
 
     async def embed(
-        self, model: str, texts: Sequence[str], *, deadline: Deadline | None = None
+        self,
+        model: str,
+        texts: Sequence[str | Sequence[int]],
+        *,
+        deadline: Deadline | None = None,
+        truncate: bool = False,
     ) -> EmbedResult:
-        """Embed ``texts``; one vector per text, in input order."""
-        call = self._call(model, "embed", texts, None, deadline)
+        """Embed ``texts``; one vector per text, in input order.
+
+        A text may also be given as token ids of the model's tokenizer.
+        ``truncate=True`` cuts a text over the model's ceiling to fit instead
+        of refusing it; the result's ``truncated`` lists the indexes cut.
+        """
+        call = self._call(model, "embed", texts, None, deadline, truncate)
         await self._runner.wait(call)
-        return EmbedResult(model, call.rows, call.identity)  # type: ignore[arg-type]
+        plan = call.plan
+        return EmbedResult(model, call.rows, call.identity, plan.truncated, plan.tokens)  # type: ignore[arg-type]
 
     async def rerank(
         self,
@@ -72,11 +83,18 @@ class Host:
         documents: Sequence[str],
         *,
         deadline: Deadline | None = None,
+        truncate: bool = False,
     ) -> RerankResult:
-        """Score ``documents`` against ``query``; one score per document, in input order."""
-        call = self._call(model, "rerank", documents, query, deadline)
+        """Score ``documents`` against ``query``; one score per document, in input order.
+
+        ``truncate=True`` cuts a document that does not fit the ceiling with
+        the query instead of refusing it; ``truncated`` lists the indexes cut.
+        """
+        call = self._call(model, "rerank", documents, query, deadline, truncate)
         await self._runner.wait(call)
-        return RerankResult(model, [row[0] for row in call.rows if row is not None], call.identity)
+        plan = call.plan
+        scores = [row[0] for row in call.rows if row is not None]
+        return RerankResult(model, scores, call.identity, plan.truncated, plan.tokens)
 
     async def load(self, model: str, *, deadline: Deadline | None = None) -> None:
         """Start the model's worker and wait for its hello; no inference."""
@@ -155,9 +173,10 @@ class Host:
         self,
         model: str,
         task: Task,
-        texts: Sequence[str],
+        texts: Sequence[str | Sequence[int]],
         query: str | None,
         deadline: Deadline | None,
+        truncate: bool = False,
     ) -> Call:
         """Plan and start a call; its caller then waits for it
         (:meth:`CallRunner.wait`). Refusals, and errors of the head start, are
@@ -166,7 +185,7 @@ class Host:
             self._check_open()
         check_deadline(deadline)
         entry = self.catalog.entry(model, task)
-        plan: Plan = plan_call(entry, texts, query)
+        plan: Plan = plan_call(entry, texts, query, truncate)
         if model in self._retired:
             raise Retired(f"model {model!r} was retired; load it again to serve it")
         runner = self._runner

@@ -1,8 +1,9 @@
 """Planning a composed call: refusals before inference, then bucket groups.
 
 Every input is counted and checked before anything runs; token ids are
-encoded later, chunk by chunk. There is no truncation anywhere here: a
-sequence that does not fit is refused with its index.
+encoded later, chunk by chunk. A sequence that does not fit is refused with
+its index, unless the caller explicitly asked for truncation: then it is cut
+to the ceiling here, and the plan lists every index that was cut.
 """
 
 from __future__ import annotations
@@ -44,6 +45,13 @@ class Plan:
     items: tuple[Item, ...]
     tokenizer: Tokenizer
     query: list[int] | None = None
+    #: indexes of the inputs cut to the ceiling (only when truncation was asked for)
+    truncated: tuple[int, ...] = ()
+
+    @property
+    def tokens(self) -> int:
+        """Tokens of every input as served (after any cut), without special tokens."""
+        return sum(item.count for item in self.items)
 
     @property
     def longest(self) -> Item:
@@ -88,7 +96,8 @@ def over_ceiling(model: str, item: Item, ceiling: int, pair: bool = False) -> Re
     return Refused(
         "over-ceiling",
         f"{what} has {item.length} tokens, over the ceiling of {ceiling} for "
-        f"model {model!r}; split it into shorter texts (Synapse never truncates)",
+        f"model {model!r}; split it into shorter texts or ask for truncation explicitly "
+        "(Synapse never truncates unasked)",
         model=model,
         index=item.index,
     )
@@ -96,6 +105,26 @@ def over_ceiling(model: str, item: Item, ceiling: int, pair: bool = False) -> Re
 
 def tokenizer_failed(model: str, what: str, exc: Exception) -> PluginError:
     return PluginError(f"the tokenizer of model {model!r} failed on {what}: {exc!r}")
+
+
+def truncated_item(
+    model: str, tokenizer: Tokenizer, item: Item, ceiling: int, query: list[int] | None
+) -> Item:
+    """``item`` with its tokens cut at the end so the sequence fits ``ceiling``;
+    refused when nothing of it would fit (a rerank query that fills the ceiling)."""
+    ids = item.ids
+    if ids is None:
+        try:
+            ids = tokenizer.encode(item.text)
+        except Exception as exc:
+            raise tokenizer_failed(model, f"input {item.index}", exc) from exc
+    keep = len(ids) - (item.length - ceiling)
+    if keep > 0:
+        ids = ids[:keep]
+        length = tokenizer.sequence_length(ids, query)
+        if length <= ceiling:
+            return Item(item.index, item.text, keep, length, ids)
+    raise over_ceiling(model, item, ceiling, pair=query is not None)
 
 
 def _sequence(texts: object, what: str) -> Sequence[object]:
@@ -114,6 +143,14 @@ def _sequence(texts: object, what: str) -> Sequence[object]:
     raise TypeError(f"{what} must be a list of strings, got {type(texts).__name__}{hint}")
 
 
+def _token_ids(value: object) -> bool:
+    """Whether ``value`` is a list (or tuple) of token ids: non-negative ints."""
+    return type(value) in (list, tuple) and all(
+        type(i) is int and i >= 0
+        for i in value  # type: ignore[attr-defined]
+    )
+
+
 def invalid_text(model: str, value: object, what: str, index: int | None) -> Refused | None:
     """The refusal of ``value`` if it is not text UTF-8 can carry (else ``None``)."""
     if isinstance(value, str):
@@ -130,15 +167,25 @@ def invalid_text(model: str, value: object, what: str, index: int | None) -> Ref
     return Refused("invalid-text", f"{what} {problem}", model=model, index=index)
 
 
-def plan_call(entry: Entry, texts: Sequence[str], query: str | None = None) -> Plan:
+def plan_call(
+    entry: Entry,
+    texts: Sequence[str | Sequence[int]],
+    query: str | None = None,
+    truncate: bool = False,
+) -> Plan:
     """Tokenise and check every input; raise :class:`Refused` on the first bad one.
 
     ``texts`` must be a sequence (a ``TypeError`` says so otherwise); an item
-    or query that is not valid text is refused as ``invalid-text``.
+    may be a text or the token ids of the model's own tokenizer (special
+    tokens excluded); any other item, or a query that is not valid text, is
+    refused as ``invalid-text``. With ``truncate`` an input over the ceiling
+    is cut to fit instead of refused, and its index recorded in the plan.
     """
     model = entry.spec.name
     rerank = entry.spec.task == "rerank"
-    texts = cast(Sequence[str], _sequence(texts, "documents" if rerank else "texts"))
+    texts = cast(
+        Sequence[str | Sequence[int]], _sequence(texts, "documents" if rerank else "texts")
+    )
     if rerank and query is None:
         raise Refused(
             "missing-query", "no query given; rerank scores documents against a query", model=model
@@ -171,16 +218,26 @@ def plan_call(entry: Entry, texts: Sequence[str], query: str | None = None) -> P
         else None
     )
     items = []
+    cut: list[int] = []
     # Each input is checked as soon as it is sized, so the first bad input is
     # the one reported, whatever is wrong with later ones.
     noun = "document" if query is not None else "input"
-    for index, text in enumerate(texts):
-        if not (isinstance(text, str) and text.isascii()) and (
-            refusal := invalid_text(model, text, f"{noun} {index}", index)
+    ids: list[int] | None
+    for index, given in enumerate(texts):
+        token_ids = not isinstance(given, str) and _token_ids(given)
+        if (
+            not token_ids
+            and not (isinstance(given, str) and given.isascii())
+            and (refusal := invalid_text(model, given, f"{noun} {index}", index))
         ):
             raise refusal
+        text = given if isinstance(given, str) else ""
         try:
-            if counting is not None:
+            if not isinstance(given, str):
+                ids = list(given)
+                n = len(ids)
+                length = tokenizer.sequence_length(ids, query_ids)
+            elif counting is not None:
                 ids = None
                 n = counting.count(text)
                 length = counting.positions(n, query_count)
@@ -200,9 +257,12 @@ def plan_call(entry: Entry, texts: Sequence[str], query: str | None = None) -> P
             )
         item = Item(index, text, n, length, ids)
         if length > ceiling:
-            raise over_ceiling(model, item, ceiling, pair=query is not None)
+            if not truncate:
+                raise over_ceiling(model, item, ceiling, pair=query is not None)
+            item = truncated_item(model, tokenizer, item, ceiling, query_ids)
+            cut.append(index)
         items.append(item)
-    return Plan(model, entry.spec.task, tuple(items), tokenizer, query_ids)
+    return Plan(model, entry.spec.task, tuple(items), tokenizer, query_ids, tuple(cut))
 
 
 def group_by_bucket(items: Sequence[Item], select: Callable[[int], int], batch: int) -> list[Group]:

@@ -47,6 +47,10 @@ class EmbedResult:
     vectors: list[list[float]]
     #: vector-space identity of the worker that produced the rows
     identity: str
+    #: indexes of the texts cut to the ceiling (only with ``truncate=True``)
+    truncated: tuple[int, ...] = ()
+    #: tokens embedded, special tokens excluded (after any cut)
+    tokens: int = 0
 
 
 @attrs.frozen
@@ -55,6 +59,10 @@ class RerankResult:
     #: one score per document, in input order
     scores: list[float]
     identity: str
+    #: indexes of the documents cut to fit the ceiling with the query
+    truncated: tuple[int, ...] = ()
+    #: tokens of the documents scored, special tokens and query excluded
+    tokens: int = 0
 
 
 class InternalError(SynapseError):

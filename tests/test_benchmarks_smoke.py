@@ -41,6 +41,10 @@ REQUIRED = (
     "soak_rss_ratio_after_calls",
     "soak_rss_ratio_after_large_call",
     "soak_live_objects_growth",
+) + (
+    ("http_overhead_ratio", "http_throughput_ratio_vs_asgi_floor")
+    if importlib.util.find_spec("synapse_http") is not None
+    else ()
 )
 #: the cpu group's figures, measured where synapse-cpu and the model wheel are installed
 CPU = (
