@@ -110,7 +110,7 @@ async def test_a_large_call_sized_by_counting_is_cut_the_same_way(
 async def test_only_lists_of_non_negative_ints_pass_as_token_ids(
     make_model: Any, make_config: Any
 ) -> None:
-    cfg = make_config(make_model("m", ceiling=CEILING))
+    cfg = make_config(mock(make_model("m", ceiling=CEILING)))
     async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessTransport())]) as host:
         for bad in ([1, "2"], [1, -2], [1.0, 2], None):
             with pytest.raises(synapse.Refused) as refused:
