@@ -11,7 +11,7 @@ import nox
 
 nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["tests", "core", "plugin", "lint", "typecheck"]
+nox.options.sessions = ["tests", "core", "plugin", "lint", "typecheck", "ray"]
 
 PLUGINS = ["mock_transport", "ane_direct", "certify"]
 PYTEST = ("python", "-m", "pytest", "-n", "auto")
@@ -53,11 +53,24 @@ def typecheck(session: nox.Session) -> None:
     # pytest and pytest-benchmark: benchmarks/micro is type-checked too.
     session.install("-r", "requirements/run.txt", "mypy>=1.10", "pytest>=8", "pytest-benchmark>=4")
     session.run("mypy", "synapse_core")
-    for name in PLUGINS:
+    session.install("-e", "./plugins/ray")
+    for name in [*PLUGINS, "ray"]:
         package = "synapse_" + name
         session.run("mypy", f"plugins/{name}/{package}")
     # Editable installs hide the mock package from mypy's import search.
     session.run("mypy", "benchmarks", env={"MYPYPATH": "plugins/mock_transport"})
+
+
+@nox.session
+def ray(session: nox.Session) -> None:
+    """synapse-ray with every other plugin: its tests, without xdist.
+
+    Ray is a large install (requirements/ray.txt), and each Ray test module
+    starts a local Ray instance: two at once on a small machine only slow
+    each other down, so this runs apart from the parallel suite.
+    """
+    session.install("-r", "requirements/ray.txt")
+    session.run("python", "-m", "pytest", "plugins/ray/tests", "-p", "no:xdist", *session.posargs)
 
 
 @nox.session

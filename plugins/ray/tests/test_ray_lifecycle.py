@@ -1,0 +1,87 @@
+"""Replica lifecycle on a local Ray instance: a killed replica loses only its
+in-flight requests and its workers, Ray replaces it, and ``serve.shutdown()``
+retires every worker (the host asks each to stop, then sees it exit).
+
+The tests run in file order: the last one shuts Serve down.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+import ray
+from ray import serve
+
+from synapse_ray.testing import BOUND_S, ServeApp, alive, mock_model, wait_until
+
+pytestmark = pytest.mark.ray
+
+ARGS = {"num_replicas": "2"}
+#: the slow model's replies take this long: long enough to kill a replica under them
+DELAY_S = 3.0
+IN_FLIGHT = 3
+
+
+def catalog(trace: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    slow = mock_model("slow", trace=trace, faults={"reply_delay_s": DELAY_S})
+    return [slow, mock_model("quick", trace=trace)], {}
+
+
+def embed(app: ServeApp, model: str, timeout: float = BOUND_S) -> httpx.Response:
+    return httpx.post(
+        f"{app.url}/v1/embeddings",
+        json={"model": model, "input": ["a text"]},
+        headers=app.headers(model),
+        timeout=timeout,
+    )
+
+
+def running_replicas() -> dict[str, int]:
+    status = serve.status().applications["synapse"].deployments["SynapseHosts"]
+    return {str(state): count for state, count in status.replica_states.items()}
+
+
+def test_killed_replica_fails_only_in_flight_requests_and_is_replaced(
+    serve_app: ServeApp,
+) -> None:
+    assert embed(serve_app, "slow").status_code == 200
+    victim = serve_app.describe("slow")
+    worker = victim["workers"]["slow"]
+    with ThreadPoolExecutor(IN_FLIGHT) as pool:
+        pending = [pool.submit(embed, serve_app, "slow") for _ in range(IN_FLIGHT)]
+        wait_until(
+            lambda: serve_app.describe("slow")["inflight"].get("slow", 0) > 0,
+            "a call in flight on the victim",
+        )
+        ray.kill(ray.get_actor(victim["actor"], namespace="serve"), no_restart=True)
+        answers = [p.result() for p in pending]
+    # The calls the victim held fail, answered by Ray's proxy (a dead replica
+    # cannot answer for itself: Ray says 500, in plain text); any that Ray
+    # had sent to the other replica succeed.
+    failed = [a for a in answers if a.status_code != 200]
+    assert failed, [a.status_code for a in answers]
+    assert {(a.status_code, a.text) for a in failed} == {(500, "Internal Server Error")}
+    # Nobody is left serving on the dead replica's behalf.
+    wait_until(lambda: not alive(victim["pid"]), "the killed replica's process to exit")
+    wait_until(lambda: not alive(worker), f"the killed replica's worker {worker} to exit")
+    assert worker not in serve_app.politely_stopped()  # it died with its host, unasked
+    # Service goes on, and Ray brings the deployment back to two replicas.
+    again = embed(serve_app, "slow")
+    assert again.status_code == 200, again.text
+    assert again.headers["x-synapse-replica"] != victim["replica"]
+    wait_until(lambda: running_replicas() == {"RUNNING": 2}, "a replacement replica")
+
+
+def test_serve_shutdown_retires_every_worker(serve_app: ServeApp) -> None:
+    workers: set[int] = set()
+    for model in ("slow", "quick"):
+        assert embed(serve_app, model).status_code == 200
+        workers.add(serve_app.describe(model)["workers"][model])
+    serve.shutdown()
+    # Shutdown returned: every worker was asked to stop and has exited.
+    assert not {pid for pid in workers if alive(pid)}
+    assert workers <= serve_app.politely_stopped()
