@@ -29,7 +29,6 @@ def app(args: Mapping[str, Any] | None = None) -> Application:
     catalog, config = read_catalog(settings)
     # serve.deployment made the class a Deployment; its stubs do not say so.
     deployment = cast(Deployment, SynapseHosts).options(
-        num_replicas=settings.num_replicas,
         graceful_shutdown_timeout_s=graceful_shutdown_s(settings, config),
         ray_actor_options={
             # The replica only relays; its workers are processes of their own.
@@ -37,5 +36,8 @@ def app(args: Mapping[str, Any] | None = None) -> Application:
             "resources": {settings.lane_resource: 1},
         },
     )
+    if settings.num_replicas is not None:
+        # Left out otherwise: a config file's autoscaling_config then decides.
+        deployment = deployment.options(num_replicas=settings.num_replicas)
     built: Application = deployment.bind(catalog, settings.max_models_per_replica, ServeSettings())
     return built

@@ -84,6 +84,11 @@ class SynapseHosts:
         view = ReplicaView(self.replica_id, actor, os.getpid(), workers, inflight)
         return attrs.asdict(view)
 
+    def check_health(self) -> None:
+        """Ray's periodic health check: a host that failed to open, or whose
+        task group ended with an error, fails it, and Ray replaces the replica."""
+        self.replica.check()
+
     async def __del__(self) -> None:
         # Ray awaits this once the replica's ongoing requests are drained (or
         # its graceful_shutdown_timeout_s ran out), before it kills the actor.

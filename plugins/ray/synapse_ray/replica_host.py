@@ -56,6 +56,11 @@ class ReplicaHost:
             raise self._error
         return self._host
 
+    def check(self) -> None:
+        """Raise what ended the host, if it ended on an error."""
+        if self._error is not None:
+            raise RuntimeError(f"the replica's Synapse host failed: {self._error!r}")
+
     async def aclose(self) -> None:
         """Retire every worker, confirming each exit, then let the host go.
 

@@ -37,7 +37,10 @@ class Settings:
     #: path of the catalog (TOML) on the machine that runs ``serve run``; its
     #: text is shipped to the replicas. ``None``: the catalog shipped with the core.
     catalog: str | None = None
-    num_replicas: int = attrs.field(default=1, validator=_at_least_one)
+    #: ``None``: Ray's default (one), or what a config file's autoscaling decides
+    num_replicas: int | None = attrs.field(
+        default=None, validator=attrs.validators.optional(_at_least_one)
+    )
     #: Ray's LRU bound: past it, the least recently used model is retired
     max_models_per_replica: int = attrs.field(default=4, validator=_at_least_one)
     lane_resource: str = LANE_RESOURCE

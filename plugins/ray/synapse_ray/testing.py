@@ -138,6 +138,7 @@ def start_serve(catalog: Path, args: Mapping[str, str]) -> ServeApp:
     # 127.0.0.1 instead, so all of its traffic stays on loopback.
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
     ray.init(
+        address="local",  # a new instance, never one found running on this machine
         num_cpus=2,
         resources={LANE_RESOURCE: LANES},
         include_dashboard=False,

@@ -5,9 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
 from synapse_core import ConfigError, HostConfig
 from synapse_ray.settings import (
+    LANE_RESOURCE,
     Settings,
     graceful_shutdown_s,
     read_catalog,
@@ -24,6 +26,7 @@ def test_command_line_strings_become_numbers() -> None:
     assert settings == Settings(
         num_replicas=3, max_models_per_replica=2, graceful_shutdown_timeout_s=90.0
     )
+    assert settings_from_args({}).num_replicas is None  # Ray's default, or autoscaling
 
 
 def test_config_file_values_are_taken_as_they_are() -> None:
@@ -80,3 +83,20 @@ def test_graceful_shutdown_leaves_room_to_drain_and_close() -> None:
     assert graceful_shutdown_s(Settings(graceful_shutdown_timeout_s=bound), config) == bound
     with pytest.raises(ConfigError, match="graceful_shutdown_timeout_s: 5 s is shorter"):
         graceful_shutdown_s(Settings(graceful_shutdown_timeout_s=5.0), config)
+
+
+def test_the_documented_serve_config_is_valid() -> None:
+    from ray.serve.schema import ServeDeploySchema
+
+    path = Path(__file__).parents[3] / "docs" / "serve-config.yaml"
+    config = yaml.safe_load(path.read_text(encoding="utf-8"))
+    ServeDeploySchema.model_validate(config)
+    (application,) = config["applications"]
+    assert application["import_path"] == "synapse_ray:app"
+    settings_from_args(application["args"])
+    (deployment,) = application["deployments"]
+    assert deployment["name"] == "SynapseHosts"
+    assert deployment["ray_actor_options"]["resources"] == {LANE_RESOURCE: 1}
+    # What the builder would choose for the shipped catalog's bounds.
+    shipped = read_catalog(Settings())[1]
+    assert deployment["graceful_shutdown_timeout_s"] == graceful_shutdown_s(Settings(), shipped)
