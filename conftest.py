@@ -14,7 +14,13 @@ from pathlib import Path
 
 import pytest
 
-PLUGIN_PACKAGES = ("synapse_mock_transport", "synapse_ane_direct", "synapse_certify", "synapse_ray")
+PLUGIN_PACKAGES = (
+    "synapse_mock_transport",
+    "synapse_ane_direct",
+    "synapse_certify",
+    "synapse_http",
+    "synapse_ray",
+)
 MISSING = tuple(p for p in PLUGIN_PACKAGES if importlib.util.find_spec(p) is None)
 _NEEDS = re.compile(r"\b(" + "|".join(MISSING) + r")\b") if MISSING else None
 

@@ -13,7 +13,9 @@ nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["tests", "core", "plugin", "lint", "typecheck", "ray"]
 
-PLUGINS = ["mock_transport", "ane_direct", "certify"]
+PLUGINS = ["mock_transport", "ane_direct", "certify", "http"]
+#: extras a plugin's own tests need (the HTTP tests drive the server with real clients)
+TEST_EXTRAS = {"http": "[test]"}
 PYTEST = ("python", "-m", "pytest", "-n", "auto")
 
 
@@ -36,7 +38,7 @@ def core(session: nox.Session) -> None:
 @nox.parametrize("name", PLUGINS)
 def plugin(session: nox.Session, name: str) -> None:
     """One plugin installed alone on top of the core."""
-    session.install("-e", ".[test]", "-e", f"./plugins/{name}")
+    session.install("-e", ".[test]", "-e", f"./plugins/{name}{TEST_EXTRAS.get(name, '')}")
     session.run("synapse", "plugins")
     session.run(*PYTEST, "tests", f"plugins/{name}/tests", *session.posargs)
 
@@ -57,8 +59,8 @@ def typecheck(session: nox.Session) -> None:
     for name in [*PLUGINS, "ray"]:
         package = "synapse_" + name
         session.run("mypy", f"plugins/{name}/{package}")
-    # Editable installs hide the mock package from mypy's import search.
-    session.run("mypy", "benchmarks", env={"MYPYPATH": "plugins/mock_transport"})
+    # Editable installs hide the plugin packages from mypy's import search.
+    session.run("mypy", "benchmarks", env={"MYPYPATH": "plugins/mock_transport:plugins/http"})
 
 
 @nox.session

@@ -7,13 +7,24 @@ Runs every benchmark group, prints a table and writes the results file
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
 
-from . import composed, grants, latency, machine, observation, report, scaling, workers
+from . import (
+    composed,
+    grants,
+    http_serving,
+    latency,
+    machine,
+    observation,
+    report,
+    scaling,
+    workers,
+)
 from .harness import FULL, QUICK, SMOKE, Figure, Mode
 
 Group = Callable[[Mode], list[Figure]]
@@ -28,6 +39,9 @@ GROUPS: dict[str, Group] = {
     "composed": composed.measure,
     "scaling": scaling.measure,
 }
+# synapse serve's figures, when the synapse-http plugin is installed.
+if importlib.util.find_spec("synapse_http") is not None:
+    GROUPS["http"] = http_serving.measure
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

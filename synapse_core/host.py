@@ -56,7 +56,7 @@ class Host:
     async def embed(
         self,
         model: str,
-        texts: Sequence[str] | Sequence[Sequence[int]],
+        texts: Sequence[str | Sequence[int]],
         *,
         deadline: Deadline | None = None,
         truncate: bool = False,
@@ -156,7 +156,7 @@ class Host:
         self,
         model: str,
         task: Task,
-        texts: Sequence[str] | Sequence[Sequence[int]],
+        texts: Sequence[str | Sequence[int]],
         query: str | None,
         deadline: Deadline | None,
         truncate: bool = False,

@@ -124,7 +124,7 @@ def truncated_item(
 
 def plan_call(
     entry: Entry,
-    texts: Sequence[str] | Sequence[Sequence[int]],
+    texts: Sequence[str | Sequence[int]],
     query: str | None = None,
     truncate: bool = False,
 ) -> Plan:
@@ -167,7 +167,7 @@ def plan_call(
     # Each input is checked as soon as it is sized, so the first bad input is
     # the one reported, whatever is wrong with later ones.
     ids: list[int] | None
-    for index, given in enumerate(cast(Sequence[str | Sequence[int]], texts)):
+    for index, given in enumerate(texts):
         text = given if isinstance(given, str) else ""
         try:
             if not isinstance(given, str):

@@ -6,6 +6,7 @@ numbers with their repetitions.
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
 import subprocess
@@ -37,6 +38,10 @@ REQUIRED = (
     "speedup_vs_processpool_trio",
     "host_bookkeeping_us",
     "host_bookkeeping_us_trio",
+) + (
+    ("http_overhead_ratio", "http_throughput_ratio_vs_asgi_floor")
+    if importlib.util.find_spec("synapse_http") is not None
+    else ()
 )
 
 

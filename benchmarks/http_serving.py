@@ -1,0 +1,208 @@
+"""``synapse serve``'s cost: one request against the in-process call, and
+throughput against a bare ASGI endpoint on the same server.
+
+The server (:mod:`benchmarks.http_server`, uvicorn as ``synapse serve`` runs
+it) is a separate process with its own mock worker; the load generator runs
+here. Both share this machine's cores with the worker, so the client's own
+CPU time per request is measured and reported beside the figures: the floor
+endpoint is driven by the same client, so its cost is in both sides of the
+throughput ratio. The load generator speaks HTTP/1.1 over kept-alive
+connections with pre-encoded requests, so that it costs as little as it can.
+"""
+
+from __future__ import annotations
+
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+
+import anyio
+import anyio.abc
+
+from synapse_core.host import open_host
+from synapse_core.testing import catalog_toml
+
+from . import rig
+from .harness import Figure, Mode, Series, Target, now_ns, rotating_p50
+
+CONNECTIONS = 32
+_LENGTH = re.compile(rb"content-length: *(\d+)", re.IGNORECASE)
+_URL = re.compile(r"serving on http://127\.0\.0\.1:(\d+)")
+
+
+def post(path: str, body: bytes) -> bytes:
+    head = (
+        f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+EMBED = post("/embed", b'{"inputs": "' + rig.SHORT_TEXT.encode() + b'"}')
+FLOOR = post("/floor", b'{"inputs": "' + rig.SHORT_TEXT.encode() + b'"}')
+
+
+class Connection:
+    """One kept-alive connection of the load generator; answers must be 200."""
+
+    def __init__(self, stream: anyio.abc.SocketStream) -> None:
+        self.stream = stream
+        self.buffer = b""
+
+    @classmethod
+    async def open(cls, port: int) -> Connection:
+        return cls(await anyio.connect_tcp("127.0.0.1", port))
+
+    async def request(self, raw: bytes) -> bytes:
+        await self.stream.send(raw)
+        buffer = self.buffer
+        while (end := buffer.find(b"\r\n\r\n")) < 0:
+            buffer += await self.stream.receive()
+        head, rest = buffer[:end], buffer[end + 4 :]
+        if head[9:12] != b"200":
+            raise RuntimeError(f"benchmark request failed: {head[:200]!r} {rest[:200]!r}")
+        match = _LENGTH.search(head)
+        assert match is not None, head
+        length = int(match[1])
+        while len(rest) < length:
+            rest += await self.stream.receive()
+        self.buffer = rest[length:]
+        return rest[:length]
+
+    async def aclose(self) -> None:
+        await self.stream.aclose()
+
+
+def measure(mode: Mode) -> list[Figure]:
+    with tempfile.TemporaryDirectory() as folder:
+        catalog = Path(folder) / "catalog.toml"
+        catalog.write_text(catalog_toml(rig.model()), encoding="utf-8")
+        server = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.http_server", str(catalog)],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert server.stderr is not None
+            port = None
+            for line in server.stderr:
+                if match := _URL.search(line):
+                    port = int(match[1])
+                    break
+            if port is None:
+                raise RuntimeError("the benchmark server did not start")
+            series: Series = anyio.run(_measure, mode, port)
+        finally:
+            server.terminate()
+            server.wait(60)
+    parts = series.medians(
+        "http_p50_us",
+        "http_p99_us",
+        "host_p50_us",
+        "embed_requests_per_s",
+        "floor_requests_per_s",
+        "client_cpu_us_per_request",
+    )
+    return [
+        Figure(
+            "http_overhead_ratio",
+            "ratio",
+            "p50 of one short POST /embed over a kept-alive connection / p50 of host.embed of "
+            "the same text in-process (mock model)",
+            series.ratio("http_p50_us", "host_p50_us"),
+            Target("<=", 3.0),
+            parts,
+        ),
+        Figure(
+            "http_throughput_ratio_vs_asgi_floor",
+            "ratio",
+            f"requests/s of POST /embed at {CONNECTIONS} connections / requests/s of a bare ASGI "
+            "endpoint on the same server answering a fixed vector of the same size",
+            series.ratio("embed_requests_per_s", "floor_requests_per_s"),
+            Target(">=", 0.7),
+            parts,
+        ),
+    ]
+
+
+async def _measure(mode: Mode, port: int) -> Series:
+    series = Series()
+    per_connection = max(2, mode.latency_samples // 20)
+    async with open_host(rig.config(), plugins=rig.plugins()) as host:
+        await rig.warm(host)
+        texts = [rig.SHORT_TEXT]
+        # One connection per repetition: the server closes connections idle
+        # for 5 s (uvicorn's keep-alive timeout), as the throughput rounds leave it.
+        single: list[Connection] = []
+
+        async def over_http() -> None:
+            await single[-1].request(EMBED)
+
+        async def in_process() -> None:
+            await host.embed(rig.MODEL, texts)
+
+        for rep in range(mode.repetitions):
+            single.append(await Connection.open(port))
+            for _ in range(20):
+                await over_http()
+            http_p50, host_p50 = await rotating_p50([over_http, in_process], mode.latency_samples)
+            tail = await _p99(over_http, mode.latency_samples)
+            await single[-1].aclose()
+            rates: dict[str, float] = {}
+            cpu: list[float] = []
+            for name in ("embed", "floor") if rep % 2 == 0 else ("floor", "embed"):
+                raw = EMBED if name == "embed" else FLOOR
+                rate, cpu_per_request = await _throughput(port, raw, per_connection)
+                rates[name] = rate
+                cpu.append(cpu_per_request)
+            series.add(
+                http_p50_us=http_p50,
+                host_p50_us=host_p50,
+                http_p99_us=tail,
+                embed_requests_per_s=rates["embed"],
+                floor_requests_per_s=rates["floor"],
+                client_cpu_us_per_request=statistics.mean(cpu),
+            )
+    return series
+
+
+async def _p99(call: Callable[[], Awaitable[object]], samples: int) -> float:
+    """p99 (µs) of sequential calls."""
+    times = []
+    for _ in range(max(samples // 4, 10)):
+        start = now_ns()
+        await call()
+        times.append(now_ns() - start)
+    times.sort()
+    return times[min(len(times) - 1, int(len(times) * 0.99))] / 1_000
+
+
+async def _throughput(port: int, raw: bytes, per_connection: int) -> tuple[float, float]:
+    """Requests/s of :data:`CONNECTIONS` connections each sending ``per_connection``
+    requests back to back, and this process's CPU µs per request meanwhile."""
+    connections = [await Connection.open(port) for _ in range(CONNECTIONS)]
+    for connection in connections:
+        await connection.request(raw)
+
+    async def drive(connection: Connection) -> None:
+        for _ in range(per_connection):
+            await connection.request(raw)
+
+    cpu = time.process_time()
+    start = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for connection in connections:
+            tg.start_soon(drive, connection)
+    elapsed = time.perf_counter() - start
+    cpu = time.process_time() - cpu
+    for connection in connections:
+        await connection.aclose()
+    total = CONNECTIONS * per_connection
+    return total / elapsed, cpu / total * 1e6

@@ -1,0 +1,180 @@
+"""The ASGI app: :func:`create_app` builds it, and nothing here runs a server
+or touches signals, so other hosts (a Ray Serve ingress, a test client, any
+ASGI server) can serve the same app."""
+
+from __future__ import annotations
+
+import hmac
+import time
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+
+from starlette.applications import Starlette
+from starlette.exceptions import HTTPException
+from starlette.middleware import Middleware
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from synapse_core.config import HostConfig
+from synapse_core.errors import SynapseError
+from synapse_core.host import Host
+from synapse_core.plugins import PluginHost
+
+from . import routes_openai, routes_rerank, routes_tei
+from .errors import HTTPError, unexpected
+from .metrics import CONTENT_TYPE
+from .pipeline import error_response, service_of, synapse_error
+from .schemas import ErrorBody
+from .service import Service
+from .settings import ServeSettings
+
+#: routes that answer without an API key (load balancers probe them)
+OPEN_PATHS = frozenset({"/health"})
+
+
+async def metrics(request: Request) -> Response:
+    return Response(service_of(request).metrics.render(), media_type=CONTENT_TYPE)
+
+
+ROUTES = [
+    Route("/v1/embeddings", routes_openai.embeddings, methods=["POST"]),
+    Route("/v1/models", routes_openai.models, methods=["GET"]),
+    Route("/v1/rerank", routes_rerank.rerank, methods=["POST"]),
+    Route("/embed", routes_tei.embed, methods=["POST"]),
+    Route("/rerank", routes_tei.rerank, methods=["POST"]),
+    Route("/tokenize", routes_tei.tokenize, methods=["POST"]),
+    Route("/info", routes_tei.info, methods=["GET"]),
+    Route("/health", routes_tei.health, methods=["GET"]),
+    Route("/metrics", metrics, methods=["GET"]),
+]
+#: metric labels: each route's path, and one label for every other path
+ROUTE_LABELS = frozenset(route.path for route in ROUTES)
+
+
+def create_app(
+    host_or_config: Host | HostConfig | None = None,
+    settings: ServeSettings | None = None,
+    *,
+    plugins: PluginHost | Iterable[object] | None = None,
+) -> Starlette:
+    """The Synapse HTTP app.
+
+    ``host_or_config``: an open :class:`~synapse_core.host.Host`, which the
+    caller keeps owning (and closes), or a configuration (``None``: the
+    shipped catalog), in which case the app opens its own host in the ASGI
+    lifespan, with ``plugins`` (``None``: the installed ones), preloads
+    ``settings.preload`` and closes it, confirming worker exits, at shutdown.
+    """
+    settings = settings or ServeSettings()
+    if isinstance(host_or_config, Host):
+        service = Service(host_or_config, None, settings)
+    else:
+        service = Service(None, host_or_config, settings, plugins)
+
+    @asynccontextmanager
+    async def lifespan(app: Starlette) -> AsyncIterator[None]:
+        async with service.lifespan():
+            yield
+
+    app = Starlette(
+        routes=ROUTES,
+        middleware=[
+            Middleware(Observed, service=service),
+            Middleware(ApiKey, key=settings.api_key),
+        ],
+        exception_handlers={
+            HTTPError: _http_error,
+            SynapseError: _synapse_error,
+            HTTPException: _starlette_error,
+            Exception: _unexpected,
+        },
+        lifespan=lifespan,
+    )
+    app.state.synapse = service
+    return app
+
+
+class Observed:
+    """Counts every answer by route and status, with its latency."""
+
+    def __init__(self, app: ASGIApp, service: Service) -> None:
+        self.app = app
+        self.metrics = service.metrics
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        start = time.perf_counter()
+        path = scope["path"]
+        route = path if path in ROUTE_LABELS else "other"
+        status = 500
+
+        async def sending(message: Message) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        finally:
+            self.metrics.observe(route, status, time.perf_counter() - start)
+
+
+class ApiKey:
+    """With a key set, every route but ``/health`` needs ``Authorization:
+    Bearer <key>``, compared in constant time."""
+
+    def __init__(self, app: ASGIApp, key: str | None) -> None:
+        self.app = app
+        self.expected = None if key is None else f"Bearer {key}".encode()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if self.expected is None or scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        given = dict(scope["headers"]).get(b"authorization", b"")
+        if hmac.compare_digest(given, self.expected):
+            await self.app(scope, receive, send)
+            return
+        problem = "missing" if not given else "wrong"
+        answer = error_response(
+            HTTPError(
+                401,
+                ErrorBody(
+                    error=f"{problem} API key; send the header 'Authorization: Bearer <key>'",
+                    error_type="unauthorized",
+                ),
+                {"WWW-Authenticate": "Bearer"},
+            ),
+            scope["path"],
+        )
+        await answer(scope, receive, send)
+
+
+async def _http_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPError)
+    return error_response(exc, request.url.path)
+
+
+async def _synapse_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, SynapseError)
+    return error_response(synapse_error(service_of(request), exc), request.url.path)
+
+
+async def _starlette_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, HTTPException)
+    kind = {404: "not-found", 405: "method-not-allowed"}.get(exc.status_code, "http-error")
+    hint = {
+        404: f"no route {request.url.path}; see the routes in the Synapse HTTP docs",
+        405: f"{request.method} is not allowed on {request.url.path}",
+    }.get(exc.status_code, str(exc.detail))
+    answer = HTTPError(exc.status_code, ErrorBody(error=hint, error_type=kind))
+    return error_response(answer, request.url.path)
+
+
+async def _unexpected(request: Request, exc: Exception) -> Response:
+    return error_response(unexpected(exc), request.url.path)

@@ -1,0 +1,78 @@
+"""Turning the bodies' inputs into what the host takes, and its rows into bodies."""
+
+from __future__ import annotations
+
+import base64
+import math
+import sys
+from array import array
+from collections.abc import Sequence
+from typing import cast
+
+from synapse_core.host import Host
+
+from .errors import invalid
+from .schemas import Inputs
+
+
+def inputs_of(value: Inputs, field: str) -> list[str | list[int]]:
+    """One text, a list of texts, one list of token ids, or a list of them.
+
+    A flat list of integers is one input (as OpenAI and TEI read it); texts
+    and token-id lists may be mixed, bare integers and lists may not.
+    """
+    if isinstance(value, str):
+        return [value]
+    if value and all(isinstance(v, int) for v in value):
+        return [cast(list[int], value)]
+    out: list[str | list[int]] = []
+    for i, v in enumerate(value):
+        if isinstance(v, int):
+            raise invalid(
+                f"{field}[{i}] is a bare token id in a list of inputs; give each input "
+                "as a text or as a list of token ids",
+                f"{field}[{i}]",
+            )
+        out.append(v)
+    return out
+
+
+def check_dimensions(host: Host, model: str, asked: int | None, got: int | None) -> None:
+    """``dimensions`` is accepted only when it is the model's own (Synapse does
+    not cut vectors); checked before the call when the worker has said its
+    size, else once the rows are back."""
+    if asked is None:
+        return
+    if got is None:
+        worker = host.worker(model)
+        got = worker.hello.dims if worker is not None and worker.hello is not None else None
+    if got is not None and asked != got:
+        raise invalid(
+            f"dimensions {asked} is not supported: model {model!r} gives {got}-dimensional "
+            "vectors; leave dimensions out or set it to the model's size",
+            "$.dimensions",
+            "unsupported-dimensions",
+        )
+
+
+def normalized(vectors: list[list[float]]) -> list[list[float]]:
+    out = []
+    for vector in vectors:
+        norm = math.sqrt(sum(v * v for v in vector))
+        out.append([v / norm for v in vector] if norm > 0 else vector)
+    return out
+
+
+def as_base64(vector: Sequence[float]) -> str:
+    """Little-endian float32 bytes, base64-encoded: what OpenAI sends."""
+    packed = array("f", vector)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return base64.b64encode(packed.tobytes()).decode("ascii")
+
+
+def sigmoid(score: float) -> float:
+    if score >= 0:
+        return 1.0 / (1.0 + math.exp(-score))
+    e = math.exp(score)
+    return e / (1.0 + e)

@@ -1,0 +1,121 @@
+"""``GET /metrics``: Prometheus text, with the official client.
+
+Request counts and latencies are counted as requests finish; the host's
+state (waiting calls, lanes, workers) is read from a snapshot at each
+scrape, so serving pays nothing for it. Each app has its own registry.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from .service import Service
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+#: latency buckets (seconds): sub-millisecond warm calls up to the default timeout
+BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30)
+
+
+class Metrics:
+    def __init__(self, service: Service) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.requests = Counter(
+            "synapse_http_requests",
+            "HTTP requests answered, by route and status (499: the client went away).",
+            ["route", "status"],
+            registry=self.registry,
+        )
+        self.latency = Histogram(
+            "synapse_http_request_duration_seconds",
+            "Time from a request's arrival to its answer, by route.",
+            ["route"],
+            buckets=BUCKETS,
+            registry=self.registry,
+        )
+        self.refusals = Counter(
+            "synapse_refusals",
+            "Calls refused before any inference, by refusal code.",
+            ["code"],
+            registry=self.registry,
+        )
+        self.faults = Counter(
+            "synapse_worker_faults",
+            "Calls that ended in a worker fault, by error type "
+            "(outcome-unknown: the request may have run).",
+            ["error_type"],
+            registry=self.registry,
+        )
+        self.registry.register(_HostCollector(service))
+
+    def observe(self, route: str, status: int, seconds: float) -> None:
+        self.requests.labels(route, str(status)).inc()
+        self.latency.labels(route).observe(seconds)
+
+    def answered(self) -> int:
+        """Requests answered so far (every route and status)."""
+        return int(
+            sum(
+                sample.value
+                for family in self.requests.collect()
+                for sample in family.samples
+                if sample.name.endswith("_total")
+            )
+        )
+
+    def render(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _HostCollector(Collector):
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    def collect(self) -> Iterator[Metric]:
+        host = self.service.open
+        waiting = GaugeMetricFamily(
+            "synapse_calls_waiting", "Calls waiting for an execution permit."
+        )
+        waiting.add_metric([], host.backlog.waiting if host else 0)
+        yield waiting
+        capacity = GaugeMetricFamily(
+            "synapse_lane_capacity_units",
+            "A lane's capacity in reservation units.",
+            labels=["lane"],
+        )
+        reserved = GaugeMetricFamily(
+            "synapse_lane_reserved_units", "Units reserved on a lane.", labels=["lane"]
+        )
+        labels = ["model", "worker"]
+        generation = GaugeMetricFamily(
+            "synapse_worker_generation", "A worker's generation.", labels=labels
+        )
+        restarts = CounterMetricFamily(
+            "synapse_worker_restarts", "Restarts of a worker after faults.", labels=labels
+        )
+        leases = GaugeMetricFamily("synapse_worker_leases", "Leases held.", labels=labels)
+        inflight = GaugeMetricFamily(
+            "synapse_worker_inflight", "Calls in flight on a worker.", labels=labels
+        )
+        pid = GaugeMetricFamily(
+            "synapse_worker_pid", "A live worker's process id (0 when none).", labels=labels
+        )
+        snapshot = host.snapshot() if host else None
+        for lane in snapshot.lanes.values() if snapshot else ():
+            capacity.add_metric([lane.lane_id], lane.capacity)
+            reserved.add_metric([lane.lane_id], lane.reserved)
+            for worker in lane.workers:
+                key = [worker.model, worker.worker_id]
+                generation.add_metric(key, worker.generation)
+                restarts.add_metric(key, worker.restarts)
+                leases.add_metric(key, worker.leases)
+                inflight.add_metric(key, worker.inflight)
+                pid.add_metric(key, worker.pid or 0)
+        yield from (capacity, reserved, generation, restarts, leases, inflight, pid)

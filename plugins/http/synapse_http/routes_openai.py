@@ -1,0 +1,56 @@
+"""OpenAI's ``POST /v1/embeddings`` and ``GET /v1/models``."""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from .inputs import as_base64, check_dimensions, inputs_of
+from .pipeline import (
+    check_count,
+    deadline_of,
+    json_response,
+    model_of,
+    post,
+    service_of,
+    truncated_header,
+)
+from .schemas import (
+    UNSET,
+    Embedding,
+    EmbeddingsRequest,
+    EmbeddingsResponse,
+    ModelCard,
+    ModelList,
+    Usage,
+)
+from .service import Service
+
+
+@post(EmbeddingsRequest)
+async def embeddings(request: Request, service: Service, body: EmbeddingsRequest) -> Response:
+    inputs = inputs_of(body.input, "$.input")
+    check_count(len(inputs), service.settings.max_inputs, "input")
+    host = service.host
+    model = model_of(request, body.model, service, "embed")
+    check_dimensions(host, model, body.dimensions, None)
+    result = await host.embed(
+        model, inputs, deadline=deadline_of(request, service), truncate=body.truncate
+    )
+    check_dimensions(host, model, body.dimensions, len(result.vectors[0]))
+    encode = as_base64 if body.encoding_format == "base64" else list
+    data = [Embedding(index=i, embedding=encode(v)) for i, v in enumerate(result.vectors)]
+    answer = EmbeddingsResponse(
+        data=data,
+        model=model,
+        usage=Usage(prompt_tokens=result.tokens, total_tokens=result.tokens),
+        truncated=list(result.truncated) if body.truncate else UNSET,
+    )
+    return json_response(answer, headers=truncated_header(result.truncated))
+
+
+async def models(request: Request) -> Response:
+    """Every catalog model that can run here."""
+    entries = service_of(request).host.catalog.entries.values()
+    cards = [ModelCard(id=e.spec.name) for e in entries if e.available]
+    return json_response(ModelList(data=cards))

@@ -1,0 +1,178 @@
+"""text-embeddings-inference's routes: ``/embed``, ``/rerank``, ``/tokenize``,
+``/info`` and ``/health``.
+
+TEI serves one model; Synapse serves the catalog's default embed (or rerank)
+model, or the one named by ``?model=`` or the ``X-Synapse-Model`` header.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+from starlette.responses import Response
+
+from synapse_core.catalog import Entry
+from synapse_core.errors import Refused
+from synapse_core.tokenizer import _WORDS, CLS, SEP, BasicTokenizer
+
+from .errors import invalid
+from .inputs import check_dimensions, inputs_of, normalized, sigmoid
+from .pipeline import (
+    check_count,
+    deadline_of,
+    json_response,
+    model_of,
+    post,
+    refuse_direction,
+    service_of,
+    truncated_header,
+)
+from .schemas import (
+    UNSET,
+    EmbedRequest,
+    ErrorBody,
+    Info,
+    Rank,
+    RerankRequest,
+    Token,
+    TokenizeRequest,
+)
+from .service import Service
+from .settings import VERSION
+
+
+@post(EmbedRequest)
+async def embed(request: Request, service: Service, body: EmbedRequest) -> Response:
+    inputs = inputs_of(body.inputs, "$.inputs")
+    check_count(len(inputs), service.settings.max_inputs, "inputs")
+    _no_prompts(body.prompt_name)
+    refuse_direction(body.truncation_direction)
+    host = service.host
+    model = model_of(request, None, service, "embed")
+    check_dimensions(host, model, body.dimensions, None)
+    result = await host.embed(
+        model, inputs, deadline=deadline_of(request, service), truncate=bool(body.truncate)
+    )
+    check_dimensions(host, model, body.dimensions, len(result.vectors[0]))
+    vectors = normalized(result.vectors) if body.normalize else result.vectors
+    return json_response(vectors, headers=truncated_header(result.truncated))
+
+
+@post(RerankRequest)
+async def rerank(request: Request, service: Service, body: RerankRequest) -> Response:
+    """Ranks best first, each with its input ``index``; scores pass through a
+    sigmoid unless ``raw_scores`` (as TEI does for a classifier's logit)."""
+    check_count(len(body.texts), service.settings.max_inputs, "texts")
+    refuse_direction(body.truncation_direction)
+    model = model_of(request, None, service, "rerank")
+    result = await service.host.rerank(
+        model,
+        body.query,
+        body.texts,
+        deadline=deadline_of(request, service),
+        truncate=bool(body.truncate),
+    )
+    ranks = [
+        Rank(
+            index=i,
+            score=score if body.raw_scores else sigmoid(score),
+            text=body.texts[i] if body.return_text else UNSET,
+        )
+        for i, score in enumerate(result.scores)
+    ]
+    ranks.sort(key=lambda r: -r.score)
+    return json_response(ranks, headers=truncated_header(result.truncated))
+
+
+@post(TokenizeRequest)
+async def tokenize(request: Request, service: Service, body: TokenizeRequest) -> Response:
+    """Token ids as the model's tokenizer gives them; the text of each token
+    and its character span where the tokenizer can tell them."""
+    texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
+    check_count(len(texts), service.settings.max_inputs, "inputs")
+    _no_prompts(body.prompt_name)
+    entry = _entry(service, model_of(request, None, service, "embed"))
+    return json_response([_tokens(entry, text, body.add_special_tokens) for text in texts])
+
+
+def _tokens(entry: Entry, text: str, special: bool) -> list[Token]:
+    tokenizer = entry.tokenizer
+    ids = tokenizer.encode(text)
+    if isinstance(tokenizer, BasicTokenizer):
+        # The default tokenizer's ids are one per match of its word pattern.
+        spans = [m.span() for m in _WORDS.finditer(text)]
+        tokens = [
+            Token(id=i, text=text[a:b], special=False, start=a, stop=b)
+            for i, (a, b) in zip(ids, spans, strict=True)
+        ]
+        if special:
+            tokens = [
+                Token(id=CLS, text="[CLS]", special=True),
+                *tokens,
+                Token(id=SEP, text="[SEP]", special=True),
+            ]
+        return tokens
+    # Another tokenizer says only its ids (and adds its special tokens itself).
+    return [Token(id=i, text="", special=False) for i in ids]
+
+
+async def info(request: Request) -> Response:
+    service = service_of(request)
+    entry = _entry(service, model_of(request, None, service, "embed"))
+    config = service.host.config
+    spec = entry.spec
+    kind: dict[str, dict[str, object]] = (
+        {"embedding": {"pooling": "mean"}}
+        if spec.task == "embed"
+        else {"reranker": {"id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}}}
+    )
+    settings = service.settings
+    answer = Info(
+        model_id=spec.name,
+        model_sha=None,
+        model_dtype="float32",
+        model_type=kind,
+        max_concurrent_requests=config.max_concurrent,
+        max_input_length=spec.ceiling,
+        max_batch_tokens=spec.ceiling * settings.max_inputs,
+        max_client_batch_size=settings.max_inputs,
+        auto_truncate=False,
+        tokenization_workers=1,
+        version=VERSION,
+    )
+    return json_response(answer)
+
+
+async def health(request: Request) -> Response:
+    """200 while serving; 503 when stopping, or when a worker has failed for
+    good (its restart budget is spent: load it again to serve it)."""
+    service = service_of(request)
+    host = service.open
+    problem = "the server is stopping" if service.stopping or host is None else ""
+    if host is not None and not problem:
+        for lane in host.snapshot().lanes.values():
+            for worker in lane.workers:
+                if worker.state == "failed":
+                    problem = f"the worker of model {worker.model!r} failed: {worker.reason}"
+    if problem:
+        return json_response(ErrorBody(error=problem, error_type="unhealthy"), 503)
+    return Response(status_code=200)
+
+
+def _entry(service: Service, model: str) -> Entry:
+    entry = service.host.catalog.entries.get(model)
+    if entry is None:
+        raise Refused(
+            "unknown-model",
+            f"model {model!r} is not in the catalog; GET /v1/models lists the models",
+            model=model,
+        )
+    return entry
+
+
+def _no_prompts(prompt_name: str | None) -> None:
+    if prompt_name is not None:
+        raise invalid(
+            "$.prompt_name: not supported, Synapse's catalog has no prompts; "
+            "put the prompt's text in front of each input",
+            "$.prompt_name",
+        )

@@ -1,0 +1,206 @@
+"""Running the app: a socket, a server, signals and the order of shutdown.
+
+``--backend asyncio`` serves with uvicorn, ``--backend trio`` with hypercorn's
+trio worker; both get the same app and the same already-bound socket, and
+neither installs signal handlers of its own: SIGTERM or SIGINT stops taking
+connections and lets requests in flight finish within the grace period; a
+second signal stops them at once. Either way every worker is then stopped
+and its exit confirmed before the process exits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import socket
+from collections.abc import Callable, Iterator
+from typing import Literal
+
+import anyio
+import attrs
+from starlette.types import ASGIApp
+
+from synapse_core.config import HostConfig
+from synapse_core.host import Host, open_host
+from synapse_core.plugins import PluginHost
+
+from .app import create_app
+from .service import Service, preload
+from .settings import ServeSettings
+
+Backend = Literal["asyncio", "trio"]
+log = logging.getLogger("synapse.http")
+#: connections the kernel queues before the server accepts them
+BACKLOG = 2048
+
+
+@attrs.frozen
+class Listening:
+    """What a started server tells its caller."""
+
+    url: str
+    #: the catalog's models that can run here
+    models: list[str]
+    #: the catalog's models that cannot (their transport is missing or unavailable)
+    unavailable: list[str]
+
+
+def bind(host: str, port: int) -> socket.socket:
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    # Accepted connections inherit it: a response written as head then body
+    # must not wait for the client's delayed ACK (40 ms on Linux).
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    try:
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    sock.listen(BACKLOG)
+    sock.set_inheritable(False)
+    return sock
+
+
+async def serve(
+    config: HostConfig,
+    settings: ServeSettings,
+    *,
+    host: str = "127.0.0.1",
+    port: int = 8080,
+    backend: Backend = "asyncio",
+    plugins: PluginHost | None = None,
+    on_listening: Callable[[Listening], None] = lambda listening: None,
+) -> None:
+    """Serve until a signal; run with ``anyio.run(serve, ..., backend=backend)``."""
+    sock = bind(host, port)
+    with contextlib.ExitStack() as closing:
+        closing.callback(sock.close)
+        async with open_host(config, plugins=plugins) as synapse_host:
+            await preload(synapse_host, settings.preload)
+            app = create_app(synapse_host, settings)
+            service: Service = app.state.synapse
+            stop, force = anyio.Event(), anyio.Event()
+            async with anyio.create_task_group() as tg:
+                await tg.start(_watch_signals, stop, force, service)
+                bound = sock.getsockname()
+                name = f"[{bound[0]}]" if sock.family == socket.AF_INET6 else bound[0]
+                entries = synapse_host.catalog.entries.values()
+                on_listening(
+                    Listening(
+                        f"http://{name}:{bound[1]}",
+                        [e.spec.name for e in entries if e.available],
+                        [e.spec.name for e in entries if not e.available],
+                    )
+                )
+                await run_app(app, sock, backend, settings.shutdown_grace_s, stop, force)
+                tg.cancel_scope.cancel()
+            log.info("stopped taking requests; %d answered", service.metrics.answered())
+            if force.is_set():
+                await stop_workers_now(synapse_host)
+        # Leaving open_host retires every worker and confirms its exit.
+
+
+async def _watch_signals(
+    stop: anyio.Event,
+    force: anyio.Event,
+    service: Service,
+    *,
+    task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
+) -> None:
+    with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+        task_status.started()
+        async for signum in signals:
+            if not stop.is_set():
+                log.warning(
+                    "%s: stopping; requests in flight may finish within %.0f s "
+                    "(signal again to stop at once)",
+                    signal.Signals(signum).name,
+                    service.settings.shutdown_grace_s,
+                )
+                service.stopping = True
+                stop.set()
+            else:
+                log.warning("stopping at once")
+                force.set()
+
+
+async def stop_workers_now(host: Host) -> None:
+    """Stop every worker without draining its calls, still confirming exits."""
+    with anyio.CancelScope(shield=True):
+        for supervisor in list(host.supervisors.values()):
+            for worker in list(supervisor.workers.values()):
+                await supervisor.stop_now(worker)
+
+
+async def run_app(
+    app: ASGIApp,
+    sock: socket.socket,
+    backend: Backend,
+    grace: float,
+    stop: anyio.Event,
+    force: anyio.Event,
+) -> None:
+    """Serve ``app`` on the bound ``sock`` until ``stop`` (then requests in
+    flight get ``grace`` seconds) or ``force`` (then none)."""
+    run = _uvicorn if backend == "asyncio" else _hypercorn
+    await run(app, sock, grace, stop, force)
+
+
+async def _uvicorn(
+    app: ASGIApp, sock: socket.socket, grace: float, stop: anyio.Event, force: anyio.Event
+) -> None:
+    import uvicorn
+
+    class Server(uvicorn.Server):
+        @contextlib.contextmanager
+        def capture_signals(self) -> Iterator[None]:
+            yield  # signals are ours (see _watch_signals)
+
+    config = uvicorn.Config(
+        app,
+        lifespan="on",
+        # Typed int, but used as asyncio.wait_for's timeout: a float works.
+        timeout_graceful_shutdown=grace,  # type: ignore[arg-type]
+        log_level="warning",
+        access_log=False,
+    )
+    server = Server(config)
+
+    async def relay() -> None:
+        await stop.wait()
+        server.should_exit = True
+        await force.wait()
+        server.force_exit = True
+
+    async with anyio.create_task_group() as tg:
+        tg.start_soon(relay)
+        await server.serve(sockets=[sock])
+        tg.cancel_scope.cancel()
+
+
+async def _hypercorn(
+    app: ASGIApp, sock: socket.socket, grace: float, stop: anyio.Event, force: anyio.Event
+) -> None:
+    from hypercorn.config import Config
+    from hypercorn.trio import serve
+
+    config = Config()
+    config.bind = [f"fd://{sock.fileno()}"]
+    config.graceful_timeout = grace
+    config.accesslog = None
+    config.errorlog = quiet = logging.getLogger("synapse.http.hypercorn")
+    quiet.setLevel(logging.WARNING)  # we print the URL ourselves
+    config.backlog = BACKLOG
+    # Hypercorn takes the descriptor over and closes it; ours must not.
+    sock.detach()
+    async with anyio.create_task_group() as tg:
+
+        async def relay() -> None:
+            await force.wait()
+            tg.cancel_scope.cancel()
+
+        tg.start_soon(relay)
+        await serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
+        tg.cancel_scope.cancel()

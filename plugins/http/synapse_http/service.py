@@ -1,0 +1,91 @@
+"""What every route shares: the host (opened lazily or given), settings, metrics."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
+
+from synapse_core.config import HostConfig, Task
+from synapse_core.deadline import Deadline
+from synapse_core.errors import Refused
+from synapse_core.host import Host, open_host
+from synapse_core.plugins import PluginHost
+
+from .errors import HTTPError
+from .metrics import Metrics
+from .schemas import ErrorBody
+from .settings import ServeSettings
+
+
+class Service:
+    """One app's state. The host is either given already open (the caller
+    owns it) or opened by :meth:`lifespan` and closed when the app stops."""
+
+    def __init__(
+        self,
+        host: Host | None,
+        config: HostConfig | None,
+        settings: ServeSettings,
+        plugins: PluginHost | Iterable[object] | None = None,
+    ) -> None:
+        self._host = host
+        self._config = config
+        self._plugins = plugins
+        self.settings = settings
+        self.metrics = Metrics(self)
+        #: set when the server stops taking requests (``/health`` then says 503)
+        self.stopping = False
+
+    @property
+    def host(self) -> Host:
+        if self._host is None:
+            raise HTTPError(
+                503,
+                ErrorBody(
+                    error="the server is not serving (starting or stopped); retry shortly",
+                    error_type="unavailable",
+                    may_have_run=False,
+                ),
+            )
+        return self._host
+
+    @property
+    def open(self) -> Host | None:
+        return self._host
+
+    @asynccontextmanager
+    async def lifespan(self) -> AsyncIterator[None]:
+        """Open the host unless one was given; preload; close what was opened."""
+        if self._host is not None:
+            yield
+            return
+        async with open_host(self._config, plugins=self._plugins) as host:
+            await preload(host, self.settings.preload)
+            self._host = host
+            try:
+                yield
+            finally:
+                self.stopping = True
+                self._host = None
+
+    def default_model(self, task: Task) -> str:
+        """The catalog's first model for ``task`` that can run here."""
+        entries = self.host.catalog.entries.values()
+        for entry in entries:
+            if entry.spec.task == task and entry.available:
+                return entry.spec.name
+        raise Refused(
+            "unknown-model",
+            f"the catalog has no {task} model that can run here; add one or name a model",
+            model="",
+        )
+
+
+#: how long a preloaded worker may take to start
+PRELOAD_TIMEOUT_S = 120.0
+
+
+async def preload(host: Host, models: Iterable[str]) -> None:
+    """Start ``models``' workers, one after the other, and wait for their hellos."""
+    for model in models:
+        await host.load(model, deadline=Deadline.after(PRELOAD_TIMEOUT_S))

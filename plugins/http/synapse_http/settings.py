@@ -1,0 +1,26 @@
+"""What ``synapse serve`` is told on its command line, as one value."""
+
+from __future__ import annotations
+
+import attrs
+
+VERSION = "0.1.0"
+MIB = 1024 * 1024
+
+
+@attrs.frozen
+class ServeSettings:
+    """The HTTP face's own settings; the host's are in its catalog."""
+
+    #: clients must send ``Authorization: Bearer <api_key>`` (``None``: no check)
+    api_key: str | None = None
+    #: the longest a call may take; a request's ``X-Synapse-Timeout-Ms`` may shorten it
+    request_timeout_s: float = 30.0
+    #: larger bodies are answered 413 before they are read
+    max_body_bytes: int = 2 * MIB
+    #: more inputs in one request are answered 413
+    max_inputs: int = 256
+    #: how long in-flight requests may run on after a shutdown signal
+    shutdown_grace_s: float = 20.0
+    #: models to start before serving (the rest start on their first call)
+    preload: tuple[str, ...] = ()

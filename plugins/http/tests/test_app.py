@@ -1,0 +1,91 @@
+"""The app in-process, through ``create_app``: with a host its caller owns, or
+opening its own in the ASGI lifespan. No server, no sockets; both anyio backends."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+
+import synapse_core as synapse
+from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core.tokenizer import BasicTokenizer
+from synapse_http import ServeSettings, create_app
+from synapse_mock_transport.inprocess import InProcessTransport
+
+from .conftest import model
+
+pytestmark = pytest.mark.anyio
+
+
+class BrokenTokenizer(InProcessTransport):
+    """A tokenizer that fails on texts saying "boom": a plugin bug, not the caller's."""
+
+    def tokenizer(self, spec: Any) -> Any:
+        class Broken(BasicTokenizer):
+            def encode(self, text: str) -> list[int]:
+                if "boom" in text:
+                    raise ValueError("cannot tokenize this")
+                return super().encode(text)
+
+        return Broken()
+
+
+def config() -> synapse.HostConfig:
+    return synapse.HostConfig.from_toml_text(catalog_toml(model("e"), model("r", task="rerank")))
+
+
+@asynccontextmanager
+async def client(app: Starlette) -> AsyncIterator[httpx.AsyncClient]:
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://synapse") as http:
+        yield http
+
+
+async def test_an_unexpected_error_is_500_with_an_id_in_the_log_and_no_traceback(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    plugins = [transport_plugin(BrokenTokenizer())]
+    async with (
+        synapse.open_host(config(), plugins=plugins) as host,
+        client(create_app(host)) as http,
+    ):
+        response = await http.post("/embed", json={"inputs": ["fine", "boom"]})
+        assert (await http.post("/embed", json={"inputs": ["fine"]})).status_code == 200
+    assert response.status_code == 500
+    body = response.json()
+    assert body["error_type"] == "internal-error" and body["error_id"] in body["error"]
+    assert "Traceback" not in response.text and "cannot tokenize" not in response.text
+    logged = [r for r in caplog.records if r.levelno == logging.ERROR]
+    assert any(body["error_id"] in r.getMessage() and r.exc_info for r in logged)
+
+
+async def test_an_app_given_an_open_host_serves_it_and_leaves_it_open() -> None:
+    transport = InProcessTransport()
+    async with synapse.open_host(config(), plugins=[transport_plugin(transport)]) as host:
+        async with client(create_app(host, ServeSettings(max_inputs=2))) as http:
+            assert len((await http.post("/embed", json={"inputs": ["a", "b"]})).json()) == 2
+            assert (await http.post("/embed", json={"inputs": ["a"] * 3})).status_code == 413
+        assert host.snapshot().worker("e").state == "ready"  # the app closed nothing
+
+
+async def test_an_app_given_a_config_opens_its_host_in_the_lifespan_and_closes_it() -> None:
+    transport = InProcessTransport()
+    settings = ServeSettings(preload=("r",))
+    app = create_app(config(), settings, plugins=[transport_plugin(transport)])
+    async with client(app) as http:
+        before = await http.post("/embed", json={"inputs": ["a"]})
+        assert before.status_code == 503 and before.json()["error_type"] == "unavailable"
+        assert (await http.get("/health")).status_code == 503
+        async with app.router.lifespan_context(app):
+            assert len(transport.launches) == 1  # preloaded "r" only
+            assert (await http.get("/health")).status_code == 200
+            assert (await http.post("/embed", json={"inputs": ["a"]})).status_code == 200
+        assert (await http.get("/health")).status_code == 503
+    assert len(transport.launches) == 2
+    assert all(record.process.exited for record in transport.launches)
