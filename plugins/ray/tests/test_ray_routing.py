@@ -115,7 +115,7 @@ def test_capacity_exhausted_answers_503(serve_app: ServeApp) -> None:
         timeout=BOUND_S,
     )
     assert answer.status_code == 503, answer.text
-    assert answer.json()["error_type"] == "capacity-exhausted"
+    assert answer.json()["error"]["type"] == "capacity-exhausted"  # OpenAI's error shape
 
 
 def test_unknown_model_is_refused_as_by_synapse_serve(serve_app: ServeApp) -> None:
@@ -126,4 +126,4 @@ def test_unknown_model_is_refused_as_by_synapse_serve(serve_app: ServeApp) -> No
         timeout=BOUND_S,
     )
     assert answer.status_code == 404, answer.text
-    assert answer.json()["error_type"] == "unknown-model"
+    assert answer.json()["error"]["type"] == "unknown-model"
