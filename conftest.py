@@ -20,6 +20,7 @@ PLUGIN_PACKAGES = (
     "synapse_certify",
     "synapse_http",
     "synapse_ray",
+    "synapse_cpu",
 )
 MISSING = tuple(p for p in PLUGIN_PACKAGES if importlib.util.find_spec(p) is None)
 _NEEDS = re.compile(r"\b(" + "|".join(MISSING) + r")\b") if MISSING else None

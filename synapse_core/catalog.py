@@ -15,6 +15,7 @@ from .errors import ConfigError, Refused
 from .plugins import PluginHost, TransportInfo
 from .tokenizer import BasicTokenizer, Tokenizer
 from .transport import LaneInfo
+from .wire import bucket_problem
 
 DEFAULT_CATALOG = "default_catalog.toml"
 
@@ -33,10 +34,20 @@ class Entry:
     tokenizer: Tokenizer
     #: why the model cannot run here ("" when it can)
     problem: str = ""
+    #: the buckets its workers will report, when the transport knows them
+    #: before one starts (``Transport.buckets``); else ``None``
+    buckets: tuple[int, ...] | None = None
 
     @property
     def available(self) -> bool:
         return not self.problem
+
+    @property
+    def ceiling(self) -> int:
+        """The longest sequence served: the catalog ceiling, capped by the
+        largest known bucket."""
+        ceiling = self.spec.ceiling
+        return min(ceiling, self.buckets[-1]) if self.buckets else ceiling
 
 
 class Catalog:
@@ -61,12 +72,14 @@ class Catalog:
                     f"{spec.transport!r}); install its plugin or check SYNAPSE_PLUGINS",
                 )
                 continue
+            buckets = None
             try:
                 info.transport.validate_model(spec)
+                buckets = _known_buckets(info, spec)
             except ConfigError as exc:
                 problems.extend(f"models[{i}].{p}" for p in exc.problems)
             problem = (
-                ""
+                _model_problem(info, spec)
                 if info.availability.available
                 else (f"transport {spec.transport!r} cannot run here: {info.availability.reason}")
             )
@@ -76,6 +89,7 @@ class Catalog:
                 info.transport.lane_for(spec),
                 info.transport.tokenizer(spec),
                 problem,
+                buckets,
             )
         if problems:
             raise ConfigError(self.source, problems)
@@ -101,6 +115,38 @@ class Catalog:
         if entry.problem:
             raise Refused("transport-unavailable", entry.problem, model=name)
         return entry
+
+
+def _model_problem(info: TransportInfo, spec: ModelSpec) -> str:
+    try:
+        availability = info.transport.model_availability(spec)
+    except Exception as exc:
+        return f"transport {spec.transport!r} failed to check model {spec.name!r}: {exc!r}"
+    if availability.available:
+        return ""
+    return f"model {spec.name!r} cannot run here: {availability.reason}"
+
+
+def _known_buckets(info: TransportInfo, spec: ModelSpec) -> tuple[int, ...] | None:
+    """The transport's declared buckets for ``spec``, checked as a hello's are."""
+    try:
+        declared = info.transport.buckets(spec)
+    except ConfigError:
+        raise
+    except Exception as exc:
+        raise ConfigError(
+            "", [f"options: transport {spec.transport!r} could not declare buckets: {exc!r}"]
+        ) from None
+    if declared is None:
+        return None
+    buckets = tuple(declared)
+    problem = bucket_problem(buckets)
+    if problem:
+        raise ConfigError(
+            "",
+            [f"options: transport {spec.transport!r} declares buckets {list(buckets)}: {problem}"],
+        )
+    return buckets
 
 
 def _safe_models(info: TransportInfo, plugins: PluginHost) -> tuple[ModelSpec, ...]:

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
-from .wire import PREFIX, Codec, Frame, WireError
+from .wire import PREFIX, Codec, Frame, WireError, stray_text
 
 _STREAM_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 _READ_SIZE = 65536
@@ -169,7 +169,13 @@ class FramedChannel:
         if len(buffer) < PREFIX.size:
             self._wanted = PREFIX.size - len(buffer)
             return None
-        end = PREFIX.size + self.codec.body_length(buffer[: PREFIX.size])
+        try:
+            end = PREFIX.size + self.codec.body_length(buffer[: PREFIX.size])
+        except WireError as exc:
+            text = stray_text(buffer)
+            if text is None:
+                raise
+            raise WireError(text) from exc
         if len(buffer) < end:
             self._wanted = end - len(buffer)
             return None

@@ -50,6 +50,8 @@ class ModelSpec:
     package: str
     ceiling: int = attrs.field(validator=_positive)
     options: dict[str, Any] = attrs.field(factory=dict)
+    #: shown by ``synapse catalog``: what the model is, in a line
+    description: str = ""
 
 
 @attrs.frozen

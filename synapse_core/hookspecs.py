@@ -81,16 +81,22 @@ def synapse_register_transports(register: Callable[[Transport], None]) -> None:
 
 
 @hookspec(firstresult=True)
-def synapse_admission_cost(model: ModelSpec, shape: Shape, lane: LaneView) -> int | None:
+def synapse_admission_cost(
+    model: ModelSpec, shape: Shape, lane: LaneView, worker_id: str
+) -> int | None:
     """Return the reservation units admitting ``shape`` costs on ``lane``.
 
     Called (under the lane's grant decision, so do not block) before every
     admission of a shape by a worker. Stops at the first non-``None`` result.
-    The default charges ``shape.bucket * shape.batch`` units.
+    The default charges ``shape.bucket * shape.batch`` units. A cost that
+    belongs to the worker rather than to one shape (its loaded weights) can
+    ride on an admission when none of ``worker_id``'s reservations in
+    ``lane.reservations`` carries it yet.
 
     :param model: the catalog entry of the worker asking.
     :param shape: the compiled shape (bucket, batch) to admit.
     :param lane: a read-only picture of the lane.
+    :param worker_id: the worker asking, as its reservations name it.
     """
 
 

@@ -16,9 +16,10 @@ import anyio
 import attrs
 
 from .memory import byte_pipe
+from .process import launch_spec
 from .transport import Launched, LaunchRequest
 from .wire import Frame
-from .worker_kit import WorkerLogic, serve_streams
+from .worker import ModelWorker, WorkerLogic, build_logic, serve_streams
 
 ReplyGate = Callable[[str, Frame], Awaitable[None]]
 
@@ -87,8 +88,10 @@ class LaunchRecord:
 class InProcessWorkers:
     """Mix into a transport to run its workers in-process.
 
-    The transport builds its worker logic and calls :meth:`start_in_process`
-    from ``launch``; the records and trace let tests see what ran.
+    The transport's ``launch`` calls :meth:`start_worker` with its
+    :class:`~synapse_core.worker.ModelWorker` class (or builds a
+    :class:`~synapse_core.worker.WorkerLogic` and calls
+    :meth:`start_in_process`); the records and trace let tests see what ran.
     """
 
     def __init__(self) -> None:
@@ -105,6 +108,20 @@ class InProcessWorkers:
         return [
             r for r in self.trace if r["frame"] == frame and (model is None or r["model"] == model)
         ]
+
+    def start_worker(
+        self,
+        request: LaunchRequest,
+        worker_class: type[ModelWorker],
+        pid: int,
+        *,
+        on_exit: Callable[[], None] | None = None,
+    ) -> Launched:
+        """Build ``worker_class`` for ``request`` as a subprocess would (options,
+        fault knobs, tracing into :attr:`trace`) and start it in-process."""
+        spec = launch_spec(request)
+        logic = build_logic(worker_class, spec, pid=pid, trace_sink=self.trace.append)
+        return self.start_in_process(request, logic, pid, on_exit=on_exit)
 
     def start_in_process(
         self,

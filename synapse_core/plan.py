@@ -150,7 +150,7 @@ def plan_call(
         if not query_ids:
             raise Refused("empty-sequence", "the query is empty; give it some text", model=model)
     query_count = None if query_ids is None else len(query_ids)
-    ceiling = entry.spec.ceiling
+    ceiling = entry.ceiling
     # Counting is enough to refuse: a large call's ids are then encoded chunk
     # by chunk, while earlier chunks run. A small call is encoded at once
     # (counting first would only add a pass), and so is every call of a

@@ -192,8 +192,12 @@ class PluginHost:
 
     # -- residency policy, buckets, observation, commands ----------------------
 
-    def admission_cost(self, model: ModelSpec, shape: Shape, lane: LaneView) -> int:
-        cost = self.pm.hook.synapse_admission_cost(model=model, shape=shape, lane=lane)
+    def admission_cost(
+        self, model: ModelSpec, shape: Shape, lane: LaneView, worker_id: str = ""
+    ) -> int:
+        cost = self.pm.hook.synapse_admission_cost(
+            model=model, shape=shape, lane=lane, worker_id=worker_id
+        )
         if not isinstance(cost, int) or cost < 0:
             raise PluginError(f"synapse_admission_cost returned {cost!r}; expected an int >= 0")
         return cost

@@ -18,6 +18,9 @@ from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 from .transport import Launched, LaunchRequest, WorkerProcess
 from .wire import LaunchSpec
 
+#: the module every Python worker starts through (see :mod:`synapse_core.worker.entry`)
+WORKER_ENTRY = "synapse_core.worker"
+
 
 class SubprocessWorker:
     """A :class:`~synapse_core.transport.WorkerProcess` over an anyio process."""
@@ -58,6 +61,7 @@ def launch_spec(request: LaunchRequest) -> LaunchSpec:
         worker_id=request.worker_id,
         generation=request.generation,
         options=dict(request.model.options),
+        host_pid=os.getpid(),
     )
 
 
@@ -69,7 +73,14 @@ async def spawn_worker(
     unset_env: Sequence[str] = (),
     pass_fds: Sequence[int] = (),
 ) -> Launched:
-    """Start ``python -m module --spec JSON`` speaking frames on stdin/stdout.
+    """Start a Python worker speaking frames on stdin/stdout.
+
+    ``module`` is ``"package.module:WorkerClass"`` (a
+    :class:`~synapse_core.worker.ModelWorker` subclass, or a function building
+    a :class:`~synapse_core.worker.WorkerLogic` from a launch spec) or a
+    module run as ``__main__``. The child runs ``python -m synapse_core.worker
+    MODULE --spec JSON``: its stdout is moved to stderr before ``module`` is
+    imported, and it exits soon after this process does.
 
     ``env`` adds variables; ``unset_env`` removes some (the direct-ANE worker
     needs ``TMPDIR`` removed); ``pass_fds`` are inherited (lane locks).
@@ -85,7 +96,7 @@ async def spawn_worker(
     from_child, to_host = os.pipe()
     try:
         process = await anyio.open_process(
-            [sys.executable, "-m", module, "--spec", spec],
+            [sys.executable, "-m", WORKER_ENTRY, module, "--spec", spec],
             stdin=to_child,
             stdout=to_host,
             stderr=None,

@@ -127,6 +127,28 @@ class Transport:
         """Check ``model.options``; raise :class:`~synapse_core.errors.ConfigError`
         naming the bad option's path. Called when a host opens, never spawning."""
 
+    def describe(self) -> str:
+        """One line for ``synapse plugins`` about what runs here (e.g. which
+        backends are installed); empty for none. Keep it cheap."""
+        return ""
+
+    def model_availability(self, model: ModelSpec) -> Availability:
+        """Whether ``model`` can run here when the transport can (its files are
+        installed...); ``reason`` tells a user what to install. Called when a
+        catalog is built: keep it cheap (no hashing, no loading)."""
+        return Availability.yes()
+
+    def buckets(self, model: ModelSpec) -> Sequence[int] | None:
+        """The buckets ``model``'s workers will report, if known from its options.
+
+        With them the catalog knows the effective ceiling, ``min(ceiling,
+        largest bucket)``, before any worker starts: longer inputs are refused
+        without starting one, and ``synapse catalog`` shows both. ``None``
+        (the default): known only from a worker's hello. Called when a
+        catalog opens, after :meth:`validate_model`; never spawn here.
+        """
+        return None
+
     def lane_for(self, model: ModelSpec) -> LaneInfo:
         """The lane ``model`` runs on."""
         return LaneInfo(f"{self.name}:0")

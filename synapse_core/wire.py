@@ -61,6 +61,12 @@ class Hello(Frame, tag="hello", frozen=True):
     max_batch: int
     identity: str
 
+    def __post_init__(self) -> None:
+        # Checked on decoding: a hello with unusable buckets is a start-up fault.
+        problem = bucket_problem(self.buckets)
+        if problem:
+            raise ValueError(f"hello buckets {self.buckets}: {problem}")
+
 
 class Admitted(Frame, tag="admitted", frozen=True):
     request_id: int
@@ -130,6 +136,8 @@ class LaunchSpec(msgspec.Struct, frozen=True):
     worker_id: str
     generation: int
     options: dict[str, object] = {}
+    #: the host's process id: the worker exits soon after that process is gone
+    host_pid: int | None = None
 
 
 WorkerFrame = Hello | Admitted | Output | Evicted | Inventory | Failure
@@ -166,6 +174,33 @@ class Codec:
             return self._decoder.decode(body)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
             raise WireError(f"undecodable frame: {exc}") from None
+
+
+_TEXT = frozenset(range(0x20, 0x7F)) | {0x09, 0x0A, 0x0D}
+
+
+def stray_text(data: bytes | bytearray, limit: int = 60) -> str | None:
+    """What to report when a frame header reads as text (a worker printed to
+    its stdout), or ``None`` when it does not."""
+    head = data[: PREFIX.size]
+    if len(head) < PREFIX.size or not all(b in _TEXT for b in head):
+        return None
+    more = "…" if len(data) > limit else ""
+    return f"worker wrote to stdout: {bytes(data[:limit])!r}{more}"
+
+
+def bucket_problem(buckets: Sequence[int]) -> str:
+    """Why ``buckets`` cannot be a worker's buckets, or ``""``: they must be
+    positive sizes in increasing order, none listed twice, at least one."""
+    if not buckets:
+        return "a worker needs at least one bucket"
+    if any(b <= 0 for b in buckets):
+        return "bucket sizes must be greater than 0"
+    if len(set(buckets)) != len(buckets):
+        return "a bucket is listed twice"
+    if list(buckets) != sorted(buckets):
+        return "buckets must be in increasing order"
+    return ""
 
 
 def pack_rows(rows: Sequence[Sequence[float]]) -> bytes:

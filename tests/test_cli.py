@@ -31,6 +31,10 @@ needs_mock = pytest.mark.skipif(
 )
 
 
+#: the shipped catalog's models, in its order
+SHIPPED = ["minilm", "minilm-rerank", "mini-a", "mini-b", "rr"]
+
+
 def invoke(
     args: Sequence[str],
     *,
@@ -112,6 +116,7 @@ def test_plugins_lists_the_selected_plugin_and_its_transport() -> None:
             "plugin": "mock",
             "available": True,
             "reason": "",
+            "details": "",
             "models": ["mini-a", "mini-b", "rr"],
         }
     ]
@@ -171,7 +176,7 @@ class _Shadowing:
 def test_a_plugin_cannot_replace_a_built_in_command() -> None:
     result = invoke(["catalog", "--json"], load=lambda: PluginHost([_Shadowing()]))
     assert result.exit_code == 0
-    assert [m["name"] for m in json.loads(result.stdout)["models"]] == ["mini-a", "mini-b", "rr"]
+    assert [m["name"] for m in json.loads(result.stdout)["models"]] == SHIPPED
     assert "replaced the built-in command 'catalog'" in error_line(result)
 
 
@@ -354,6 +359,16 @@ def test_missing_catalog_file_exits_2(tmp_path: Path) -> None:
     assert "cannot read file" in error_line(result)
 
 
+def test_catalog_prints_model_descriptions_as_notes() -> None:
+    result = invoke(["catalog"], plugins="")
+    assert result.exit_code == 0, result.stderr
+    notes = result.stdout.split("Notes:\n", 1)[1].splitlines()
+    assert notes[1].startswith("  minilm-rerank: bi-encoder rerank: cosine of separate MiniLM")
+    assert notes[1].endswith("not a cross-encoder")
+    doc = json.loads(invoke(["catalog", "--json"], plugins="").stdout)
+    assert {m["name"]: m["description"] for m in doc["models"]}["mini-a"] == ""
+
+
 @needs_mock
 def test_catalog_option_and_environment_choose_the_catalog(tmp_path: Path) -> None:
     one = write_catalog(tmp_path / "one.toml", model("from-option", buckets=[16, 64]))
@@ -363,7 +378,7 @@ def test_catalog_option_and_environment_choose_the_catalog(tmp_path: Path) -> No
         assert result.exit_code == 0, result.stderr
         return [m["name"] for m in json.loads(result.stdout)["models"]]
 
-    assert names(invoke(["catalog", "--json"])) == ["mini-a", "mini-b", "rr"]
+    assert names(invoke(["catalog", "--json"])) == SHIPPED
     assert names(invoke(["catalog", "--json", "--catalog", str(one)])) == ["from-option"]
     assert names(invoke(["catalog", "--json"], env={"SYNAPSE_CATALOG": str(two)})) == ["from-env"]
     # An explicit option wins over the environment.
@@ -373,7 +388,7 @@ def test_catalog_option_and_environment_choose_the_catalog(tmp_path: Path) -> No
 
 
 @needs_mock
-def test_catalog_shows_configured_buckets_and_availability(tmp_path: Path) -> None:
+def test_catalog_shows_buckets_effective_ceilings_and_availability(tmp_path: Path) -> None:
     path = write_catalog(
         tmp_path / "c.toml",
         model("bucketed", buckets=[16, 64]),
@@ -385,16 +400,24 @@ def test_catalog_shows_configured_buckets_and_availability(tmp_path: Path) -> No
     assert rows["bucketed"]["buckets"] == [16, 64]
     assert rows["bucketed"]["lane"] == "mock:0"
     assert rows["bucketed"]["available"] is True
-    assert rows["plain"]["buckets"] is None
+    # The transport declares its buckets before any worker starts: the
+    # largest caps the ceiling, and defaults show as well as set options.
+    assert (rows["bucketed"]["ceiling"], rows["bucketed"]["catalog_ceiling"]) == (64, 512)
+    assert rows["plain"]["buckets"] == [16, 32, 64, 128, 256, 512]
+    assert rows["plain"]["ceiling"] == 512
     assert rows["plain"]["task"] == "rerank"
+    assert rows["elsewhere"]["buckets"] is None
     assert rows["elsewhere"]["available"] is False
     assert "no installed transport provides model 'elsewhere'" in rows["elsewhere"]["problem"]
 
     human = invoke(["catalog", "--catalog", str(path)])
     assert human.exit_code == 0
     lines = {line.split()[0]: line.split() for line in human.stdout.splitlines()[2:]}
-    assert " ".join(lines["bucketed"]) == "bucketed embed mock mock:0 512 16,64 available"
-    assert lines["plain"][5] == "-"
+    assert " ".join(lines["bucketed"]) == (
+        "bucketed embed mock mock:0 64 (catalog 512) 16,64 available"
+    )
+    assert lines["plain"][5] == "16,32,64,128,256,512"
+    assert lines["elsewhere"][5] == "-"
     assert lines["elsewhere"][6] == "unavailable:"
 
 
@@ -435,6 +458,23 @@ def test_embed_json_has_full_vectors_in_input_order(tmp_path: Path) -> None:
     assert all(math.isclose(math.hypot(*v), 1.0, rel_tol=1e-5) for v in vectors)
     assert vectors[0] == vectors[2] != vectors[1]
     assert_served_by_exited_subprocesses(trace)
+
+
+@pytest.mark.subprocess
+@needs_mock
+def test_similarity_prints_the_cosine_of_the_first_text_with_each_other(tmp_path: Path) -> None:
+    path = write_catalog(tmp_path / "c.toml", model("m"))
+    texts = ["alpha beta", "alpha beta", "gamma delta"]
+    doc = json.loads(invoke(["similarity", "m", *texts, "--json", "--catalog", str(path)]).stdout)
+    cosines = [s["cosine"] for s in doc["similarities"]]
+    assert [s["text"] for s in doc["similarities"]] == texts[1:]
+    assert math.isclose(cosines[0], 1.0, rel_tol=1e-6) and abs(cosines[1]) < 0.9
+    human = invoke(["similarity", "m", *texts, "--catalog", str(path)])
+    assert human.exit_code == 0, human.stderr
+    lines = human.stdout.splitlines()
+    assert lines[1].split() == ["cosine", "text"]
+    assert lines[2].split() == ["+1.0000", "alpha", "beta"]
+    assert lines[-1] == f"identity {doc['identity']}"
 
 
 @pytest.mark.subprocess

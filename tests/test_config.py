@@ -77,12 +77,17 @@ def test_the_shipped_default_catalog_loads() -> None:
     config = default_config()
     assert config.source.endswith("default_catalog.toml")
     names = [m.name for m in config.models]
-    assert names == ["mini-a", "mini-b", "rr"]
+    assert names == ["minilm", "minilm-rerank", "mini-a", "mini-b", "rr"]
     # Two entries of one package: two separate workers.
     assert config.model("mini-a").package == config.model("mini-b").package  # type: ignore[union-attr]
     assert config.model("rr").task == "rerank"  # type: ignore[union-attr]
+    assert config.model("minilm-rerank").task == "rerank"  # type: ignore[union-attr]
     catalog = Catalog(config, PluginHost([transport_plugin(MockTransport())]))
-    assert all(entry.available for entry in catalog.entries.values())
+    entries = catalog.entries
+    assert all(entries[name].available for name in ("mini-a", "mini-b", "rr"))
+    # Without the cpu plugin, the real model is listed with what to install.
+    assert "transport 'cpu'" in entries["minilm"].problem
+    assert "install its plugin" in entries["minilm"].problem
 
 
 def test_model_lookup_and_with_models() -> None:

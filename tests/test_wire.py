@@ -52,7 +52,8 @@ FRAME_STRATEGIES: dict[type[Frame], st.SearchStrategy[Frame]] = {
         package=texts,
         generation=ints,
         pid=ints,
-        buckets=st.lists(sizes, max_size=8),
+        # A hello's buckets are checked on decoding: generate usable ones.
+        buckets=st.lists(st.integers(1, 2**32), min_size=1, max_size=8, unique=True).map(sorted),
         dims=sizes,
         max_batch=sizes,
         identity=texts,
@@ -118,6 +119,29 @@ def test_missing_defaulted_fields_decode_for_older_peers() -> None:
 def test_unknown_fields_from_newer_peers_are_ignored() -> None:
     body = msgspec.msgpack.encode({"t": "inventory_request", "request_id": 3, "later": [1, 2]})
     assert Codec().decode(body) == InventoryRequest(3)
+
+
+@pytest.mark.parametrize(
+    ("buckets", "problem"),
+    [
+        ([], "a worker needs at least one bucket"),
+        ([0], "bucket sizes must be greater than 0"),
+        ([16, -1], "bucket sizes must be greater than 0"),
+        ([16, 16], "a bucket is listed twice"),
+        ([32, 16], "buckets must be in increasing order"),
+    ],
+)
+def test_a_hello_with_unusable_buckets_does_not_decode(buckets: list[int], problem: str) -> None:
+    fields = {
+        "t": "hello", "protocol": PROTOCOL_VERSION, "implementation": "x", "version": "0",
+        "model": "m", "package": "p", "generation": 1, "pid": 1, "buckets": buckets, "dims": 4,
+        "max_batch": 1, "identity": "id",
+    }  # fmt: skip
+    with pytest.raises(WireError) as error:
+        Codec(WorkerFrame).decode(msgspec.msgpack.encode(fields))
+    assert str(error.value) == f"undecodable frame: hello buckets {buckets}: {problem}"
+    with pytest.raises(ValueError, match=problem):  # nor can a worker build one
+        Hello(PROTOCOL_VERSION, "x", "0", "m", "p", 1, 1, buckets, 4, 1, "id")
 
 
 @pytest.mark.parametrize(

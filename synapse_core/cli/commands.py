@@ -157,9 +157,40 @@ def rerank_command(
     )
 
 
+@click.command("similarity")
+@click.argument("model")
+@click.argument("first")
+@click.argument("others", nargs=-1, required=True)
+@deadline_option
+@json_option
+@catalog_option
+@click.pass_obj
+def similarity_command(
+    state: AppState,
+    model: str,
+    first: str,
+    others: tuple[str, ...],
+    deadline: float | None,
+    as_json: bool,
+    catalog: Path | None,
+) -> None:
+    """Embed FIRST and OTHERS with MODEL; print the cosine similarity of FIRST
+    with each of OTHERS (1: same direction, 0: unrelated)."""
+    config = load_config(catalog)
+    inputs = gather((first, *others), None, "text")
+    with progress(len(inputs.items), "embedding", "texts") as on_batch:
+        result = run_embed(config, state.plugins, model, inputs, deadline, on_batch)
+    emit(
+        render.similarity_doc(result, inputs),
+        as_json,
+        lambda: render.similarity_lines(result, inputs),
+    )
+
+
 BUILTIN: tuple[click.Command, ...] = (
     plugins_command,
     catalog_command,
     embed_command,
     rerank_command,
+    similarity_command,
 )

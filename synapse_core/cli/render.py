@@ -68,6 +68,32 @@ def embed_lines(result: EmbedResult, inputs: Inputs) -> list[str]:
     return [title, *table(["index", "dims", "norm", "first values", "text"], rows)]
 
 
+def cosine(a: Sequence[float], b: Sequence[float]) -> float:
+    dot = sum(x * y for x, y in zip(a, b, strict=True))
+    norms = math.sqrt(sum(x * x for x in a)) * math.sqrt(sum(y * y for y in b))
+    return dot / norms if norms else 0.0
+
+
+def similarity_doc(result: EmbedResult, inputs: Inputs) -> Doc:
+    first, *others = result.vectors
+    return {
+        "model": result.model,
+        "identity": result.identity,
+        "first": inputs.items[0],
+        "similarities": [
+            {"text": text, "cosine": cosine(first, vector)}
+            for text, vector in zip(inputs.items[1:], others, strict=True)
+        ],
+    }
+
+
+def similarity_lines(result: EmbedResult, inputs: Inputs) -> list[str]:
+    doc = similarity_doc(result, inputs)
+    rows = [[f"{s['cosine']:+.4f}", clip(s["text"])] for s in doc["similarities"]]
+    title = f"{result.model}: cosine similarity with {clip(inputs.items[0])!r}"
+    return [title, *table(["cosine", "text"], rows), f"identity {result.identity}"]
+
+
 def rerank_doc(result: RerankResult, query: str) -> Doc:
     return {
         "model": result.model,
@@ -96,7 +122,6 @@ def catalog_doc(catalog: Catalog) -> Doc:
     models = []
     for name, entry in catalog.entries.items():
         spec = entry.spec
-        buckets = spec.options.get("buckets")
         models.append(
             {
                 "name": name,
@@ -104,12 +129,14 @@ def catalog_doc(catalog: Catalog) -> Doc:
                 "transport": spec.transport,
                 "package": spec.package,
                 "lane": entry.lane.lane_id if entry.lane else None,
-                "ceiling": spec.ceiling,
-                # Buckets are reported by a worker's hello; before that only
-                # the configured ones (if any) are known.
-                "buckets": list(buckets) if isinstance(buckets, list | tuple) else None,
+                # The effective ceiling: capped by the largest bucket when the
+                # transport declares its buckets before a worker starts.
+                "ceiling": entry.ceiling,
+                "catalog_ceiling": spec.ceiling,
+                "buckets": list(entry.buckets) if entry.buckets is not None else None,
                 "available": entry.available,
                 "problem": entry.problem,
+                "description": spec.description,
             }
         )
     return {"source": catalog.source, "models": models}
@@ -124,14 +151,22 @@ def catalog_lines(doc: Doc) -> list[str]:
             m["task"],
             m["transport"],
             m["lane"] or "-",
-            str(m["ceiling"]),
+            str(m["ceiling"])
+            + (
+                f" (catalog {m['catalog_ceiling']})" if m["ceiling"] != m["catalog_ceiling"] else ""
+            ),
             ",".join(str(b) for b in m["buckets"]) if m["buckets"] else "-",
             "available" if m["available"] else f"unavailable: {m['problem']}",
         ]
         for m in doc["models"]
     ]
     header = ["model", "task", "transport", "lane", "ceiling", "buckets", "status"]
-    return [f"Catalog {doc['source']}:", *table(header, rows)]
+    notes = [f"  {m['name']}: {m['description']}" for m in doc["models"] if m["description"]]
+    return [
+        f"Catalog {doc['source']}:",
+        *table(header, rows),
+        *(["Notes:", *notes] if notes else []),
+    ]
 
 
 # -- plugins ----------------------------------------------------------------------------
@@ -154,6 +189,7 @@ def plugins_doc(plugins: PluginHost, config: HostConfig, selected: set[str] | No
             "plugin": t.plugin,
             "available": t.availability.available,
             "reason": t.availability.reason,
+            "details": _describe(t.transport),
             "models": [m.name for m in _served(config, t.transport) if m.transport == name],
         }
         for name, t in sorted(plugins.transports().items())
@@ -196,6 +232,8 @@ def plugins_lines(doc: Doc) -> list[str]:
             status = "available" if t["available"] else f"unavailable: {t['reason']}"
             models = ", ".join(t["models"]) or "none"
             lines.append(f"  {t['name']}  {status}")
+            if t["details"]:
+                lines.append(f"    {t['details']}")
             lines.append(f"    plugin {t['plugin']}; catalog models: {models}")
     else:
         lines.append(
@@ -206,6 +244,13 @@ def plugins_lines(doc: Doc) -> list[str]:
         lines.append("Problems:")
         lines.extend(f"  {problem}" for problem in doc["problems"])
     return lines
+
+
+def _describe(transport: Transport) -> str:
+    try:
+        return transport.describe()
+    except Exception as exc:  # a diagnostic listing goes on
+        return f"describe() failed: {exc!r}"
 
 
 def _served(config: HostConfig, transport: Transport) -> tuple[ModelSpec, ...]:

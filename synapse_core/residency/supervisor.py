@@ -369,7 +369,7 @@ class Supervisor:
             raise Retired(f"model {worker.spec.name!r} is retiring; it takes no new work")
         leased = self._leased()
         view = self.lane.view(leased, self._evictable(leased))
-        units = self.plugins.admission_cost(worker.spec, shape, view)
+        units = self.plugins.admission_cost(worker.spec, shape, view, worker.worker_id)
         if units > self.lane.capacity:
             raise CapacityExhausted(
                 f"{shape} of {worker.spec.name!r} needs {units} units; lane "

@@ -12,10 +12,10 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from synapse_core.wire import Shape, Task
+from synapse_core.plugin import Declined, Shape, Task
 
 
-class DeviceError(Exception):
+class DeviceError(Declined):
     """The device could not do what was asked; ``code`` travels in a failure frame."""
 
     code = "device-error"

@@ -19,7 +19,7 @@ import platform
 import sys
 from collections.abc import Callable, Sequence
 
-from synapse_core.wire import Shape, Task
+from synapse_core.plugin import Shape, Task
 
 from .device import DeviceUnavailable
 

@@ -17,14 +17,19 @@ from pathlib import Path
 
 import anyio
 
-from synapse_core.inprocess import InProcessProcess, InProcessWorkers, LaunchRecord
-from synapse_core.transport import Launched, LaunchRequest
-from synapse_core.wire import Frame
+from synapse_core.plugin import (
+    Frame,
+    InProcessProcess,
+    InProcessWorkers,
+    Launched,
+    LaunchRecord,
+    LaunchRequest,
+)
 
-from .device import SimulatedDevice
-from .logic import AneLogic
-from .options import parse_options
+from .device import Device, SimulatedDevice
+from .options import AneOptions
 from .transport import AneDirectTransport, held_lane
+from .worker import AneWorker
 
 _pids = itertools.count(5_000_000)
 
@@ -63,24 +68,26 @@ class InProcessAneTransport(InProcessWorkers, AneDirectTransport):
 
     async def launch(self, request: LaunchRequest) -> Launched:
         lock = held_lane(request)
-        options = parse_options(request.model.options)
-        # The compile delay is not slept here: tests hold replies instead.
-        device = SimulatedDevice(options.dims, sleep=lambda _: None)
-        pid = next(_pids)
-        logic = AneLogic(
-            model=request.model.name,
-            package=request.model.package,
-            generation=request.generation,
-            options=options,
-            device=device,
-            pid=pid,
-            trace_sink=self.trace.append,
-            facts={"lane_lock_inherited": True},
-        )
         # What a subprocess inherits through pass_fds: the same open file
         # description, so the lane stays locked while this worker runs.
         inherited_fd = os.dup(lock.fd)
-        return self.start_in_process(request, logic, pid, on_exit=lambda: os.close(inherited_fd))
+        return self.start_worker(
+            request, InProcessAneWorker, next(_pids), on_exit=lambda: os.close(inherited_fd)
+        )
 
 
-__all__ = ["InProcessAneTransport", "InProcessProcess", "LaunchRecord", "ReplyGate"]
+class InProcessAneWorker(AneWorker):
+    """An :class:`AneWorker` on a simulated device whose compiles take no time:
+    tests hold replies instead."""
+
+    def open_device(self, options: AneOptions) -> tuple[Device, dict[str, object]]:
+        return SimulatedDevice(options.dims, sleep=lambda _: None), {"lane_lock_inherited": True}
+
+
+__all__ = [
+    "InProcessAneTransport",
+    "InProcessAneWorker",
+    "InProcessProcess",
+    "LaunchRecord",
+    "ReplyGate",
+]

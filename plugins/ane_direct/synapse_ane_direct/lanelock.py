@@ -32,8 +32,7 @@ from pathlib import Path
 
 import msgspec
 
-from synapse_core.errors import LaneLocked, SynapseError
-from synapse_core.transport import LaneSession
+from synapse_core.plugin import LaneLocked, LaneSession, SynapseError
 
 #: Attempts when the lock file is replaced between ``open`` and ``flock``.
 MAX_ATTEMPTS = 16

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from synapse_core.hookspecs import hookimpl
-from synapse_core.transport import Transport
+from synapse_core.plugin import Transport, hookimpl
 
 from .transport import AneDirectTransport
 

@@ -12,9 +12,15 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
-from synapse_core.config import ModelSpec
-from synapse_core.process import spawn_worker
-from synapse_core.transport import Availability, LaneInfo, Launched, LaunchRequest, Transport
+from synapse_core.plugin import (
+    Availability,
+    LaneInfo,
+    Launched,
+    LaunchRequest,
+    ModelSpec,
+    Transport,
+    spawn_worker,
+)
 
 from . import hardware
 from .lanelock import LaneLock, acquire
@@ -23,7 +29,7 @@ from .options import DEVICE_KINDS, parse_options
 NAME = "ane-direct"
 #: Capacity in reservation units (bucket x batch with the default cost).
 LANE = LaneInfo("ane:0", capacity=65_536, hardware_lock=True)
-WORKER_MODULE = "synapse_ane_direct.worker"
+WORKER = "synapse_ane_direct.worker:AneWorker"
 
 ENV_DEVICE = "SYNAPSE_ANE_DEVICE"
 ENV_LANE_FD = "SYNAPSE_ANE_LANE_FD"
@@ -94,6 +100,9 @@ class AneDirectTransport(Transport):
     def validate_model(self, model: ModelSpec) -> None:
         parse_options(model.options, source=f"model {model.name!r}")
 
+    def buckets(self, model: ModelSpec) -> Sequence[int]:
+        return sorted(parse_options(model.options, source=f"model {model.name!r}").buckets)
+
     def lane_for(self, model: ModelSpec) -> LaneInfo:
         return LANE
 
@@ -103,7 +112,7 @@ class AneDirectTransport(Transport):
     async def launch(self, request: LaunchRequest) -> Launched:
         lock = held_lane(request)
         return await spawn_worker(
-            WORKER_MODULE,
+            WORKER,
             request,
             env=self.worker_env(lock),
             unset_env=UNSET_ENV,

@@ -1,7 +1,9 @@
-"""The direct-ANE worker process: ``python -m synapse_ane_direct.worker --spec JSON``.
+"""The direct-ANE worker: a ``ModelWorker`` over a :class:`~.device.Device`.
 
-Started by :class:`~.transport.AneDirectTransport` with the lane lock's
-descriptor inherited and ``TMPDIR`` removed from the environment.
+Started by :class:`~.transport.AneDirectTransport` as
+``synapse_ane_direct.worker:AneWorker``, with the lane lock's descriptor
+inherited and ``TMPDIR`` removed from the environment. The in-process
+variant runs a subclass that opens a simulated device.
 """
 
 from __future__ import annotations
@@ -10,15 +12,16 @@ import os
 import sys
 from collections.abc import Mapping
 
-from synapse_core.wire import LaunchSpec
-from synapse_core.worker_kit import worker_main
+from synapse_core.plugin import ModelWorker, Shape, worker_main
 
+from . import __version__
 from .device import Device, DeviceUnavailable, RefusingDevice, SimulatedDevice
 from .hardware import HardwareDevice
 from .lanelock import holds_lane
-from .logic import AneLogic
-from .options import AneOptions, parse_options
+from .options import AneOptions
 from .transport import ENV_DEVICE, ENV_LANE_FD, ENV_LANE_LOCK
+
+IMPLEMENTATION = "synapse-ane-direct"
 
 
 def device_kind(options: AneOptions, env: Mapping[str, str]) -> str:
@@ -47,23 +50,52 @@ def open_device(kind: str, options: AneOptions, lane_locked: bool) -> Device:
         return RefusingDevice(str(exc))
 
 
-def build(spec: LaunchSpec) -> AneLogic:
-    options = parse_options(spec.options)
-    env = os.environ
-    lane_locked = inherited_lane_lock(env)
-    return AneLogic(
-        model=spec.model,
-        package=spec.package,
-        generation=spec.generation,
-        options=options,
-        device=open_device(device_kind(options, env), options, lane_locked),
-        facts={"tmpdir_set": "TMPDIR" in env, "lane_lock_inherited": lane_locked},
-    )
+class AneWorker(ModelWorker):
+    """One direct-ANE worker generation.
 
+    The hello's trace record carries ``facts`` about the environment the
+    worker really ran in (the device, whether ``TMPDIR`` was set and whether
+    the lane lock was inherited), so tests can check them.
+    """
 
-def main(argv: list[str] | None = None) -> int:
-    return worker_main("synapse_ane_direct.worker", build, argv)
+    options_type = AneOptions
+    version = __version__
+    device: Device
+    facts: dict[str, object]
+
+    def load(self, options: AneOptions) -> None:
+        self.device, self.facts = self.open_device(options)
+        self.buckets = options.buckets
+        self.dims = options.dims
+        self.max_batch = options.max_batch
+        self.implementation = f"{IMPLEMENTATION} ({self.device.kind} device)"
+        self.identity = f"ane-direct:{self.package}:{self.device.identity}:v1"
+
+    def open_device(self, options: AneOptions) -> tuple[Device, dict[str, object]]:
+        """The device this worker drives, and the facts to trace about it."""
+        env = os.environ
+        lane_locked = inherited_lane_lock(env)
+        device = open_device(device_kind(options, env), options, lane_locked)
+        return device, {"tmpdir_set": "TMPDIR" in env, "lane_lock_inherited": lane_locked}
+
+    def admit(self, shape: Shape) -> None:
+        self.device.compile(shape)
+
+    def embed(self, batch: list[list[int]]) -> list[list[float]]:
+        return self.device.run(self.shape, "embed", batch, None)
+
+    def rerank(self, query: list[int], batch: list[list[int]]) -> list[list[float]]:
+        return self.device.run(self.shape, "rerank", batch, query)
+
+    def evict(self, shape: Shape) -> None:
+        self.device.evict(shape)
+
+    def close(self) -> None:
+        self.device.close()
+
+    def trace_facts(self) -> Mapping[str, object]:
+        return {"device": self.device.kind, **self.facts}
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(worker_main(AneWorker))

@@ -16,9 +16,10 @@ from synapse_ane_direct.device import (
     rerank_score,
 )
 from synapse_ane_direct.hardware import NOT_WRITTEN, HardwareDevice
-from synapse_ane_direct.logic import AneLogic
-from synapse_ane_direct.options import AneOptions, parse_options
-from synapse_ane_direct.worker import device_kind, open_device
+from synapse_ane_direct.inprocess import InProcessAneWorker
+from synapse_ane_direct.options import AneOptions
+from synapse_ane_direct.worker import AneWorker, device_kind, open_device
+from synapse_core.plugin import Reply, Stop
 from synapse_core.wire import (
     Admit,
     Admitted,
@@ -28,12 +29,13 @@ from synapse_core.wire import (
     Infer,
     Inventory,
     InventoryRequest,
+    LaunchSpec,
     Output,
     Shape,
     Shutdown,
     unpack_rows,
 )
-from synapse_core.worker_kit import Reply, Stop
+from synapse_core.worker import WorkerLogic, build_logic
 
 S16 = Shape(16, 2)
 
@@ -76,14 +78,15 @@ def test_hardware_device_refuses_here_with_the_reason() -> None:
 @pytest.mark.skipif(sys.platform == "darwin", reason="the refusal is for non-macOS")
 def test_worker_without_a_usable_device_answers_admissions_with_why() -> None:
     options = AneOptions(buckets=(16,), max_batch=2)
-    device = open_device("hardware", options, lane_locked=True)
-    assert isinstance(device, RefusingDevice)
-    logic = AneLogic(model="m", package="p", generation=1, options=options, device=device)
+    assert isinstance(open_device("hardware", options, lane_locked=True), RefusingDevice)
+    spec = LaunchSpec("m", "p", "m#1", 1, {"buckets": [16], "max_batch": 2})
+    logic = build_logic(AneWorker, spec)
+    assert "unavailable device" in logic.hello().implementation
     action = logic.handle(Admit(1, S16))
     assert isinstance(action, Reply) and isinstance(action.frame, Failure)
     assert action.frame.code == "device-unavailable"
     assert "macOS" in action.frame.message
-    assert logic.shapes == set()
+    assert logic.handle(InventoryRequest(2)) == Reply(Inventory(2, []))
 
 
 def test_not_written_hardware_paths_say_so() -> None:
@@ -97,18 +100,11 @@ def test_simulation_can_be_asked_for_but_never_turned_off() -> None:
     assert device_kind(simulated, {"SYNAPSE_ANE_DEVICE": "hardware"}) == "simulated"
 
 
-def _logic(trace: list[dict[str, object]] | None = None) -> AneLogic:
-    options = parse_options({"buckets": [16, 32], "dims": 8, "max_batch": 2})
-    return AneLogic(
-        model="m",
-        package="p",
-        generation=3,
-        options=options,
-        device=SimulatedDevice(8),
-        pid=42,
-        trace_sink=None if trace is None else trace.append,
-        facts={"tmpdir_set": False},
-    )
+def _logic(trace: list[dict[str, object]] | None = None) -> WorkerLogic:
+    options = {"buckets": [32, 16], "dims": 8, "max_batch": 2}
+    spec = LaunchSpec("m", "p", "m#3", 3, options)
+    sink = None if trace is None else trace.append
+    return build_logic(InProcessAneWorker, spec, pid=42, trace_sink=sink)
 
 
 def test_logic_hello_reports_buckets_dims_batch_and_identity() -> None:
@@ -118,7 +114,8 @@ def test_logic_hello_reports_buckets_dims_batch_and_identity() -> None:
     assert (hello.model, hello.generation, hello.pid) == ("m", 3, 42)
     assert hello.identity == "ane-direct:p:sim-d8:v1"
     assert "simulated" in hello.implementation
-    assert trace[0]["frame"] == "hello" and trace[0]["tmpdir_set"] is False
+    assert trace[0]["frame"] == "hello" and trace[0]["device"] == "simulated"
+    assert trace[0]["lane_lock_inherited"] is True
 
 
 def test_logic_admit_infer_evict_inventory_shutdown() -> None:
@@ -150,21 +147,3 @@ def test_logic_admit_infer_evict_inventory_shutdown() -> None:
         "shutdown",
     ]
     assert [r.get("cold") for r in trace[:2]] == [True, False]
-
-
-@pytest.mark.parametrize(
-    ("frame", "code"),
-    [
-        (Admit(1, Shape(17, 2)), "bad-shape"),
-        (Admit(1, Shape(16, 3)), "bad-shape"),
-        (Infer(1, Shape(32, 2), "embed", [[1]]), "bad-request"),  # not admitted
-        (Infer(1, S16, "embed", [[1], [2], [3]]), "bad-request"),  # over batch
-        (Infer(1, S16, "embed", [list(range(17))]), "bad-request"),  # over bucket
-    ],
-)
-def test_logic_refuses_bad_requests(frame: Admit | Infer, code: str) -> None:
-    logic = _logic()
-    logic.handle(Admit(0, S16))
-    action = logic.handle(frame)
-    assert isinstance(action, Reply) and isinstance(action.frame, Failure)
-    assert action.frame.code == code

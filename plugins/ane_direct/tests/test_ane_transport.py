@@ -87,8 +87,8 @@ def test_options_default_and_structure() -> None:
     [
         ({"dims": 0}, "options.dims: must be greater than 0"),
         ({"max_batch": -1}, "options.max_batch: must be greater than 0"),
-        ({"buckets": []}, "options.buckets: must be a non-empty list"),
-        ({"buckets": [16, 16]}, "options.buckets: lists a bucket twice"),
+        ({"buckets": []}, "options.buckets: a worker needs at least one bucket"),
+        ({"buckets": [16, 16]}, "options.buckets: a bucket is listed twice"),
         ({"buckets": [16, "x"]}, "options.buckets[1]: expected int"),
         ({"device": "gpu"}, "options.device: expected one of 'hardware', 'simulated'"),
         ({"compile_delay_s": -1.0}, "options.compile_delay_s: must be a finite number"),

@@ -7,44 +7,26 @@ from typing import Any
 
 import attrs
 
-from synapse_core.config import FieldInvalid, structure
+from synapse_core.plugin import Faults, WorkerOptions, bucket_sizes, positive
+from synapse_core.plugin import parse_options as parse_into
 
 
 @attrs.frozen
-class Faults:
-    """Fault knobs. Counts are per worker generation, starting at 1."""
+class MockOptions(WorkerOptions):
+    """Plus the kit's ``faults`` and ``trace`` (see :class:`WorkerOptions`)."""
 
-    reply_delay_s: float = 0.0
-    cold_admit_delay_s: float = 0.0
-    crash_on_infer: int | None = None
-    malformed_on_infer: int | None = None
-    hang_on_infer: int | None = None
-    crash_on_admit: int | None = None
-    ignore_sigterm: bool = False
-    only_generation: int | None = None
-
-    def active(self, generation: int) -> bool:
-        return self.only_generation is None or self.only_generation == generation
-
-
-def _buckets(instance: object, attribute: attrs.Attribute[Any], value: tuple[int, ...]) -> None:
-    if not value or any(b <= 0 for b in value):
-        raise FieldInvalid(
-            "buckets", f"must be a non-empty list of positive sizes, got {list(value)}"
-        )
-
-
-@attrs.frozen
-class MockOptions:
-    buckets: tuple[int, ...] = attrs.field(default=(16, 32, 64, 128, 256, 512), validator=_buckets)
-    dims: int = 64
-    max_batch: int = 32
-    faults: Faults = Faults()
-    trace: str | None = None
+    buckets: tuple[int, ...] = attrs.field(
+        default=(16, 32, 64, 128, 256, 512), validator=bucket_sizes
+    )
+    dims: int = attrs.field(default=64, validator=positive)
+    max_batch: int = attrs.field(default=32, validator=positive)
 
 
 def parse_options(
     options: Mapping[str, Any], source: str = "<options>", root: str = "options"
 ) -> MockOptions:
     """Structure ``options``; errors name the path, e.g. ``options.faults.crash_on_infer``."""
-    return structure(dict(options), MockOptions, source, root="." + root)
+    return parse_into(options, MockOptions, source, root)
+
+
+__all__ = ["Faults", "MockOptions", "parse_options"]

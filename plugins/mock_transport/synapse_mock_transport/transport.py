@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-from synapse_core.config import ModelSpec
-from synapse_core.process import spawn_worker
-from synapse_core.transport import LaneInfo, Launched, LaunchRequest, Transport
+from collections.abc import Sequence
+
+from synapse_core.plugin import (
+    LaneInfo,
+    Launched,
+    LaunchRequest,
+    ModelSpec,
+    Transport,
+    spawn_worker,
+)
 
 from .options import parse_options
 
 LANE = LaneInfo("mock:0", capacity=1_000_000)
+WORKER = "synapse_mock_transport.worker:MockWorker"
 
 
 class MockTransport(Transport):
@@ -17,8 +25,11 @@ class MockTransport(Transport):
     def validate_model(self, model: ModelSpec) -> None:
         parse_options(model.options, source=f"model {model.name!r}")
 
+    def buckets(self, model: ModelSpec) -> Sequence[int]:
+        return sorted(parse_options(model.options, source=f"model {model.name!r}").buckets)
+
     def lane_for(self, model: ModelSpec) -> LaneInfo:
         return LANE
 
     async def launch(self, request: LaunchRequest) -> Launched:
-        return await spawn_worker("synapse_mock_transport.worker", request)
+        return await spawn_worker(WORKER, request)

@@ -239,9 +239,9 @@ async def test_trace_records_every_frame_with_pid_generation_shape_and_id(
         {"pid": pid, "model": "traced", "generation": 4, "frame": "hello", "shape": None,
          "request_id": None},
         {"pid": pid, "model": "traced", "generation": 4, "frame": "admit", "shape": [16, 2],
-         "request_id": 1},
+         "request_id": 1, "cold": True},
         {"pid": pid, "model": "traced", "generation": 4, "frame": "infer", "shape": [16, 2],
-         "request_id": 2},
+         "request_id": 2, "rows": 1},
         {"pid": pid, "model": "traced", "generation": 4, "frame": "inventory", "shape": None,
          "request_id": 3},
     ]  # fmt: skip

@@ -13,6 +13,7 @@ import msgspec
 import pytest
 
 from synapse_core.channel import ChannelClosed
+from synapse_core.plugin import Reply
 from synapse_core.wire import (
     PROTOCOL_VERSION,
     Admit,
@@ -28,9 +29,8 @@ from synapse_core.wire import (
     Shutdown,
     unpack_rows,
 )
-from synapse_core.worker_kit import Reply
-from synapse_mock_transport.logic import IMPLEMENTATION, MockLogic
-from synapse_mock_transport.options import MockOptions
+from synapse_core.worker import build_logic
+from synapse_mock_transport.worker import IMPLEMENTATION, MockWorker
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.anyio]
 
@@ -69,7 +69,7 @@ async def test_admit_infer_inventory_evict_in_turn(spawn: Start) -> None:
 
 async def test_subprocess_output_matches_the_in_process_logic(spawn: Start) -> None:
     sequences = [[3, 1, 4, 1, 5], [9, 2, 6], []]
-    logic = MockLogic(model="m", package="p", generation=1, options=MockOptions(), pid=1)
+    logic = build_logic(MockWorker, LaunchSpec("m", "p", "m#1", 1), pid=1)
     logic.handle(Admit(1, Shape(16, 4)))
     expected = logic.handle(Infer(2, Shape(16, 4), "embed", sequences))
     async with spawn() as worker:
@@ -141,11 +141,22 @@ async def test_terminate_reaches_an_idle_worker(spawn: Start) -> None:
     ],
     ids=["not-json", "missing-fields", "bad-option"],
 )
+@pytest.mark.parametrize(
+    "command",
+    [
+        ["-m", "synapse_mock_transport.worker"],
+        ["-m", "synapse_core.worker", "synapse_mock_transport.worker:MockWorker"],
+        ["-m", "synapse_core.worker", "synapse_mock_transport.worker"],
+    ],
+    ids=["module", "kit-entry", "kit-entry-module"],
+)
 @pytest.mark.anyio
-async def test_a_bad_launch_spec_exits_2_and_says_why(spec: str, message: str) -> None:
+async def test_a_bad_launch_spec_exits_2_and_says_why(
+    spec: str, message: str, command: list[str]
+) -> None:
     with anyio.fail_after(BOUND_S):
         result = await anyio.run_process(
-            [sys.executable, "-m", "synapse_mock_transport.worker", "--spec", spec],
+            [sys.executable, *command, "--spec", spec],
             stdin=subprocess.DEVNULL,
             check=False,
         )

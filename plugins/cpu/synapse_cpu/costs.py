@@ -1,0 +1,58 @@
+"""What a CPU worker costs its lane, in MiB: the lane's capacity is memory.
+
+A worker's weights are charged once, with the first shape it admits (see
+:func:`admission_cost`); each admitted shape adds its working set: the
+activations of one forward slice of that bucket at the worker's batch size.
+Estimates, on the generous side: they guard the machine, not the last MiB.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from typing import TYPE_CHECKING
+
+from synapse_core.plugin import Shape
+
+if TYPE_CHECKING:
+    from synapse_core.residency.policy import LaneView
+
+MIB = 1 << 20
+#: interpreter, numpy, tokenizers and BLAS buffers of a loaded worker
+RUNTIME_MIB = {"numpy": 48, "onnxruntime": 80}
+HIDDEN, HEADS, INTERMEDIATE = 384, 12, 1536  # MiniLM-L6; other BERTs scale from the file
+
+
+def default_capacity_mib() -> int:
+    """Half of this machine's memory, in MiB."""
+    try:
+        total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError):  # pragma: no cover - every Linux and macOS answers
+        total = 8 << 30
+    return max(1, total // 2 // MIB)
+
+
+def weights_mib(weights_bytes: int, runtime: str) -> int:
+    return math.ceil(weights_bytes / MIB) + RUNTIME_MIB.get(runtime, RUNTIME_MIB["numpy"])
+
+
+def shape_mib(shape: Shape, batch_tokens: int, hidden: int = HIDDEN) -> int:
+    """The activations of one forward slice of ``shape``, in float32."""
+    rows = min(shape.batch, max(1, batch_tokens // shape.bucket))
+    positions = rows * shape.bucket
+    heads = max(1, hidden // 32)
+    # At the MLP's peak: the hidden states, the 4x widened rows and the three
+    # temporaries of their GELU; in attention: the scores, softmaxed in place.
+    floats = positions * hidden * 18 + rows * heads * shape.bucket**2
+    return math.ceil(floats * 4 / MIB) + 1
+
+
+def charges_weights(
+    worker_id: str, lane: LaneView, weights: int, batch_tokens: int, hidden: int = HIDDEN
+) -> bool:
+    """Whether the worker's next admission must carry its weights: none of its
+    reservations on the lane carries them now (all cost only their working set)."""
+    return not any(
+        r.worker_id == worker_id and r.units >= shape_mib(r.shape, batch_tokens, hidden) + weights
+        for r in lane.reservations
+    )

@@ -1,0 +1,143 @@
+"""The same BERT encoder as an ONNX graph, built from the safetensors weights.
+
+No torch and no download: the graph is written node by node with the
+``onnx`` package from the weights :mod:`synapse_cpu.bert` arranges, and cached
+on disk under the weights' sha256, so a worker builds it once per checkpoint.
+Inputs are ``input_ids`` (int64) and ``attention_mask`` (float32), both
+(rows, width); the output ``embeddings`` is (rows, hidden), mean-pooled over
+the mask and L2-normalised, exactly as the numpy forward pass computes it.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .bert import BertWeights
+
+#: bump when the graph changes: cached files of another version are not reused
+GRAPH_VERSION = 1
+OPSET = 17  # LayerNormalization
+
+
+def default_cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "synapse" / "onnx"
+
+
+def cached_graph(weights: BertWeights, sha256: str, cache_dir: Path) -> Path:
+    """The graph file for weights of ``sha256``, built and cached if it is not there yet."""
+    path = cache_dir / f"{sha256}-v{GRAPH_VERSION}.onnx"
+    if path.is_file():
+        return path
+    cache_dir.mkdir(parents=True, exist_ok=True)
+    data = build_graph(weights).SerializeToString()
+    # Written aside, then renamed: a concurrent worker never reads half a file.
+    fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def build_graph(weights: BertWeights) -> Any:
+    """The ``onnx.ModelProto`` of the encoder with pooling and normalisation."""
+    import onnx
+    from onnx import TensorProto, helper, numpy_helper
+
+    c = weights.config
+    head = c.hidden // c.heads
+    nodes: list[Any] = []
+    inits: list[Any] = []
+    counter = iter(range(1 << 30))
+
+    def const(value: np.ndarray[Any, Any], name: str | None = None) -> str:
+        name = name or f"c{next(counter)}"
+        inits.append(numpy_helper.from_array(np.ascontiguousarray(value), name))
+        return name
+
+    def op(kind: str, *inputs: str, **attrs: Any) -> str:
+        out = f"t{next(counter)}"
+        nodes.append(helper.make_node(kind, list(inputs), [out], **attrs))
+        return out
+
+    def i64(*values: int) -> str:
+        return const(np.array(values, dtype=np.int64))
+
+    def f32(value: float) -> str:
+        return const(np.array(value, dtype=np.float32))
+
+    def layer_norm(x: str, g: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> str:
+        return op("LayerNormalization", x, const(g), const(b), axis=-1, epsilon=c.eps)
+
+    def linear(x: str, w: np.ndarray[Any, Any], b: np.ndarray[Any, Any]) -> str:
+        return op("Add", op("MatMul", x, const(w)), const(b))
+
+    # Embeddings: word + position[:width] + token type 0, then a layer norm.
+    width = op("Gather", op("Shape", "input_ids"), i64(1), axis=0)
+    positions = op("Slice", const(weights.position), i64(0), width, i64(0))
+    x = op("Gather", const(weights.word), "input_ids", axis=0)
+    x = op("Add", op("Add", x, positions), const(weights.token_type))
+    x = layer_norm(x, weights.ln_g, weights.ln_b)
+    # Padding keys get the float32 minimum added to their scores: softmax gives them 0.
+    bias = op(
+        "Mul",
+        op("Sub", f32(1.0), "attention_mask"),
+        f32(float(np.finfo(np.float32).min)),
+    )
+    bias = op("Unsqueeze", bias, i64(1, 2))  # (rows, 1, 1, width)
+    split_heads = i64(0, 0, c.heads, head)
+    merge_heads = i64(0, 0, c.hidden)
+    scale = f32(1.0 / float(np.sqrt(head)))
+    sqrt_half, one, half = f32(float(np.sqrt(0.5))), f32(1.0), f32(0.5)
+    for layer in weights.layers:
+        qkv = linear(x, layer.qkv_w, layer.qkv_b)
+        parts = [f"t{next(counter)}" for _ in range(3)]
+        nodes.append(
+            helper.make_node("Split", [qkv, i64(c.hidden, c.hidden, c.hidden)], parts, axis=-1)
+        )
+        q, k, v = (op("Reshape", part, split_heads) for part in parts)
+        q = op("Transpose", q, perm=[0, 2, 1, 3])
+        k = op("Transpose", k, perm=[0, 2, 3, 1])
+        v = op("Transpose", v, perm=[0, 2, 1, 3])
+        scores = op("Add", op("Mul", op("MatMul", q, k), scale), bias)
+        probs = op("Softmax", scores, axis=-1)
+        context = op("Transpose", op("MatMul", probs, v), perm=[0, 2, 1, 3])
+        context = op("Reshape", context, merge_heads)
+        attended = linear(context, layer.out_w, layer.out_b)
+        x = layer_norm(op("Add", x, attended), layer.ln1_g, layer.ln1_b)
+        up = linear(x, layer.up_w, layer.up_b)
+        cdf = op("Mul", op("Add", op("Erf", op("Mul", up, sqrt_half)), one), half)
+        down = linear(op("Mul", up, cdf), layer.down_w, layer.down_b)
+        x = layer_norm(op("Add", x, down), layer.ln2_g, layer.ln2_b)
+    # Mean pooling over the mask, then L2 normalisation.
+    mask3 = op("Unsqueeze", "attention_mask", i64(2))
+    summed = op("ReduceSum", op("Mul", x, mask3), i64(1), keepdims=0)
+    pooled = op("Div", summed, op("ReduceSum", mask3, i64(1), keepdims=0))
+    norm = op("Max", op("ReduceL2", pooled, axes=[1], keepdims=1), f32(1e-12))
+    nodes.append(helper.make_node("Div", [pooled, norm], ["embeddings"]))
+
+    graph = helper.make_graph(
+        nodes,
+        "synapse-bert-encoder",
+        [
+            helper.make_tensor_value_info("input_ids", TensorProto.INT64, ["rows", "width"]),
+            helper.make_tensor_value_info("attention_mask", TensorProto.FLOAT, ["rows", "width"]),
+        ],
+        [helper.make_tensor_value_info("embeddings", TensorProto.FLOAT, ["rows", c.hidden])],
+        inits,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="synapse-cpu"
+    )
+    model.ir_version = 8
+    onnx.checker.check_model(model)
+    return model

@@ -1,0 +1,34 @@
+"""Entry point of the ``cpu`` plugin (entry-point group ``synapse``)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import TYPE_CHECKING
+
+from synapse_core.plugin import ModelSpec, Shape, Transport, hookimpl
+
+if TYPE_CHECKING:
+    from synapse_core.residency.policy import LaneView
+
+from .costs import charges_weights, shape_mib
+from .transport import CpuTransport, model_facts
+
+
+@hookimpl
+def synapse_register_transports(register: Callable[[Transport], None]) -> None:
+    register(CpuTransport())
+
+
+@hookimpl
+def synapse_admission_cost(
+    model: ModelSpec, shape: Shape, lane: LaneView, worker_id: str
+) -> int | None:
+    """MiB: the shape's working set, plus the worker's weights on the admission
+    that finds none of its reservations carrying them."""
+    if model.transport != CpuTransport.name:
+        return None
+    facts = model_facts(model)
+    working = shape_mib(shape, facts.batch_tokens, facts.hidden)
+    if charges_weights(worker_id, lane, facts.weights_mib, facts.batch_tokens, facts.hidden):
+        return working + facts.weights_mib
+    return working

@@ -1,0 +1,158 @@
+"""The ``cpu`` transport: MiniLM-class sentence encoders in worker processes on lane ``cpu:0``.
+
+Host side only: it checks a model's files (cheaply when a catalog is built,
+the weights' sha256 before a launch), gives the host the model's own
+tokenizer, prices admissions in MiB and starts workers. Nothing here imports
+numpy: the host stays light, the forward pass lives in the workers.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Sequence
+from pathlib import Path
+
+import anyio
+import attrs
+
+from synapse_core.plugin import (
+    Availability,
+    BasicTokenizer,
+    ConfigError,
+    LaneInfo,
+    Launched,
+    LaunchRequest,
+    ModelSpec,
+    Tokenizer,
+    Transport,
+    spawn_worker,
+)
+
+from . import files
+from .costs import HIDDEN, default_capacity_mib, weights_mib
+from .errors import ModelFilesError
+from .options import CpuOptions, parse_options
+from .tokenizer import HFTokenizer, check_fits
+
+LANE_ID = "cpu:0"
+WORKER = "synapse_cpu.worker:CpuWorker"
+
+
+def onnxruntime_problem() -> str:
+    """Why the onnxruntime backend cannot run here ("" when it can); imports nothing."""
+    import importlib.util
+
+    for module in ("onnxruntime", "onnx"):
+        if importlib.util.find_spec(module) is None:
+            return (
+                f"{module} is not installed: pip install 'synapse-cpu[onnx]' "
+                '(or set options.runtime = "numpy")'
+            )
+    return ""
+
+
+def model_files(options: CpuOptions) -> files.ModelFiles:
+    return files.locate(options.model_dir, options.sha256)
+
+
+@functools.lru_cache(maxsize=64)
+def _tokenizer(path: Path) -> HFTokenizer:
+    return HFTokenizer(path)
+
+
+@functools.lru_cache(maxsize=64)
+def _verified(path: Path, size: int, mtime_ns: int, expected: str | None) -> str:
+    return files.verify_weights(files.ModelFiles(path.parent, "", expected))
+
+
+def verify_before_launch(located: files.ModelFiles) -> None:
+    """The checks a worker would fail on, made here so the caller gets a typed
+    error naming the file (a worker can only exit). Hashing is remembered per
+    file size and modification time."""
+    files.check_present(located)
+    stat = located.weights.stat()
+    _verified(located.weights, stat.st_size, stat.st_mtime_ns, located.sha256)
+    check_fits(_tokenizer(located.tokenizer), files.vocab_rows(located.weights))
+
+
+@attrs.frozen
+class ModelFacts:
+    """What pricing an admission needs, read once per model folder."""
+
+    weights_mib: int
+    hidden: int
+    batch_tokens: int
+
+
+def model_facts(model: ModelSpec) -> ModelFacts:
+    options = parse_options(model.options, source=f"model {model.name!r}")
+    located = model_files(options)
+    return _facts(located.root, options.runtime, options.batch_tokens)
+
+
+@functools.lru_cache(maxsize=64)
+def _facts(root: Path, runtime: str, batch_tokens: int) -> ModelFacts:
+    located = files.ModelFiles(root, "", None)
+    hidden = int(files.read_json(located.config).get("hidden_size", HIDDEN))
+    size = located.weights.stat().st_size
+    return ModelFacts(weights_mib(size, runtime), hidden, batch_tokens)
+
+
+class CpuTransport(Transport):
+    name = "cpu"
+
+    def validate_model(self, model: ModelSpec) -> None:
+        parse_options(model.options, source=f"model {model.name!r}")
+
+    def buckets(self, model: ModelSpec) -> Sequence[int]:
+        return sorted(parse_options(model.options, source=f"model {model.name!r}").buckets)
+
+    def describe(self) -> str:
+        problem = onnxruntime_problem()
+        wheel = files.wheel_model_dir()
+        return "; ".join(
+            [
+                "runtimes: numpy" + (f" (onnxruntime: {problem})" if problem else ", onnxruntime"),
+                f"model wheel: {wheel}" if wheel else f"model wheel missing: {files.INSTALL_HINT}",
+                f"lane {LANE_ID}: {default_capacity_mib()} MiB",
+            ]
+        )
+
+    def model_availability(self, model: ModelSpec) -> Availability:
+        options = parse_options(model.options, source=f"model {model.name!r}")
+        if options.runtime == "onnxruntime" and (problem := onnxruntime_problem()):
+            return Availability.no(problem)
+        try:
+            located = model_files(options)
+            files.check_present(located)
+            positions = files.read_json(located.config).get("max_position_embeddings", 512)
+        except ModelFilesError as exc:
+            return Availability.no(str(exc))
+        if max(options.buckets) > positions:
+            return Availability.no(
+                f"options.buckets: {max(options.buckets)} is longer than the {positions} "
+                f"positions the model has ({located.config}); use shorter buckets"
+            )
+        return Availability.yes()
+
+    def lane_for(self, model: ModelSpec) -> LaneInfo:
+        return LaneInfo(LANE_ID, capacity=default_capacity_mib())
+
+    def tokenizer(self, model: ModelSpec) -> Tokenizer:
+        try:
+            located = model_files(parse_options(model.options))
+        except (ModelFilesError, ConfigError):
+            return BasicTokenizer()  # the model is unavailable and refused before tokenizing
+        return _tokenizer(located.tokenizer)
+
+    async def launch(self, request: LaunchRequest) -> Launched:
+        options = parse_options(request.model.options)
+        await anyio.to_thread.run_sync(verify_before_launch, model_files(options))
+        # One BLAS thread unless the options ask otherwise, set before numpy loads
+        # (the worker also caps its pools with threadpoolctl).
+        threads = str(options.threads)
+        env = {f"{pool}_NUM_THREADS": threads for pool in ("OPENBLAS", "OMP", "MKL")}
+        return await spawn_worker(WORKER, request, env=env)
+
+
+__all__ = ["LANE_ID", "CpuTransport"]

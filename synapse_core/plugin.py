@@ -1,0 +1,171 @@
+"""Everything a transport or tool plugin may import from Synapse.
+
+Import from here, never from ``synapse_core``'s other modules: those are
+internal and change without notice, while these names are the plugin API.
+Names load on first use, so a worker process importing ``ModelWorker`` does
+not pay for the host's modules.
+
+- Transports: :class:`Transport`, :class:`Availability`, :class:`LaneInfo`,
+  :class:`LaneSession`, :class:`LaunchRequest`, :class:`Launched`,
+  :class:`WorkerProcess`, :func:`spawn_worker`, :func:`launch_spec`,
+  :func:`confirm_exit`, :data:`hookimpl`, :class:`ModelSpec`, tokenizers.
+- Options: :func:`parse_options`, :class:`FieldInvalid`,
+  :class:`ConfigError`, :class:`WorkerOptions`, :class:`Faults`.
+- Workers: :class:`ModelWorker`, :class:`Declined`, :func:`worker_main`,
+  :class:`Shape`, :class:`LaunchSpec`; for hand-written test workers the
+  frame-level :class:`WorkerLogic` and its actions.
+- Tests: the in-process helpers (:class:`InProcessWorkers`,
+  :class:`InProcessProcess`, :class:`LaunchRecord`), :func:`transport_plugin`,
+  :func:`catalog_toml`, :func:`eventually`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_getattr
+
+_EXPORTS = {
+    # transports
+    "Availability": "transport",
+    "LaneInfo": "transport",
+    "LaneSession": "transport",
+    "LaunchRequest": "transport",
+    "Launched": "transport",
+    "Transport": "transport",
+    "WorkerProcess": "transport",
+    "confirm_exit": "process",
+    "launch_spec": "process",
+    "spawn_worker": "process",
+    "hookimpl": "hookspecs",
+    "ModelSpec": "config",
+    "BasicTokenizer": "tokenizer",
+    "CountingTokenizer": "tokenizer",
+    "Tokenizer": "tokenizer",
+    "LaneLocked": "errors",
+    "SynapseError": "errors",
+    # options
+    "ConfigError": "errors",
+    "FieldInvalid": "config",
+    "Faults": "worker",
+    "WorkerOptions": "worker",
+    "parse_options": "worker",
+    "bucket_sizes": "worker",
+    "positive": "worker",
+    "seconds": "worker",
+    # workers
+    "Declined": "worker",
+    "ModelWorker": "worker",
+    "Rows": "worker",
+    "Scores": "worker",
+    "worker_main": "worker",
+    "Frame": "wire",
+    "LaunchSpec": "wire",
+    "Shape": "wire",
+    "Task": "wire",
+    "Action": "worker",
+    "Crash": "worker",
+    "Hang": "worker",
+    "RawReply": "worker",
+    "Reply": "worker",
+    "Stop": "worker",
+    "WorkerLogic": "worker",
+    # tests
+    "InProcessProcess": "inprocess",
+    "InProcessWorkers": "inprocess",
+    "LaunchRecord": "inprocess",
+    "catalog_toml": "testing",
+    "eventually": "testing",
+    "transport_plugin": "testing",
+}
+
+__all__ = [
+    "Action",
+    "Availability",
+    "BasicTokenizer",
+    "ConfigError",
+    "CountingTokenizer",
+    "Crash",
+    "Declined",
+    "Faults",
+    "FieldInvalid",
+    "Frame",
+    "Hang",
+    "InProcessProcess",
+    "InProcessWorkers",
+    "LaneInfo",
+    "LaneLocked",
+    "LaneSession",
+    "LaunchRecord",
+    "LaunchRequest",
+    "LaunchSpec",
+    "Launched",
+    "ModelSpec",
+    "ModelWorker",
+    "RawReply",
+    "Reply",
+    "Rows",
+    "Scores",
+    "Shape",
+    "Stop",
+    "SynapseError",
+    "Task",
+    "Tokenizer",
+    "Transport",
+    "WorkerLogic",
+    "WorkerOptions",
+    "WorkerProcess",
+    "bucket_sizes",
+    "catalog_toml",
+    "confirm_exit",
+    "eventually",
+    "hookimpl",
+    "launch_spec",
+    "parse_options",
+    "positive",
+    "seconds",
+    "spawn_worker",
+    "transport_plugin",
+    "worker_main",
+]
+
+__getattr__ = lazy_getattr(__name__, "synapse_core", _EXPORTS, globals())
+
+if TYPE_CHECKING:
+    from .config import FieldInvalid, ModelSpec
+    from .errors import ConfigError, LaneLocked, SynapseError
+    from .hookspecs import hookimpl
+    from .inprocess import InProcessProcess, InProcessWorkers, LaunchRecord
+    from .process import confirm_exit, launch_spec, spawn_worker
+    from .testing import catalog_toml, eventually, transport_plugin
+    from .tokenizer import BasicTokenizer, CountingTokenizer, Tokenizer
+    from .transport import (
+        Availability,
+        LaneInfo,
+        LaneSession,
+        Launched,
+        LaunchRequest,
+        Transport,
+        WorkerProcess,
+    )
+    from .wire import Frame, LaunchSpec, Shape, Task
+    from .worker import (
+        Action,
+        Crash,
+        Declined,
+        Faults,
+        Hang,
+        ModelWorker,
+        RawReply,
+        Reply,
+        Rows,
+        Scores,
+        Stop,
+        WorkerLogic,
+        WorkerOptions,
+        bucket_sizes,
+        parse_options,
+        positive,
+        seconds,
+        worker_main,
+    )

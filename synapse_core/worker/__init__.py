@@ -1,0 +1,43 @@
+"""The worker kit: what runs inside a worker process.
+
+Authors subclass :class:`ModelWorker` (see its docstring) and import these
+names through :mod:`synapse_core.plugin`. Imported by worker processes, so it
+stays free of host imports.
+"""
+
+from .entry import worker_main
+from .faults import MALFORMED, FaultInjector, Faults, WorkerOptions
+from .loop import Action, Crash, Hang, RawReply, Reply, Stop, WorkerLogic, host_codec, serve_streams
+from .model import Declined, ModelLogic, ModelWorker, Rows, Scores, build_logic
+from .options import bucket_sizes, parse_options, positive, seconds
+from .trace import Traced, TraceSink, file_sink
+
+__all__ = [
+    "MALFORMED",
+    "Action",
+    "Crash",
+    "Declined",
+    "FaultInjector",
+    "Faults",
+    "Hang",
+    "ModelLogic",
+    "ModelWorker",
+    "RawReply",
+    "Reply",
+    "Rows",
+    "Scores",
+    "Stop",
+    "TraceSink",
+    "Traced",
+    "WorkerLogic",
+    "WorkerOptions",
+    "bucket_sizes",
+    "build_logic",
+    "file_sink",
+    "host_codec",
+    "parse_options",
+    "positive",
+    "seconds",
+    "serve_streams",
+    "worker_main",
+]
