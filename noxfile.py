@@ -65,7 +65,8 @@ def typecheck(session: nox.Session) -> None:
         package = "synapse_" + name
         session.run("mypy", f"plugins/{name}/{package}")
     # Editable installs hide the plugin packages from mypy's import search.
-    session.run("mypy", "benchmarks", env={"MYPYPATH": "plugins/mock_transport:plugins/http:plugins/cpu"})
+    mypypath = "plugins/mock_transport:plugins/http:plugins/cpu"
+    session.run("mypy", "benchmarks", env={"MYPYPATH": mypypath})
 
 
 @nox.session
