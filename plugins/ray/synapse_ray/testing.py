@@ -137,6 +137,10 @@ def start_serve(catalog: Path, args: Mapping[str, str]) -> ServeApp:
     # address; off macOS and Windows this switch makes every Ray process use
     # 127.0.0.1 instead, so all of its traffic stays on loopback.
     os.environ["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    # On Linux Ray kills a dead worker's child processes itself; elsewhere it
+    # may not. Off, so that a killed replica's workers must end by Synapse's
+    # own rule (a worker watches its host process).
+    os.environ["RAY_kill_child_processes_on_worker_exit"] = "0"  # noqa: SIM112 (Ray spells it so)
     ray.init(
         address="local",  # a new instance, never one found running on this machine
         num_cpus=2,

@@ -1,12 +1,15 @@
 """Replica lifecycle on a local Ray instance: a killed replica loses only its
-in-flight requests and its workers, Ray replaces it, and ``serve.shutdown()``
-retires every worker (the host asks each to stop, then sees it exit).
+in-flight requests and its workers (even a worker stuck in a call exits with
+its host), Ray replaces it, and ``serve.shutdown()`` retires every worker (the
+host asks each to stop, then sees it exit).
 
 The tests run in file order: the last one shuts Serve down.
 """
 
 from __future__ import annotations
 
+import os
+import signal
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -21,14 +24,15 @@ from synapse_ray.testing import BOUND_S, ServeApp, alive, mock_model, wait_until
 pytestmark = pytest.mark.ray
 
 ARGS = {"num_replicas": "2"}
-#: the slow model's replies take this long: long enough to kill a replica under them
-DELAY_S = 3.0
 IN_FLIGHT = 3
 
 
 def catalog(trace: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    slow = mock_model("slow", trace=trace, faults={"reply_delay_s": DELAY_S})
-    return [slow, mock_model("quick", trace=trace)], {}
+    # A stuck worker never reads its channel again: only the parent-death rule
+    # (the worker watches its host process) can end it once its host is gone.
+    stuck = mock_model("stuck", trace=trace, faults={"hang_on_infer": 2})
+    models = [stuck, mock_model("quick", trace=trace), mock_model("other", trace=trace)]
+    return models, {}
 
 
 def embed(app: ServeApp, model: str, timeout: float = BOUND_S) -> httpx.Response:
@@ -48,29 +52,33 @@ def running_replicas() -> dict[str, int]:
 def test_killed_replica_fails_only_in_flight_requests_and_is_replaced(
     serve_app: ServeApp,
 ) -> None:
-    assert embed(serve_app, "slow").status_code == 200
-    victim = serve_app.describe("slow")
-    worker = victim["workers"]["slow"]
-    with ThreadPoolExecutor(IN_FLIGHT) as pool:
-        pending = [pool.submit(embed, serve_app, "slow") for _ in range(IN_FLIGHT)]
-        wait_until(
-            lambda: serve_app.describe("slow")["inflight"].get("slow", 0) > 0,
-            "a call in flight on the victim",
-        )
-        ray.kill(ray.get_actor(victim["actor"], namespace="serve"), no_restart=True)
-        answers = [p.result() for p in pending]
+    assert embed(serve_app, "stuck").status_code == 200
+    victim = serve_app.describe("stuck")
+    worker = victim["workers"]["stuck"]
+    try:
+        with ThreadPoolExecutor(IN_FLIGHT) as pool:
+            pending = [pool.submit(embed, serve_app, "stuck") for _ in range(IN_FLIGHT)]
+            wait_until(
+                lambda: serve_app.describe("stuck")["inflight"].get("stuck", 0) > 0,
+                "a call in flight on the victim",
+            )
+            ray.kill(ray.get_actor(victim["actor"], namespace="serve"), no_restart=True)
+            answers = [p.result() for p in pending]
+        # Nobody is left serving on the dead replica's behalf.
+        wait_until(lambda: not alive(victim["pid"]), "the killed replica's process to exit")
+        wait_until(lambda: not alive(worker), f"the killed replica's worker {worker} to exit")
+    finally:
+        if alive(worker):  # the rule is broken: leave no stuck process behind
+            os.kill(worker, signal.SIGKILL)
     # The calls the victim held fail, answered by Ray's proxy (a dead replica
     # cannot answer for itself: Ray says 500, in plain text); any that Ray
     # had sent to the other replica succeed.
     failed = [a for a in answers if a.status_code != 200]
     assert failed, [a.status_code for a in answers]
     assert {(a.status_code, a.text) for a in failed} == {(500, "Internal Server Error")}
-    # Nobody is left serving on the dead replica's behalf.
-    wait_until(lambda: not alive(victim["pid"]), "the killed replica's process to exit")
-    wait_until(lambda: not alive(worker), f"the killed replica's worker {worker} to exit")
     assert worker not in serve_app.politely_stopped()  # it died with its host, unasked
     # Service goes on, and Ray brings the deployment back to two replicas.
-    again = embed(serve_app, "slow")
+    again = embed(serve_app, "stuck")  # a new worker: its first call runs
     assert again.status_code == 200, again.text
     assert again.headers["x-synapse-replica"] != victim["replica"]
     wait_until(lambda: running_replicas() == {"RUNNING": 2}, "a replacement replica")
@@ -78,7 +86,7 @@ def test_killed_replica_fails_only_in_flight_requests_and_is_replaced(
 
 def test_serve_shutdown_retires_every_worker(serve_app: ServeApp) -> None:
     workers: set[int] = set()
-    for model in ("slow", "quick"):
+    for model in ("quick", "other"):
         assert embed(serve_app, model).status_code == 200
         workers.add(serve_app.describe(model)["workers"][model])
     serve.shutdown()
