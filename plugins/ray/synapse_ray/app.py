@@ -11,8 +11,6 @@ from typing import Any, cast
 
 from ray.serve import Application, Deployment
 
-from synapse_http.settings import ServeSettings
-
 from .deployment import SynapseHosts
 from .settings import graceful_shutdown_s, read_catalog, settings_from_args
 
@@ -39,5 +37,5 @@ def app(args: Mapping[str, Any] | None = None) -> Application:
     if settings.num_replicas is not None:
         # Left out otherwise: a config file's autoscaling_config then decides.
         deployment = deployment.options(num_replicas=settings.num_replicas)
-    built: Application = deployment.bind(catalog, settings.max_models_per_replica, ServeSettings())
+    built: Application = deployment.bind(catalog, settings.max_models_per_replica, settings.http())
     return built

@@ -20,9 +20,15 @@ from synapse_core import ConfigError, HostConfig
 from synapse_core.catalog import DEFAULT_CATALOG
 from synapse_core.config import FieldInvalid, describe
 from synapse_core.host import CLOSE_SLACK_S
+from synapse_http.settings import ServeSettings
 
 #: the custom Ray resource a node declares once per device lane it can host
 LANE_RESOURCE = "synapse_lane"
+
+
+def _positive(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    if not value > 0:
+        raise FieldInvalid(attribute.name, f"must be greater than 0, got {value!r}")
 
 
 def _at_least_one(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
@@ -46,6 +52,14 @@ class Settings:
     lane_resource: str = LANE_RESOURCE
     #: ``None``: long enough for the host to retire every worker (see :func:`shutdown_bound_s`)
     graceful_shutdown_timeout_s: float | None = None
+    #: the HTTP app's: clients must send ``Authorization: Bearer <api_key>``
+    api_key: str | None = None
+    #: the HTTP app's: the longest a call may take
+    request_timeout_s: float = attrs.field(default=30.0, validator=_positive)
+
+    def http(self) -> ServeSettings:
+        """The settings of the HTTP app each replica serves."""
+        return ServeSettings(api_key=self.api_key, request_timeout_s=self.request_timeout_s)
 
 
 _converter = cattrs.Converter(forbid_extra_keys=True)

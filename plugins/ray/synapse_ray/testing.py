@@ -125,6 +125,17 @@ class ServeApp:
         """What a client sends to be routed to a replica holding ``model``."""
         return {"serve_multiplexed_model_id": model}
 
+    def embed(self, model: str, inputs: list[str] | None = None) -> Any:
+        """POST ``/v1/embeddings`` for ``model``, routed by the header; the httpx response."""
+        import httpx
+
+        return httpx.post(
+            f"{self.url}/v1/embeddings",
+            json={"model": model, "input": inputs or ["a text"]},
+            headers=self.headers(model),
+            timeout=BOUND_S,
+        )
+
 
 def start_serve(catalog: Path, args: Mapping[str, str]) -> ServeApp:
     """Start local Ray on loopback, Serve's proxy on 127.0.0.1, and the app."""

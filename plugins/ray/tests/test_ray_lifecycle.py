@@ -14,12 +14,11 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pytest
 import ray
 from ray import serve
 
-from synapse_ray.testing import BOUND_S, ServeApp, alive, mock_model, wait_until
+from synapse_ray.testing import ServeApp, alive, mock_model, wait_until
 
 pytestmark = pytest.mark.ray
 
@@ -35,15 +34,6 @@ def catalog(trace: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     return models, {}
 
 
-def embed(app: ServeApp, model: str, timeout: float = BOUND_S) -> httpx.Response:
-    return httpx.post(
-        f"{app.url}/v1/embeddings",
-        json={"model": model, "input": ["a text"]},
-        headers=app.headers(model),
-        timeout=timeout,
-    )
-
-
 def running_replicas() -> dict[str, int]:
     status = serve.status().applications["synapse"].deployments["SynapseHosts"]
     return {str(state): count for state, count in status.replica_states.items()}
@@ -52,12 +42,12 @@ def running_replicas() -> dict[str, int]:
 def test_killed_replica_fails_only_in_flight_requests_and_is_replaced(
     serve_app: ServeApp,
 ) -> None:
-    assert embed(serve_app, "stuck").status_code == 200
+    assert serve_app.embed("stuck").status_code == 200
     victim = serve_app.describe("stuck")
     worker = victim["workers"]["stuck"]
     try:
         with ThreadPoolExecutor(IN_FLIGHT) as pool:
-            pending = [pool.submit(embed, serve_app, "stuck") for _ in range(IN_FLIGHT)]
+            pending = [pool.submit(serve_app.embed, "stuck") for _ in range(IN_FLIGHT)]
             wait_until(
                 lambda: serve_app.describe("stuck")["inflight"].get("stuck", 0) > 0,
                 "a call in flight on the victim",
@@ -78,7 +68,7 @@ def test_killed_replica_fails_only_in_flight_requests_and_is_replaced(
     assert {(a.status_code, a.text) for a in failed} == {(500, "Internal Server Error")}
     assert worker not in serve_app.politely_stopped()  # it died with its host, unasked
     # Service goes on, and Ray brings the deployment back to two replicas.
-    again = embed(serve_app, "stuck")  # a new worker: its first call runs
+    again = serve_app.embed("stuck")  # a new worker: its first call runs
     assert again.status_code == 200, again.text
     assert again.headers["x-synapse-replica"] != victim["replica"]
     wait_until(lambda: running_replicas() == {"RUNNING": 2}, "a replacement replica")
@@ -87,7 +77,7 @@ def test_killed_replica_fails_only_in_flight_requests_and_is_replaced(
 def test_serve_shutdown_retires_every_worker(serve_app: ServeApp) -> None:
     workers: set[int] = set()
     for model in ("quick", "other"):
-        assert embed(serve_app, model).status_code == 200
+        assert serve_app.embed(model).status_code == 200
         workers.add(serve_app.describe(model)["workers"][model])
     serve.shutdown()
     # Shutdown returned: every worker was asked to stop and has exited.

@@ -29,6 +29,13 @@ def test_command_line_strings_become_numbers() -> None:
     assert settings_from_args({}).num_replicas is None  # Ray's default, or autoscaling
 
 
+def test_http_settings_reach_the_app() -> None:
+    settings = settings_from_args({"api_key": "k", "request_timeout_s": "5"})
+    assert (settings.http().api_key, settings.http().request_timeout_s) == ("k", 5.0)
+    with pytest.raises(ConfigError, match="request_timeout_s: must be greater than 0"):
+        settings_from_args({"request_timeout_s": "0"})
+
+
 def test_config_file_values_are_taken_as_they_are() -> None:
     assert settings_from_args({"num_replicas": 2, "lane_resource": "ane"}) == Settings(
         num_replicas=2, lane_resource="ane"
