@@ -60,7 +60,7 @@ def typecheck(session: nox.Session) -> None:
     # pytest and pytest-benchmark: benchmarks/micro is type-checked too.
     session.install("-r", "requirements/run.txt", "mypy>=1.10", "pytest>=8", "pytest-benchmark>=4")
     session.run("mypy", "synapse_core")
-    session.install("-e", "./plugins/ray")
+    session.install("-e", "./plugins/ray[test]")  # its test support uses httpx
     # Editable installs hide the plugin packages from mypy's import search
     # (synapse-ray imports synapse-http; the benchmarks, several plugins).
     mypypath = {"MYPYPATH": "plugins/mock_transport:plugins/http:plugins/cpu"}
