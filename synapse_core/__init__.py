@@ -10,6 +10,11 @@ Public API::
 
 Names are imported lazily so worker processes, which need only
 :mod:`synapse_core.wire`, start quickly.
+
+This module is the host API (for applications and tools) and
+:mod:`synapse_core.plugin` is the plugin API (for transports, their workers
+and their tests). Every other module of the package is internal: it may
+change in any release.
 """
 
 from __future__ import annotations

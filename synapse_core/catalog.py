@@ -37,17 +37,19 @@ class Entry:
     #: the buckets its workers will report, when the transport knows them
     #: before one starts (``Transport.buckets``); else ``None``
     buckets: tuple[int, ...] | None = None
+    #: the longest sequence served: the catalog ceiling, capped by the
+    #: largest known bucket (worked out once: every call reads it)
+    ceiling: int = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        ceiling = self.spec.ceiling
+        if self.buckets:
+            ceiling = min(ceiling, self.buckets[-1])
+        object.__setattr__(self, "ceiling", ceiling)
 
     @property
     def available(self) -> bool:
         return not self.problem
-
-    @property
-    def ceiling(self) -> int:
-        """The longest sequence served: the catalog ceiling, capped by the
-        largest known bucket."""
-        ceiling = self.spec.ceiling
-        return min(ceiling, self.buckets[-1]) if self.buckets else ceiling
 
 
 class Catalog:
@@ -91,6 +93,7 @@ class Catalog:
                 problem,
                 buckets,
             )
+        problems.extend(_unknown_lanes(self.config, self.entries))
         if problems:
             raise ConfigError(self.source, problems)
 
@@ -147,6 +150,24 @@ def _known_buckets(info: TransportInfo, spec: ModelSpec) -> tuple[int, ...] | No
             [f"options: transport {spec.transport!r} declares buckets {list(buckets)}: {problem}"],
         )
     return buckets
+
+
+def _unknown_lanes(config: HostConfig, entries: dict[str, Entry]) -> list[str]:
+    """A ``lanes`` setting naming a lane no model runs on is a typo, not a no-op.
+
+    The lanes of a transport that is not installed are unknown here, so while
+    any model's transport is missing, lane settings are left unchecked.
+    """
+    if any(entry.transport is None for entry in entries.values()):
+        return []
+    known = sorted({entry.lane.lane_id for entry in entries.values() if entry.lane is not None})
+    listing = ", ".join(known) or "none"
+    return [
+        f"lanes[{lane_id!r}]: no model of the catalog runs on lane {lane_id!r} "
+        f"(its lanes: {listing})"
+        for lane_id in config.lanes
+        if lane_id not in known
+    ]
 
 
 def _safe_models(info: TransportInfo, plugins: PluginHost) -> tuple[ModelSpec, ...]:

@@ -86,9 +86,20 @@ class HostConfig:
     def from_toml(cls, path: str | Path) -> HostConfig:
         path = Path(path)
         try:
-            text = path.read_text(encoding="utf-8")
+            data = path.read_bytes()
         except OSError as exc:
             raise ConfigError(str(path), [f"cannot read file: {exc.strerror or exc}"]) from None
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = data.count(b"\n", 0, exc.start) + 1
+            raise ConfigError(
+                str(path),
+                [
+                    f"not UTF-8 text at byte offset {exc.start} (line {line}): {exc.reason}; "
+                    "TOML files must be UTF-8, so re-save it as UTF-8"
+                ],
+            ) from None
         return cls.from_toml_text(text, source=str(path))
 
     @classmethod

@@ -49,6 +49,19 @@ class Deadline:
 _NEVER = Deadline(math.inf)
 
 
+def check_deadline(deadline: object) -> None:
+    """A ``TypeError`` that says what to pass, unless ``deadline`` is a
+    :class:`Deadline` or ``None`` (a bare number could mean seconds from now
+    or a clock reading; the caller must say which)."""
+    if deadline is not None and not isinstance(deadline, Deadline):
+        hint = (
+            f" (for {deadline!r} seconds from now, pass Deadline.after({deadline!r}))"
+            if isinstance(deadline, int | float) and not isinstance(deadline, bool)
+            else ""
+        )
+        raise TypeError(f"deadline must be a Deadline or None, got {type(deadline).__name__}{hint}")
+
+
 class FakeClock:
     """A clock that only moves when told to; for deterministic tests."""
 

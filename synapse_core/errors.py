@@ -33,9 +33,11 @@ class Refused(SynapseError):
     """A call was refused before any worker was spawned or any inference ran.
 
     ``code`` is one of ``unknown-model``, ``wrong-task``,
-    ``transport-unavailable``, ``empty-input``, ``empty-sequence`` and
-    ``over-ceiling``; ``index`` names the offending input (``None`` when the
-    refusal is about the whole call or the rerank query).
+    ``transport-unavailable``, ``empty-input``, ``missing-query`` (a rerank
+    without a query), ``invalid-text`` (an input that is not a string, or
+    holds a lone surrogate), ``empty-sequence`` and ``over-ceiling``;
+    ``index`` names the offending input (``None`` when the refusal is about
+    the whole call or the rerank query).
     """
 
     CODES = (
@@ -43,6 +45,8 @@ class Refused(SynapseError):
         "wrong-task",
         "transport-unavailable",
         "empty-input",
+        "missing-query",
+        "invalid-text",
         "empty-sequence",
         "over-ceiling",
     )

@@ -57,6 +57,9 @@ def synapse_register_transports(register: Callable[[Transport], None]) -> None:
     - may ship models through ``catalog_models()`` and check a model's
       ``options`` in ``validate_model()`` (raise ``ConfigError`` naming the
       option's path);
+    - may declare a model's buckets from its options with ``buckets()``, so
+      the catalog knows the effective ceiling (``min(ceiling, largest
+      bucket)``) and refuses longer inputs before any worker starts;
     - says which lane a model runs on with ``lane_for()``: a
       :class:`~synapse_core.transport.LaneInfo` with a lane id such as
       ``"ane:0"``, a default capacity in reservation units, and whether the
@@ -67,8 +70,8 @@ def synapse_register_transports(register: Callable[[Transport], None]) -> None:
       :class:`~synapse_core.transport.Launched`: the host's ends of a byte
       channel (speaking :mod:`synapse_core.wire`, the worker sends ``Hello``
       first) and a process whose ``wait()`` returns only once the process is
-      reaped. :func:`synapse_core.process.spawn_worker` does all of this for
-      a Python worker module.
+      reaped. :func:`synapse_core.plugin.spawn_worker` does all of this for
+      a :class:`~synapse_core.plugin.ModelWorker` subclass.
 
     Two registered transports with the same name are an error reported by
     ``synapse plugins``; the first one wins.

@@ -11,7 +11,7 @@ from anyio.abc import TaskGroup
 
 from .catalog import Catalog, Entry
 from .config import HostConfig, Task
-from .deadline import Clock, Deadline, monotonic
+from .deadline import Clock, Deadline, check_deadline, monotonic
 from .errors import Overloaded, Retired
 from .handoff import OneShot, event_factory
 from .plan import Plan, plan_call
@@ -94,6 +94,7 @@ class Host:
 
     async def load(self, model: str, *, deadline: Deadline | None = None) -> None:
         """Start the model's worker and wait for its hello; no inference."""
+        check_deadline(deadline)
         entry = self.catalog.entry(model, self._task_of(model))
         old = self._workers.get(model)
         while (
@@ -164,6 +165,7 @@ class Host:
         """Plan and start a call; its caller then waits for it
         (:meth:`CallRunner.wait`). Refusals, and errors of the head start, are
         raised here, before the caller's first await."""
+        check_deadline(deadline)
         entry = self.catalog.entry(model, task)
         plan: Plan = plan_call(entry, texts, query, truncate)
         if model in self._retired:

@@ -1,7 +1,8 @@
 """Events the supervisor reports to observation sinks (``synapse_observe``).
 
 They are tagged msgspec Structs so a recorder can write them as JSON lines
-and a validator can read them back with one typed decoder.
+and a validator can read them back with one typed decoder. Unknown fields are
+refused when decoding: a certification must not rest on fields it ignored.
 
 ``WorkerInventory`` and ``AdmissionCount`` are emitted only when the host runs
 with ``certify_observation = true``; the others whenever a sink is registered.
@@ -15,7 +16,7 @@ import msgspec
 from .wire import Shape
 
 
-class Event(msgspec.Struct, tag_field="event", frozen=True):
+class Event(msgspec.Struct, tag_field="event", frozen=True, forbid_unknown_fields=True):
     lane: str
     worker_id: str
     generation: int

@@ -9,7 +9,8 @@ to the ceiling here, and the plan lists every index that was cut.
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Sequence
+import re
+from collections.abc import Callable, Iterator, Sequence
 from typing import cast
 
 import attrs
@@ -20,6 +21,9 @@ from .tokenizer import CountingTokenizer, Tokenizer
 
 #: calls of at most this many texts are encoded while they are planned
 EAGER_TEXTS = 8
+
+#: a UTF-16 surrogate on its own: a str can hold one, UTF-8 cannot encode it
+_SURROGATE = re.compile("[\ud800-\udfff]")
 
 
 @attrs.define(eq=False)
@@ -122,6 +126,38 @@ def truncated_item(
     raise over_ceiling(model, item, ceiling, pair=query is not None)
 
 
+def _sequence(texts: object, what: str) -> Sequence[object]:
+    """``texts`` as a sequence (one str is one text), or a ``TypeError``.
+
+    Iterators are refused rather than consumed: a refusal would leave the
+    caller's iterator half used.
+    """
+    if type(texts) is list or type(texts) is tuple:  # the common case, without an ABC check
+        return texts
+    if isinstance(texts, str):
+        return [texts]
+    if isinstance(texts, Sequence) and not isinstance(texts, bytes | bytearray | memoryview):
+        return texts
+    hint = "; pass list(...) of it" if isinstance(texts, Iterator) else ""
+    raise TypeError(f"{what} must be a list of strings, got {type(texts).__name__}{hint}")
+
+
+def invalid_text(model: str, value: object, what: str, index: int | None) -> Refused | None:
+    """The refusal of ``value`` if it is not text UTF-8 can carry (else ``None``)."""
+    if isinstance(value, str):
+        found = _SURROGATE.search(value)
+        if found is None:
+            return None
+        problem = (
+            f"holds a lone surrogate (U+{ord(found.group()):04X}) at character {found.start()}, "
+            "which is not valid Unicode; decode its bytes with errors='replace' or fix its source"
+        )
+    else:
+        kind = "None" if value is None else f"of type {type(value).__name__}"
+        problem = f"is {kind}, not text; give a string"
+    return Refused("invalid-text", f"{what} {problem}", model=model, index=index)
+
+
 def plan_call(
     entry: Entry,
     texts: Sequence[str | Sequence[int]],
@@ -130,13 +166,23 @@ def plan_call(
 ) -> Plan:
     """Tokenise and check every input; raise :class:`Refused` on the first bad one.
 
-    An input may be a text or the token ids of the model's own tokenizer
-    (special tokens excluded). With ``truncate`` an input over the ceiling is
+    ``texts`` must be a sequence (a ``TypeError`` says so otherwise); an item
+    or query that is not valid text is refused as ``invalid-text``. An input
+    may also be the token ids of the model's own tokenizer (a list or tuple,
+    special tokens excluded). With ``truncate`` an input over the ceiling is
     cut to fit instead of refused, and its index recorded in the plan.
     """
     model = entry.spec.name
-    if isinstance(texts, str):
-        texts = [texts]
+    rerank = entry.spec.task == "rerank"
+    texts = cast(
+        Sequence[str | Sequence[int]], _sequence(texts, "documents" if rerank else "texts")
+    )
+    if rerank and query is None:
+        raise Refused(
+            "missing-query", "no query given; rerank scores documents against a query", model=model
+        )
+    if query is not None and (refusal := invalid_text(model, query, "the query", None)):
+        raise refusal
     if not texts:
         what = "documents" if query is not None else "texts"
         raise Refused("empty-input", f"no {what} given; pass at least one", model=model)
@@ -166,9 +212,17 @@ def plan_call(
     cut: list[int] = []
     # Each input is checked as soon as it is sized, so the first bad input is
     # the one reported, whatever is wrong with later ones.
+    noun = "document" if query is not None else "input"
     ids: list[int] | None
     for index, given in enumerate(texts):
         text = given if isinstance(given, str) else ""
+        # Token ids come as a list or tuple; anything else must be valid text.
+        if (
+            not isinstance(given, list | tuple)
+            and not (isinstance(given, str) and given.isascii())
+            and (refusal := invalid_text(model, given, f"{noun} {index}", index))
+        ):
+            raise refusal
         try:
             if not isinstance(given, str):
                 ids = list(given)

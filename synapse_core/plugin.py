@@ -14,9 +14,12 @@ not pay for the host's modules.
 - Workers: :class:`ModelWorker`, :class:`Declined`, :func:`worker_main`,
   :class:`Shape`, :class:`LaunchSpec`; for hand-written test workers the
   frame-level :class:`WorkerLogic` and its actions.
+- Observers and tools: the supervisor's events (:class:`Event` and its
+  kinds, :data:`AnyEvent`), :class:`Hello`, :func:`default_config`.
 - Tests: the in-process helpers (:class:`InProcessWorkers`,
   :class:`InProcessProcess`, :class:`LaunchRecord`), :func:`transport_plugin`,
-  :func:`catalog_toml`, :func:`eventually`.
+  :func:`catalog_toml`, :func:`eventually`, :func:`make_cli` (the
+  ``synapse`` command over chosen plugins).
 """
 
 from __future__ import annotations
@@ -50,7 +53,10 @@ _EXPORTS = {
     "Faults": "worker",
     "WorkerOptions": "worker",
     "parse_options": "worker",
+    "appendable_file": "worker",
     "bucket_sizes": "worker",
+    "count": "worker",
+    "validator": "worker",
     "positive": "worker",
     "seconds": "worker",
     # workers
@@ -70,27 +76,44 @@ _EXPORTS = {
     "Reply": "worker",
     "Stop": "worker",
     "WorkerLogic": "worker",
+    # observers and tools
+    "AdmissionCount": "observation",
+    "AnyEvent": "observation",
+    "Event": "observation",
+    "ShapeAdmitted": "observation",
+    "ShapeRefunded": "observation",
+    "WorkerExited": "observation",
+    "WorkerFaulted": "observation",
+    "WorkerInventory": "observation",
+    "WorkerStarted": "observation",
+    "Hello": "wire",
+    "default_config": "catalog",
     # tests
     "InProcessProcess": "inprocess",
     "InProcessWorkers": "inprocess",
     "LaunchRecord": "inprocess",
     "catalog_toml": "testing",
+    "make_cli": "cli",
     "eventually": "testing",
     "transport_plugin": "testing",
 }
 
 __all__ = [
     "Action",
+    "AdmissionCount",
+    "AnyEvent",
     "Availability",
     "BasicTokenizer",
     "ConfigError",
     "CountingTokenizer",
     "Crash",
     "Declined",
+    "Event",
     "Faults",
     "FieldInvalid",
     "Frame",
     "Hang",
+    "Hello",
     "InProcessProcess",
     "InProcessWorkers",
     "LaneInfo",
@@ -107,35 +130,59 @@ __all__ = [
     "Rows",
     "Scores",
     "Shape",
+    "ShapeAdmitted",
+    "ShapeRefunded",
     "Stop",
     "SynapseError",
     "Task",
     "Tokenizer",
     "Transport",
+    "WorkerExited",
+    "WorkerFaulted",
+    "WorkerInventory",
     "WorkerLogic",
     "WorkerOptions",
     "WorkerProcess",
+    "WorkerStarted",
+    "appendable_file",
     "bucket_sizes",
     "catalog_toml",
     "confirm_exit",
+    "count",
+    "default_config",
     "eventually",
     "hookimpl",
     "launch_spec",
+    "make_cli",
     "parse_options",
     "positive",
     "seconds",
     "spawn_worker",
     "transport_plugin",
+    "validator",
     "worker_main",
 ]
 
 __getattr__ = lazy_getattr(__name__, "synapse_core", _EXPORTS, globals())
 
 if TYPE_CHECKING:
+    from .catalog import default_config
+    from .cli import make_cli
     from .config import FieldInvalid, ModelSpec
     from .errors import ConfigError, LaneLocked, SynapseError
     from .hookspecs import hookimpl
     from .inprocess import InProcessProcess, InProcessWorkers, LaunchRecord
+    from .observation import (
+        AdmissionCount,
+        AnyEvent,
+        Event,
+        ShapeAdmitted,
+        ShapeRefunded,
+        WorkerExited,
+        WorkerFaulted,
+        WorkerInventory,
+        WorkerStarted,
+    )
     from .process import confirm_exit, launch_spec, spawn_worker
     from .testing import catalog_toml, eventually, transport_plugin
     from .tokenizer import BasicTokenizer, CountingTokenizer, Tokenizer
@@ -148,7 +195,7 @@ if TYPE_CHECKING:
         Transport,
         WorkerProcess,
     )
-    from .wire import Frame, LaunchSpec, Shape, Task
+    from .wire import Frame, Hello, LaunchSpec, Shape, Task
     from .worker import (
         Action,
         Crash,
@@ -163,9 +210,12 @@ if TYPE_CHECKING:
         Stop,
         WorkerLogic,
         WorkerOptions,
+        appendable_file,
         bucket_sizes,
+        count,
         parse_options,
         positive,
         seconds,
+        validator,
         worker_main,
     )

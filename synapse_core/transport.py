@@ -8,7 +8,7 @@ overrides at least :attr:`Transport.name` and :meth:`Transport.launch`.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 import attrs
 from anyio.abc import ByteReceiveStream, ByteSendStream, TaskGroup
@@ -110,10 +110,28 @@ class LaneSession:
 
 
 class Transport:
-    """Base class for transports. Override :attr:`name` and :meth:`launch`."""
+    """Base class for transports. Set :attr:`name`, and either :attr:`worker`
+    (with :attr:`options_type`) or override :meth:`launch`."""
 
     #: Name used in catalog entries (``transport = "mock"``).
     name: str = ""
+    #: ``"package.module:WorkerClass"``, a :class:`~synapse_core.plugin.ModelWorker`
+    #: subclass: the default :meth:`launch` starts it with ``spawn_worker``.
+    worker: str = ""
+    #: The class a model's options are structured into (an attrs class, e.g.
+    #: derived from :class:`~synapse_core.plugin.WorkerOptions`): the default
+    #: :meth:`validate_model` checks options with it, and the default
+    #: :meth:`buckets` reads its ``buckets`` field if it has one.
+    options_type: type[Any] | None = None
+
+    def model_options(self, model: ModelSpec) -> Any:
+        """``model.options`` structured into :attr:`options_type`; a
+        :class:`~synapse_core.errors.ConfigError` names each bad option's path."""
+        from .worker.options import parse_options
+
+        if self.options_type is None:
+            raise TypeError(f"transport {self.name!r} has no options_type")
+        return parse_options(model.options, self.options_type, source=f"model {model.name!r}")
 
     def availability(self) -> Availability:
         """Whether this transport can run on this machine, and if not why."""
@@ -125,7 +143,10 @@ class Transport:
 
     def validate_model(self, model: ModelSpec) -> None:
         """Check ``model.options``; raise :class:`~synapse_core.errors.ConfigError`
-        naming the bad option's path. Called when a host opens, never spawning."""
+        naming the bad option's path. Called when a host opens, never spawning.
+        The default structures them into :attr:`options_type`, if set."""
+        if self.options_type is not None:
+            self.model_options(model)
 
     def describe(self) -> str:
         """One line for ``synapse plugins`` about what runs here (e.g. which
@@ -145,9 +166,13 @@ class Transport:
         largest bucket)``, before any worker starts: longer inputs are refused
         without starting one, and ``synapse catalog`` shows both. ``None``
         (the default): known only from a worker's hello. Called when a
-        catalog opens, after :meth:`validate_model`; never spawn here.
+        catalog opens, after :meth:`validate_model`; never spawn here. The
+        default reads the ``buckets`` option of :attr:`options_type`, if any.
         """
-        return None
+        if self.options_type is None:
+            return None
+        declared = getattr(self.model_options(model), "buckets", None)
+        return None if declared is None else sorted(declared)
 
     def lane_for(self, model: ModelSpec) -> LaneInfo:
         """The lane ``model`` runs on."""
@@ -169,5 +194,12 @@ class Transport:
         """Start a worker for ``request.model`` at ``request.generation``.
 
         The worker must send a :class:`~synapse_core.wire.Hello` frame first.
+        The default starts :attr:`worker` with ``spawn_worker``.
         """
-        raise NotImplementedError
+        if not self.worker:
+            raise NotImplementedError(
+                f"transport {self.name!r} sets no worker and does not override launch"
+            )
+        from .process import spawn_worker
+
+        return await spawn_worker(self.worker, request)

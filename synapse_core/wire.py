@@ -38,8 +38,11 @@ class Frame(msgspec.Struct, tag_field="t", frozen=True, forbid_unknown_fields=Fa
     """Base of every frame."""
 
 
-class Shape(msgspec.Struct, frozen=True, array_like=True):
-    """A compiled program size: sequence bucket (tokens) and batch rows."""
+class Shape(msgspec.Struct, frozen=True, array_like=True, forbid_unknown_fields=True):
+    """A compiled program size: sequence bucket (tokens) and batch rows.
+
+    A third element is refused, not dropped: a shape is compared for
+    identity everywhere (reservations, inventories, certification)."""
 
     bucket: int
     batch: int

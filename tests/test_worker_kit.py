@@ -284,6 +284,17 @@ def test_declined_wrong_and_raising_embeds_fail_the_request_only() -> None:
     assert isinstance(infer(worker, [[1]]), Output)  # still serving
 
 
+def test_an_output_that_is_not_rows_is_a_bad_output() -> None:
+    class Chatty(SumWorker):
+        def embed(self, batch: list[list[int]]) -> Any:
+            return None if batch[0] == [1] else [["a", "b"] for _ in batch]
+
+    worker = ready(build_logic(Chatty, spec()))
+    for batch in ([[1]], [[2]]):
+        frame = infer(worker, batch)
+        assert isinstance(frame, Failure) and frame.code == "bad-output"
+
+
 def test_a_model_without_rerank_declines_it() -> None:
     class EmbedOnly(SumWorker):
         rerank = ModelWorker.rerank
@@ -379,21 +390,33 @@ def test_no_knob_set_means_no_wrapper() -> None:
 @pytest.mark.parametrize(
     ("options", "problem"),
     [
-        ({"faults": {"crash_on_infer": 0}}, "options.faults.crash_on_infer: counts from 1, got 0"),
+        ({"faults": {"crash_on_infer": 0}}, "options.faults.crash_on_infer: counts start at 1"),
         ({"faults": {"reply_delay_s": -1}}, "options.faults.reply_delay_s: must be a finite"),
         ({"faults": {"cold_admit_delay_s": float("nan")}}, "options.faults.cold_admit_delay_s:"),
         ({"faults": {"crash_on_infer": "x"}}, "options.faults.crash_on_infer: expected int"),
         ({"faults": {"reply_delay": 1}}, "options.faults: extra fields found (reply_delay)"),
-        ({"trace": "."}, "options.trace: must name a file"),
+        ({"trace": "."}, "options.trace: . is a directory, not a file to append to"),
         ({"buckets": [8, 0]}, "options.buckets: bucket sizes must be greater than 0"),
         ({"buckets": [8, 8]}, "options.buckets: a bucket is listed twice"),
     ],
 )
 def test_knob_and_option_errors_name_their_path(options: dict[str, Any], problem: str) -> None:
+    # One bad value each; test_every_bad_value_is_reported_at_once covers several.
     with pytest.raises(ConfigError) as info:
         parse_options(options, SumOptions, source="model 'm'")
     assert info.value.source == "model 'm'"
     assert len(info.value.problems) == 1 and info.value.problems[0].startswith(problem)
+
+
+def test_every_bad_value_is_reported_at_once() -> None:
+    options = {"buckets": [0], "faults": {"crash_on_admit": 0, "reply_delay_s": -1.0}}
+    with pytest.raises(ConfigError) as info:
+        parse_options(options, SumOptions)
+    assert [p.split(":")[0] for p in info.value.problems] == [
+        "options.buckets",
+        "options.faults.reply_delay_s",
+        "options.faults.crash_on_admit",
+    ]
 
 
 # -- tracing ------------------------------------------------------------------------------------

@@ -13,21 +13,37 @@ from pathlib import Path
 from typing import Any
 
 import anyio
+import attrs
 import msgspec
 import pytest
 
 import synapse_core as synapse
 from synapse_core.catalog import Catalog
+from synapse_core.channel import ChannelClosed, FramedChannel
 from synapse_core.plugin import (
     InProcessWorkers,
+    LaneInfo,
     Launched,
     LaunchRequest,
     ModelSpec,
     Transport,
+    WorkerOptions,
+    bucket_sizes,
+    confirm_exit,
     spawn_worker,
     transport_plugin,
 )
-from synapse_core.wire import PROTOCOL_VERSION, Frame
+from synapse_core.wire import (
+    PROTOCOL_VERSION,
+    Admit,
+    Admitted,
+    Codec,
+    Frame,
+    Hello,
+    Infer,
+    Shape,
+    WorkerFrame,
+)
 from synapse_core.worker import lifeline
 
 FIXTURES = Path(__file__).parent / "worker_fixtures"
@@ -49,20 +65,13 @@ def config(*models: dict[str, Any], **settings: Any) -> synapse.HostConfig:
 # -- a hello's buckets ------------------------------------------------------------------------
 
 
-class RawHello(msgspec.Struct, tag="hello", tag_field="t"):
-    """A hello as a broken worker might send it (no checks when built)."""
-
-    protocol: int
-    implementation: str
-    version: str
-    model: str
-    package: str
-    generation: int
-    pid: int
-    buckets: list[int]
-    dims: int
-    max_batch: int
-    identity: str
+#: a hello as a broken worker might send it: Hello's fields, without its checks
+RawHello = msgspec.defstruct(
+    "RawHello",
+    [(f.name, f.type) for f in msgspec.structs.fields(Hello)],
+    tag="hello",
+    tag_field="t",
+)
 
 
 class BadHelloLogic:
@@ -164,6 +173,43 @@ def test_declared_buckets_are_checked_when_the_catalog_opens(
     assert problem in line
 
 
+@attrs.frozen
+class SizeOptions(WorkerOptions):
+    buckets: tuple[int, ...] = attrs.field(default=(32, 8), validator=bucket_sizes)
+
+
+class DefaultsTransport(Transport):
+    """A transport that only names its worker and options class."""
+
+    name = "kit"
+    worker = "kit_workers:CountWorker"
+    options_type = SizeOptions
+
+
+def test_a_transport_naming_its_options_type_gets_validation_and_buckets() -> None:
+    plugins = synapse.PluginHost([transport_plugin(DefaultsTransport())])
+    catalog = Catalog(config(model(), model("small", buckets=[4])), plugins)
+    assert (catalog.entries["m"].buckets, catalog.entries["m"].ceiling) == ((8, 32), 32)
+    assert (catalog.entries["small"].buckets, catalog.entries["small"].ceiling) == ((4,), 4)
+    for options, problem in [
+        ({"colour": "red"}, "models[0].options: extra fields found (colour)"),
+        ({"buckets": [8, 8]}, "models[0].options.buckets: a bucket is listed twice, got [8, 8]"),
+    ]:
+        with pytest.raises(synapse.ConfigError) as error:
+            Catalog(config(model(**options)), plugins)
+        assert error.value.problems == [problem]
+
+
+@pytest.mark.anyio
+async def test_a_transport_without_worker_or_launch_says_so() -> None:
+    spec = ModelSpec("m", "embed", "kit", "pkg", 16)
+    bare = Transport()
+    with pytest.raises(NotImplementedError, match="sets no worker and does not override launch"):
+        await bare.launch(LaunchRequest(spec, "m#1", 1, LaneInfo("k")))
+    assert bare.buckets(spec) is None
+    bare.validate_model(spec)  # no options type: nothing to check
+
+
 # -- real worker processes: stdout safety, and ending with the host ---------------------------
 
 
@@ -201,6 +247,27 @@ async def test_a_worker_writing_to_stdout_does_not_corrupt_its_channel(
         "a child process writing to stdout",
     ]:
         assert line in err
+
+
+@pytest.mark.subprocess
+@pytest.mark.anyio
+async def test_a_worker_that_exits_itself_ends_with_its_status() -> None:
+    spec = ModelSpec("m", "embed", "kit", "pkg", 16, {"exit_status": 70})
+    request = LaunchRequest(spec, "m#1", 1, LaneInfo("kit:0"))
+    launched = await spawn_worker(
+        "kit_workers:CountWorker", request, env={"PYTHONPATH": str(FIXTURES)}
+    )
+    channel = FramedChannel(launched.send, launched.receive, Codec(WorkerFrame))
+    try:
+        with anyio.fail_after(BOUND_S):
+            assert isinstance(await channel.receive(), Hello)
+            assert isinstance(await channel.exchange(Admit(1, Shape(8, 1)), BOUND_S), Admitted)
+            with pytest.raises(ChannelClosed):
+                await channel.exchange(Infer(2, Shape(8, 1), "embed", [[1]]), BOUND_S)
+            assert await launched.process.wait() == 70
+    finally:
+        await channel.aclose()
+        await confirm_exit(launched.process, 5.0)
 
 
 HOST_SCRIPT = """

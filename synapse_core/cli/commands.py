@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TextIO
+from typing import BinaryIO
 
 import attrs
 import click
@@ -38,12 +38,13 @@ def emit(doc: render.Doc, as_json: bool, lines: Callable[[], list[str]]) -> None
         click.echo(line)
 
 
-def gather(arguments: tuple[str, ...], file: TextIO | None, field: Field) -> Inputs:
+def gather(arguments: tuple[str, ...], file: BinaryIO | None, field: Field) -> Inputs:
     if file is None:
         return from_arguments(arguments)
     if arguments:
         raise click.UsageError(f"give {field}s as arguments or with --file, not both")
-    return read_jsonl(file, "<stdin>" if file.name == "<stdin>" else str(file.name), field)
+    # Standard input read as bytes may have no name at all (click's test runner).
+    return read_jsonl(file, str(getattr(file, "name", "<stdin>")), field)
 
 
 @contextmanager
@@ -60,7 +61,7 @@ def file_option(field: Field) -> Callable[[Callable[..., None]], Callable[..., N
     return click.option(
         "--file",
         "file",
-        type=click.File("r", encoding="utf-8"),
+        type=click.File("rb"),
         default=None,
         help=f'JSON Lines input, one {{"{field}": "..."}} object per line ("-" reads stdin).',
     )
@@ -105,7 +106,7 @@ def embed_command(
     state: AppState,
     model: str,
     texts: tuple[str, ...],
-    file: TextIO | None,
+    file: BinaryIO | None,
     deadline: float | None,
     as_json: bool,
     catalog: Path | None,
@@ -136,7 +137,7 @@ def rerank_command(
     model: str,
     documents: tuple[str, ...],
     query: str,
-    file: TextIO | None,
+    file: BinaryIO | None,
     deadline: float | None,
     as_json: bool,
     catalog: Path | None,

@@ -3,12 +3,15 @@
 A file holds one JSON object per line (``{"text": ...}`` for embed,
 ``{"document": ...}`` for rerank; other keys are ignored). Blank lines are
 skipped; any other unusable line stops the command with its line number.
+
+The file is read as bytes and each line decoded on its own: a text stream
+decodes ahead in blocks, so invalid UTF-8 would surface lines early.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal, TextIO
+from typing import BinaryIO, Literal
 
 import attrs
 import msgspec
@@ -50,25 +53,27 @@ def from_arguments(items: Sequence[str]) -> Inputs:
     return Inputs(list(items))
 
 
-def read_jsonl(stream: TextIO, source: str, field: Field) -> Inputs:
+def read_jsonl(stream: BinaryIO, source: str, field: Field) -> Inputs:
     """Read ``{"<field>": "..."}`` lines; raise :class:`InputError` naming a bad line."""
     decoder = _DECODERS[field]
     items: list[str] = []
     lines: list[int] = []
-    number = 0
-    try:
-        for number, raw in enumerate(stream, start=1):
-            if not raw.strip():
-                continue
-            try:
-                record = decoder.decode(raw)
-            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                raise InputError(
-                    f'{source} line {number}: expected a JSON object with a "{field}" string '
-                    f"({exc})"
-                ) from None
-            items.append(record.text if isinstance(record, _Text) else record.document)
-            lines.append(number)
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{source} line {number + 1}: not UTF-8 text ({exc.reason})") from None
+    for number, raw in enumerate(stream, start=1):
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise InputError(
+                f"{source} line {number}: not UTF-8 text ({exc.reason} at byte {exc.start + 1} "
+                "of the line)"
+            ) from None
+        if not text.strip():
+            continue
+        try:
+            record = decoder.decode(text)
+        except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+            raise InputError(
+                f'{source} line {number}: expected a JSON object with a "{field}" string ({exc})'
+            ) from None
+        items.append(record.text if isinstance(record, _Text) else record.document)
+        lines.append(number)
     return Inputs(items, source, lines)

@@ -9,7 +9,15 @@ from .entry import worker_main
 from .faults import MALFORMED, FaultInjector, Faults, WorkerOptions
 from .loop import Action, Crash, Hang, RawReply, Reply, Stop, WorkerLogic, host_codec, serve_streams
 from .model import Declined, ModelLogic, ModelWorker, Rows, Scores, build_logic
-from .options import bucket_sizes, parse_options, positive, seconds
+from .options import (
+    appendable_file,
+    bucket_sizes,
+    count,
+    parse_options,
+    positive,
+    seconds,
+    validator,
+)
 from .trace import Traced, TraceSink, file_sink
 
 __all__ = [
@@ -31,13 +39,16 @@ __all__ = [
     "Traced",
     "WorkerLogic",
     "WorkerOptions",
+    "appendable_file",
     "bucket_sizes",
     "build_logic",
+    "count",
     "file_sink",
     "host_codec",
     "parse_options",
     "positive",
     "seconds",
     "serve_streams",
+    "validator",
     "worker_main",
 ]

@@ -106,12 +106,13 @@ def _serve(target: Target, spec: LaunchSpec, prog: str) -> int:
     except (SynapseError, ValueError) as exc:
         print(f"{prog}: cannot start: {exc}", file=sys.stderr)
         return 2
-    try:
-        return serve_pipes(logic, *take_pipes())
-    finally:
-        close = getattr(logic, "close", None)
-        if close is not None:
-            close()
+    status = serve_pipes(logic, *take_pipes())
+    # The host closed the channel without a shutdown frame: release the device
+    # now. (A worker that ends itself, with SystemExit, has released it.)
+    close = getattr(logic, "close", None)
+    if close is not None:
+        close()
+    return status
 
 
 def resolve(target: str) -> Target:

@@ -12,28 +12,14 @@ as ``options.faults.crash_on_infer``); the kit then wraps the worker in
 
 from __future__ import annotations
 
-import os
-from typing import Any
-
 import attrs
 
-from ..config import FieldInvalid
 from ..wire import PREFIX, Admit, Admitted, Frame, Hello, Infer
 from .loop import Action, Crash, Hang, RawReply, Reply, WorkerLogic
-from .options import seconds
+from .options import appendable_file, count, seconds
 
 # 0xc1 is never used in MessagePack: a frame of it cannot decode.
 MALFORMED = PREFIX.pack(4) + b"\xc1\xc1\xc1\xc1"
-
-
-def _ordinal(instance: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
-    if value is not None and value < 1:
-        raise FieldInvalid(attribute.name, f"counts from 1, got {value!r}")
-
-
-def _generation(instance: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
-    if value is not None and value < 0:
-        raise FieldInvalid(attribute.name, f"must be 0 or more, got {value!r}")
 
 
 @attrs.frozen
@@ -45,17 +31,17 @@ class Faults:
     #: seconds added before the reply to a cold admission
     cold_admit_delay_s: float = attrs.field(default=0.0, validator=seconds)
     #: exit without a reply on this inference
-    crash_on_infer: int | None = attrs.field(default=None, validator=_ordinal)
+    crash_on_infer: int | None = attrs.field(default=None, validator=count)
     #: answer this inference with a frame that cannot decode
-    malformed_on_infer: int | None = attrs.field(default=None, validator=_ordinal)
+    malformed_on_infer: int | None = attrs.field(default=None, validator=count)
     #: never answer this inference
-    hang_on_infer: int | None = attrs.field(default=None, validator=_ordinal)
+    hang_on_infer: int | None = attrs.field(default=None, validator=count)
     #: exit without a reply on this admission
-    crash_on_admit: int | None = attrs.field(default=None, validator=_ordinal)
+    crash_on_admit: int | None = attrs.field(default=None, validator=count)
     #: keep running on SIGTERM (the host must SIGKILL)
     ignore_sigterm: bool = False
     #: apply the knobs to this generation only (default: every generation)
-    only_generation: int | None = attrs.field(default=None, validator=_generation)
+    only_generation: int | None = attrs.field(default=None, validator=count)
 
     def active(self, generation: int) -> bool:
         """Whether any knob applies to ``generation``."""
@@ -63,11 +49,6 @@ class Faults:
 
 
 _NONE = Faults()
-
-
-def _trace_path(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
-    if value is not None and (not value or os.path.isdir(value)):
-        raise FieldInvalid(attribute.name, f"must name a file to append to, got {value!r}")
 
 
 @attrs.frozen(kw_only=True)
@@ -79,7 +60,7 @@ class WorkerOptions:
     """
 
     faults: Faults = Faults()
-    trace: str | None = attrs.field(default=None, validator=_trace_path)
+    trace: str | None = attrs.field(default=None, validator=appendable_file)
 
 
 class FaultInjector:

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import os
 import sys
-import traceback
 from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
@@ -279,7 +278,7 @@ class ModelLogic:
             return out.failure(rid)
         try:
             data = packed(out, len(batch), width, frame.task)
-        except ValueError as exc:
+        except (TypeError, ValueError) as exc:
             return Failure(rid, "bad-output", f"{type(worker).__name__}.{frame.task}: {exc}")
         return Output(rid, shape, len(batch), width, data)
 
@@ -304,6 +303,8 @@ def _call(method: Callable[..., Any], *args: Any) -> Any:
     except Declined as exc:
         return _Raised(exc)
     except Exception as exc:
+        import traceback  # only on this path: workers start faster without it
+
         traceback.print_exc(file=sys.stderr)
         return _Raised(exc)
 

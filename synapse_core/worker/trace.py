@@ -10,7 +10,6 @@ before it does it, so a frame that crashes the worker is still on record.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Mapping, Sequence
 
 from ..wire import (
@@ -41,6 +40,8 @@ _FAULTS: dict[type[object], str] = {Crash: "crash", Hang: "hang", RawReply: "mal
 
 def file_sink(path: str) -> TraceSink:
     """Append one JSON line per record; each line is on disk before the frame is acted on."""
+
+    import json
 
     def write(record: dict[str, object]) -> None:
         with open(path, "a", encoding="utf-8") as fh:

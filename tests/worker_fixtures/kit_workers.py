@@ -24,6 +24,8 @@ class CountOptions(WorkerOptions):
     buckets: tuple[int, ...] = attrs.field(default=(8, 16), validator=bucket_sizes)
     #: seconds each embed call takes (a busy worker)
     busy_s: float = 0.0
+    #: embed ends the worker with this status (a worker that knows it is broken)
+    exit_status: int | None = None
 
 
 class CountWorker(ModelWorker):
@@ -37,9 +39,12 @@ class CountWorker(ModelWorker):
         print(f"loading {self.model} generation {self.generation}")
         self.buckets = options.buckets
         self.busy_s = options.busy_s
+        self.exit_status = options.exit_status
         self.identity = f"count:{self.package}:v1"
 
     def embed(self, batch: list[list[int]]) -> list[list[float]]:
+        if self.exit_status is not None:
+            raise SystemExit(self.exit_status)
         print("embedding", len(batch), "sequences")
         sys.stdout.flush()
         os.system("echo a child process writing to stdout")

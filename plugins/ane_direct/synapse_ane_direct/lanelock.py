@@ -67,11 +67,14 @@ class Holder(msgspec.Struct, frozen=True):
 def default_runtime_dir() -> Path:
     """``$XDG_RUNTIME_DIR/synapse``, else ``<system temp>/synapse-<uid>``.
 
-    The system temp dir is ``/tmp`` (or ``/var/tmp``), not ``$TMPDIR``: two
-    hosts with different ``TMPDIR`` settings must still find the same lock.
+    A relative ``XDG_RUNTIME_DIR`` is ignored, as the XDG base-directory spec
+    requires: it would resolve against each host's working directory, and two
+    hosts would each lock a lane file of their own. The system temp dir is
+    ``/tmp`` (or ``/var/tmp``), not ``$TMPDIR``: two hosts with different
+    ``TMPDIR`` settings must still find the same lock.
     """
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg:
+    xdg = os.environ.get("XDG_RUNTIME_DIR", "")
+    if os.path.isabs(xdg):
         return Path(xdg) / "synapse"
     return system_temp_dir() / f"synapse-{os.getuid()}"
 

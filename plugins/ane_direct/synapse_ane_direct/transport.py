@@ -18,13 +18,14 @@ from synapse_core.plugin import (
     Launched,
     LaunchRequest,
     ModelSpec,
+    Tokenizer,
     Transport,
     spawn_worker,
 )
 
-from . import hardware
+from .availability import probe as hardware_probe
 from .lanelock import LaneLock, acquire
-from .options import DEVICE_KINDS, parse_options
+from .options import DEVICE_KINDS, AneOptions
 
 NAME = "ane-direct"
 #: Capacity in reservation units (bucket x batch with the default cost).
@@ -37,22 +38,27 @@ ENV_LANE_LOCK = "SYNAPSE_ANE_LANE_LOCK"
 #: Removed from every worker's environment (see the module docstring).
 UNSET_ENV = ("TMPDIR",)
 
+#: The package of the shipped models: all-MiniLM-L6-v2, one program per
+#: bucket (positions including [CLS] and [SEP]; 256 is the model's ceiling).
+MINILM_PACKAGE = "ane-all-minilm-l6-v2"
+MINILM_OPTIONS = {"dims": 384, "buckets": [32, 64, 128, 256]}
 SHIPPED_MODELS = (
     ModelSpec(
         name="ane-minilm",
         task="embed",
         transport=NAME,
-        package="ane-all-minilm-l6-v2",
-        ceiling=512,
-        options={"dims": 384},
+        package=MINILM_PACKAGE,
+        ceiling=256,
+        options=MINILM_OPTIONS,
     ),
+    # A bi-encoder: the cosine of the query's and each document's embedding.
     ModelSpec(
         name="ane-rerank-minilm",
         task="rerank",
         transport=NAME,
-        package="ane-ms-marco-minilm-l6",
-        ceiling=512,
-        options={"dims": 384},
+        package=MINILM_PACKAGE,
+        ceiling=256,
+        options=MINILM_OPTIONS,
     ),
 )
 
@@ -66,13 +72,15 @@ class AneDirectTransport(Transport):
     """
 
     name = NAME
+    worker = WORKER
+    options_type = AneOptions
 
     def __init__(
         self,
         device: str | None = None,
         *,
         runtime_dir: str | Path | None = None,
-        probe: Callable[[], str] = hardware.probe,
+        probe: Callable[[], str] = hardware_probe,
     ) -> None:
         self._device = device
         self.runtime_dir = Path(runtime_dir) if runtime_dir is not None else None
@@ -97,14 +105,17 @@ class AneDirectTransport(Transport):
     def catalog_models(self) -> Sequence[ModelSpec]:
         return SHIPPED_MODELS
 
-    def validate_model(self, model: ModelSpec) -> None:
-        parse_options(model.options, source=f"model {model.name!r}")
-
-    def buckets(self, model: ModelSpec) -> Sequence[int]:
-        return sorted(parse_options(model.options, source=f"model {model.name!r}").buckets)
-
     def lane_for(self, model: ModelSpec) -> LaneInfo:
         return LANE
+
+    def tokenizer(self, model: ModelSpec) -> Tokenizer:
+        """MiniLM's own tokenizer for the shipped MiniLM models (their programs
+        embed its word pieces); the default tokenizer for any other package."""
+        if model.package == MINILM_PACKAGE:
+            from .model_files import ModelTokenizer
+
+            return ModelTokenizer()
+        return super().tokenizer(model)
 
     async def open_lane(self, lane: LaneInfo) -> LaneLock:
         return acquire(lane.lane_id, self.runtime_dir)
@@ -112,7 +123,7 @@ class AneDirectTransport(Transport):
     async def launch(self, request: LaunchRequest) -> Launched:
         lock = held_lane(request)
         return await spawn_worker(
-            WORKER,
+            self.worker,
             request,
             env=self.worker_env(lock),
             unset_env=UNSET_ENV,

@@ -15,7 +15,7 @@ from synapse_ane_direct.device import (
     embed_tokens,
     rerank_score,
 )
-from synapse_ane_direct.hardware import NOT_WRITTEN, HardwareDevice
+from synapse_ane_direct.hardware import HardwareDevice
 from synapse_ane_direct.inprocess import InProcessAneWorker
 from synapse_ane_direct.options import AneOptions
 from synapse_ane_direct.worker import AneWorker, device_kind, open_device
@@ -87,10 +87,6 @@ def test_worker_without_a_usable_device_answers_admissions_with_why() -> None:
     assert action.frame.code == "device-unavailable"
     assert "macOS" in action.frame.message
     assert logic.handle(InventoryRequest(2)) == Reply(Inventory(2, []))
-
-
-def test_not_written_hardware_paths_say_so() -> None:
-    assert "not implemented" in NOT_WRITTEN and "never" in NOT_WRITTEN
 
 
 def test_simulation_can_be_asked_for_but_never_turned_off() -> None:

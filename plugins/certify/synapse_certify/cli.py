@@ -1,7 +1,9 @@
 """``synapse certify``: record a stream, run the placement gate, print an identity.
 
-Exit status: 0 when the gate passes, 2 when it fails, 1 when the input cannot
-be used (unreadable stream, bad catalog, failed call).
+Exit status: 0 when the gate passes, 3 when it fails, 2 for a usage error
+(click's, as for every ``synapse`` command), 1 when the input cannot be used
+(unreadable stream, bad catalog, failed call). A script can thus tell "the
+stream was judged and failed" from "the command was called wrongly".
 """
 
 from __future__ import annotations
@@ -16,22 +18,18 @@ import anyio
 import attrs
 import click
 
-from synapse_core.catalog import default_config
-from synapse_core.config import HostConfig
-from synapse_core.deadline import Deadline
-from synapse_core.errors import SynapseError
-from synapse_core.host import open_host
-from synapse_core.plugins import PluginHost
-from synapse_core.wire import Hello
+from synapse_core import Deadline, HostConfig, PluginHost, SynapseError, open_host
+from synapse_core.plugin import Hello, default_config
 
 from . import stream
 from .errors import StreamError
-from .gate import GateReport, check
+from .gate import GateReport, replay
 from .identity import installed_identity
 from .recorder import Recorder
 
 EXIT_ERROR = 1
-EXIT_GATE_FAILED = 2
+EXIT_USAGE = 2  # click.UsageError's own exit status
+EXIT_GATE_FAILED = 3
 
 catalog_option = click.option(
     "--catalog",
@@ -96,15 +94,15 @@ def _report(report: GateReport, as_json: bool) -> NoReturn:
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 def validate(stream_path: Path, as_json: bool) -> None:
-    """Run the placement gate over a recorded stream (exit 2 if it fails)."""
+    """Replay a recorded stream through the placement gate (exit 3 if it fails)."""
     try:
-        events = stream.read(stream_path)
+        events = stream.read_numbered(stream_path)
     except StreamError as exc:
         if as_json:
             click.echo(json.dumps({"ok": False, "error": str(exc), "line": exc.line}))
             raise click.exceptions.Exit(EXIT_ERROR) from None
         _fail(str(exc))
-    _report(check(events), as_json)
+    _report(replay(events), as_json)
 
 
 def _config(catalog: Path | None) -> HostConfig:
@@ -178,13 +176,13 @@ def record(
         with Recorder(out, keep=False) as recorder:
             hello, space = _serve(config, _plugins(recorder), model, texts, timeout)
         # Validate what was written, not what was seen: the file is the record.
-        events = stream.read(out)
+        events = stream.read_numbered(out)
     except SynapseError as exc:
         _fail(str(exc))
     click.echo(f"recorded {len(events)} events to {out}")
     if hello is not None:
         click.echo(f"worker: {hello.implementation} {hello.version}; vector space: {space}")
-    _report(check(events), as_json=False)
+    _report(replay(events), as_json=False)
 
 
 def _policy(items: Sequence[str]) -> dict[str, str]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from synapse_core.errors import SynapseError
+from synapse_core import SynapseError
 
 
 class CertifyError(SynapseError):

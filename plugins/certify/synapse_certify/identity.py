@@ -21,7 +21,7 @@ from typing import Any
 import attrs
 
 import synapse_core
-from synapse_core.plugins import PluginHost
+from synapse_core import PluginHost
 
 from .errors import IdentityMismatch
 

@@ -21,8 +21,7 @@ import itertools
 from pathlib import Path
 from typing import IO, Self
 
-from synapse_core.hookspecs import hookimpl
-from synapse_core.observation import Event
+from synapse_core.plugin import Event, hookimpl
 
 from .errors import RecordingError
 from .stream import encode_line

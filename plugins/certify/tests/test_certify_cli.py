@@ -14,26 +14,46 @@ from synapse_certify import plugin as certify_plugin
 from synapse_certify import read_stream
 from synapse_certify.cli import make_group
 from synapse_certify.stream import dumps
-from synapse_core.observation import AdmissionCount, ShapeAdmitted, WorkerInventory
+from synapse_core.cli import make_cli
+from synapse_core.observation import (
+    AdmissionCount,
+    ShapeAdmitted,
+    ShapeRefunded,
+    WorkerExited,
+    WorkerInventory,
+    WorkerStarted,
+)
 from synapse_core.plugins import PluginHost
 from synapse_core.testing import catalog_toml, transport_plugin
 from synapse_core.wire import Shape
 
 CHECKPOINT = hashlib.sha256(b"weights").hexdigest()
 S16, S32 = Shape(16, 1), Shape(32, 1)
-GOOD = [
+HEAD = [
+    WorkerStarted("mock:0", "a#1", 1, "a", 101),
     ShapeAdmitted("mock:0", "a#1", 1, S16, 16, True),
     WorkerInventory("mock:0", "a#1", 1, [S16]),
     AdmissionCount("mock:0", "a#1", 1, 1),
 ]
+GOOD = [
+    *HEAD,
+    WorkerExited("mock:0", "a#1", 1, True),
+    ShapeRefunded("mock:0", "a#1", 1, S16, 16),
+]
 BAD = [
-    *GOOD,
+    *HEAD,
     ShapeAdmitted("mock:0", "a#1", 1, S32, 32, True),
     WorkerInventory("mock:0", "a#1", 1, None, "ExchangeTimeout: no reply"),
     AdmissionCount("mock:0", "a#1", 1, 2),
+    WorkerExited("mock:0", "a#1", 1, True),
+    ShapeRefunded("mock:0", "a#1", 1, S16, 16),
+    ShapeRefunded("mock:0", "a#1", 1, S32, 32),
+    WorkerStarted("mock:0", "b#2", 3, "b", 102),
     ShapeAdmitted("mock:0", "b#2", 3, S16, 16, True),
-    WorkerInventory("mock:0", "b#2", 3, [S16, S32]),
-    AdmissionCount("mock:0", "b#2", 3, 1),
+    WorkerInventory("mock:0", "b#2", 3, [S16]),
+    AdmissionCount("mock:0", "b#2", 3, 2),
+    WorkerExited("mock:0", "b#2", 3, True),
+    ShapeRefunded("mock:0", "b#2", 3, S16, 16),
 ]
 
 
@@ -69,19 +89,23 @@ def test_validate_passes_a_good_stream(tmp_path: Path) -> None:
     result = CliRunner().invoke(hooked_cli(), ["certify", "validate", stream])
     assert result.exit_code == 0, result.output
     assert result.output == (
-        "placement gate passed: 3 events, 1 inventories of 1 worker generation(s)\n"
+        "placement gate passed: 6 events, 1 inventories of 1 worker generation(s)\n"
     )
 
 
-def test_validate_prints_one_line_per_problem_and_exits_2(tmp_path: Path) -> None:
-    stream = write(tmp_path / "bad.jsonl", dumps(BAD))
+def test_validate_prints_one_line_per_problem_and_exits_3(tmp_path: Path) -> None:
+    # Blank lines count: the report names the file's own line numbers.
+    data = dumps(BAD).replace(b"\n", b"\n\n", 1)
+    stream = write(tmp_path / "bad.jsonl", data)
     result = CliRunner().invoke(hooked_cli(), ["certify", "validate", stream])
-    assert result.exit_code == 2
+    assert result.exit_code == 3
     assert result.output.splitlines() == [
-        "a#1 generation 1: inventory is missing (not read: ExchangeTimeout: no reply) "
+        "line 7: a#1 generation 1: inventory is missing (not read: ExchangeTimeout: no reply) "
         "[inventory-missing]",
-        "b#2 generation 3: inventory holds 2 shape(s), admission count is 1 [count-mismatch]",
-        "placement gate failed with 2 problem(s): 9 events, 3 inventories of 2 worker "
+        "line 15: b#2 generation 3: inventory holds 1 shape(s), admission count is 2; "
+        "admission count 2 differs from the 1 the stream's admissions minus evictions give "
+        "[count-mismatch]",
+        "placement gate failed with 2 problem(s): 16 events, 3 inventories of 2 worker "
         "generation(s)",
     ]
 
@@ -89,23 +113,38 @@ def test_validate_prints_one_line_per_problem_and_exits_2(tmp_path: Path) -> Non
 def test_validate_json(tmp_path: Path) -> None:
     stream = write(tmp_path / "bad.jsonl", dumps(BAD))
     result = CliRunner().invoke(hooked_cli(), ["certify", "validate", "--json", stream])
-    assert result.exit_code == 2
+    assert result.exit_code == 3
     report = json.loads(result.output)
     assert report["ok"] is False
-    assert [(p["rule"], p["worker_id"], p["generation"]) for p in report["problems"]] == [
-        ("inventory-missing", "a#1", 1),
-        ("count-mismatch", "b#2", 3),
+    assert [(p["rule"], p["worker_id"], p["generation"], p["at"]) for p in report["problems"]] == [
+        ("inventory-missing", "a#1", 1, 6),
+        ("count-mismatch", "b#2", 3, 14),
     ]
+
+
+def test_usage_errors_exit_apart_from_a_failed_gate(tmp_path: Path) -> None:
+    # 2: called wrongly (click's usage status), 3: judged and failed, 1: unusable input.
+    missing = CliRunner().invoke(hooked_cli(), ["certify", "validate"])
+    assert missing.exit_code == 2
+    assert "Missing argument" in missing.stderr
+    unknown = CliRunner().invoke(hooked_cli(), ["certify", "validate", "--jsn", "x"])
+    assert unknown.exit_code == 2
+    failed = CliRunner().invoke(
+        hooked_cli(), ["certify", "validate", write(tmp_path / "bad.jsonl", dumps(BAD))]
+    )
+    assert failed.exit_code == 3
+    absent = CliRunner().invoke(hooked_cli(), ["certify", "validate", str(tmp_path / "no")])
+    assert absent.exit_code == 1
 
 
 def test_validate_names_the_malformed_line(tmp_path: Path) -> None:
     stream = write(tmp_path / "broken.jsonl", dumps(GOOD) + b'{"event": "nope"}\n')
     result = CliRunner().invoke(hooked_cli(), ["certify", "validate", stream])
     assert result.exit_code == 1
-    assert f"error: {stream} line 4: not a recorded event" in result.stderr
+    assert f"error: {stream} line 7: not a recorded event" in result.stderr
 
     as_json = CliRunner().invoke(hooked_cli(), ["certify", "validate", "--json", stream])
-    assert as_json.exit_code == 1 and json.loads(as_json.output)["line"] == 4
+    assert as_json.exit_code == 1 and json.loads(as_json.output)["line"] == 7
 
 
 def catalog(tmp_path: Path) -> str:
@@ -188,3 +227,13 @@ def test_identity_usage_errors(args: list[str], message: str) -> None:
     result = CliRunner().invoke(in_process_cli(), ["certify", "identity", *args])
     assert result.exit_code == 2
     assert message in result.stderr
+
+
+def test_the_synapse_command_keeps_the_certify_exit_statuses(tmp_path: Path) -> None:
+    cli = make_cli(lambda: PluginHost([certify_plugin]))
+    bad = write(tmp_path / "bad.jsonl", dumps(BAD))
+    assert CliRunner().invoke(cli, ["certify", "validate", bad]).exit_code == 3
+    good = write(tmp_path / "good.jsonl", dumps(GOOD))
+    assert CliRunner().invoke(cli, ["certify", "validate", good]).exit_code == 0
+    usage = CliRunner().invoke(cli, ["certify", "validate", "--bogus", good])
+    assert usage.exit_code == 2 and "usage error" in usage.stderr

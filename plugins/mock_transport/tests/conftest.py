@@ -35,9 +35,9 @@ from synapse_core.wire import (
     WorkerFrame,
 )
 from synapse_mock_transport.inprocess import InProcessTransport
-from synapse_mock_transport.transport import LANE
+from synapse_mock_transport.transport import LANE, MockTransport
 
-WORKER_MODULE = "synapse_mock_transport.worker"
+WORKER = MockTransport.worker
 #: Bounds that keep a broken worker from hanging the suite; never timing claims.
 BOUND_S = 15.0
 EXIT_GRACE_S = 5.0
@@ -124,7 +124,7 @@ def spawn() -> Start:
         options: dict[str, Any] | None = None, generation: int = 1, name: str = "m"
     ) -> AsyncIterator[RunningWorker]:
         request = LaunchRequest(model_spec(options, name), f"{name}#1", generation, LANE)
-        launched = await spawn_worker(WORKER_MODULE, request)
+        launched = await spawn_worker(WORKER, request)
         try:
             yield await _connect(launched)
         finally:
