@@ -18,17 +18,12 @@ import cattrs
 
 from synapse_core import ConfigError, HostConfig
 from synapse_core.catalog import DEFAULT_CATALOG
-from synapse_core.config import FieldInvalid, describe
+from synapse_core.config import FieldInvalid, _positive, describe  # the core's wording
 from synapse_core.host import CLOSE_SLACK_S
 from synapse_http.settings import ServeSettings
 
 #: the custom Ray resource a node declares once per device lane it can host
 LANE_RESOURCE = "synapse_lane"
-
-
-def _positive(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
-    if not value > 0:
-        raise FieldInvalid(attribute.name, f"must be greater than 0, got {value!r}")
 
 
 def _at_least_one(instance: object, attribute: attrs.Attribute[Any], value: int) -> None:
