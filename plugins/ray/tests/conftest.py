@@ -22,12 +22,17 @@ from synapse_ray.testing import ServeApp, descendants, start_serve, stop_serve, 
 def serve_app(
     request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 ) -> Iterator[ServeApp]:
-    """The deployment of the module's ``catalog(trace)`` and ``ARGS``."""
+    """The deployment of the module's ``catalog(trace)`` and ``ARGS``, with the
+    module's ``environment(directory)`` set for every Ray process."""
     directory = tmp_path_factory.mktemp("ray")
     models, settings = request.module.catalog(directory / "trace.jsonl")
     catalog = write_catalog(directory, *models, **settings)
+    environment = getattr(request.module, "environment", lambda directory: {})(directory)
     before = descendants(os.getpid())
-    try:
-        yield start_serve(catalog, getattr(request.module, "ARGS", {}))
-    finally:
-        stop_serve(before)
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in environment.items():
+            patch.setenv(name, value)  # Ray's processes inherit it from ray.init
+        try:
+            yield start_serve(catalog, getattr(request.module, "ARGS", {}))
+        finally:
+            stop_serve(before)

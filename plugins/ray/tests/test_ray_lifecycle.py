@@ -18,6 +18,8 @@ import pytest
 import ray
 from ray import serve
 
+from synapse_ane_direct import lanelock
+from synapse_core import LaneLocked
 from synapse_ray.testing import ServeApp, alive, mock_model, wait_until
 
 pytestmark = pytest.mark.ray
@@ -26,12 +28,39 @@ ARGS = {"num_replicas": "2"}
 IN_FLIGHT = 3
 
 
+#: a direct-ANE model on the simulated device: its host takes lane ane:0's lock
+LANE_MODEL = {
+    "name": "ane",
+    "task": "embed",
+    "transport": "ane-direct",
+    "package": "ane-test",
+    "ceiling": 32,
+    "options": {"buckets": [16, 32], "dims": 16, "max_batch": 2, "device": "simulated"},
+}
+
+
 def catalog(trace: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     # A stuck worker never reads its channel again: only the parent-death rule
     # (the worker watches its host process) can end it once its host is gone.
     stuck = mock_model("stuck", trace=trace, faults={"hang_on_infer": 2})
     models = [stuck, mock_model("quick", trace=trace), mock_model("other", trace=trace)]
-    return models, {}
+    return [*models, LANE_MODEL], {}
+
+
+def environment(directory: Path) -> dict[str, str]:
+    """The simulated Neural Engine, with lane locks under this test's own directory."""
+    runtime = directory / "runtime"
+    runtime.mkdir(mode=0o700)
+    return {"SYNAPSE_ANE_DEVICE": "simulated", "XDG_RUNTIME_DIR": str(runtime)}
+
+
+def lane_held() -> bool:
+    """Whether some process holds lane ane:0's lock (taking it briefly if free)."""
+    try:
+        lanelock.acquire("ane:0", lanelock.default_runtime_dir()).close()
+    except LaneLocked:
+        return True
+    return False
 
 
 def running_replicas() -> dict[str, int]:
@@ -74,12 +103,16 @@ def test_killed_replica_fails_only_in_flight_requests_and_is_replaced(
     wait_until(lambda: running_replicas() == {"RUNNING": 2}, "a replacement replica")
 
 
-def test_serve_shutdown_retires_every_worker(serve_app: ServeApp) -> None:
-    workers: set[int] = set()
-    for model in ("quick", "other"):
+def test_serve_shutdown_retires_every_worker_and_frees_the_lane(serve_app: ServeApp) -> None:
+    workers: dict[str, int] = {}
+    for model in ("quick", "other", "ane"):
         assert serve_app.embed(model).status_code == 200
-        workers.add(serve_app.describe(model)["workers"][model])
+        workers[model] = serve_app.describe(model)["workers"][model]
+    assert lane_held()  # by the host that serves "ane"
     serve.shutdown()
-    # Shutdown returned: every worker was asked to stop and has exited.
-    assert not {pid for pid in workers if alive(pid)}
-    assert workers <= serve_app.politely_stopped()
+    # Shutdown returned: every worker has exited, each mock worker after the
+    # host asked it to stop (the ANE stand-in keeps no trace), and the lane
+    # lock is free again.
+    assert not {pid for pid in workers.values() if alive(pid)}
+    assert {workers["quick"], workers["other"]} <= serve_app.politely_stopped()
+    assert not lane_held()
