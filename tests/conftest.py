@@ -10,11 +10,6 @@ from synapse_core import HostConfig
 from synapse_core.testing import catalog_toml
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 def model(
     name: str, task: str = "embed", package: str | None = None, ceiling: int = 200, **options: Any
 ) -> dict[str, Any]:
@@ -24,7 +19,7 @@ def model(
     return {
         "name": name,
         "task": task,
-        "transport": "mock",
+        "transport": "fake",
         "package": package or f"pkg-{name}",
         "ceiling": ceiling,
         "options": opts,

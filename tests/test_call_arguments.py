@@ -15,7 +15,7 @@ import pytest
 
 import synapse_core as synapse
 from synapse_core.testing import transport_plugin
-from synapse_mock_transport.inprocess import InProcessTransport
+from synapse_core.testing.fake import InProcessFakeTransport
 
 pytestmark = pytest.mark.anyio
 
@@ -24,7 +24,7 @@ Call = Callable[[synapse.Host], Awaitable[Any]]
 
 async def outcome(make_model: Any, make_config: Any, call: Call) -> BaseException:
     """What ``call`` raised, after checking that nothing was launched."""
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     cfg = make_config(make_model("m"), make_model("r", task="rerank"))
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
         with pytest.raises(Exception) as info:
@@ -141,6 +141,6 @@ async def test_a_deadline_that_is_not_a_deadline_raises_a_clear_type_error(
 
 async def test_a_single_string_is_still_one_text(make_model: Any, make_config: Any) -> None:
     cfg = make_config(make_model("m"))
-    async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessTransport())]) as host:
+    async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessFakeTransport())]) as host:
         assert len((await host.embed("m", "one text")).vectors) == 1
         assert len((await host.embed("m", ("a", "b"))).vectors) == 2

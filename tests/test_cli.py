@@ -1,8 +1,10 @@
 """The ``synapse`` command line, through click's CliRunner.
 
-Which plugins load is always explicit: ``SYNAPSE_PLUGINS`` names the installed
-entry points a test may use ("mock" is the mock transport; "" loads none), or
-the test hands ``make_cli`` its own plugin objects.
+Which plugins load is always explicit: by default the fake transport (real
+worker subprocesses, from :mod:`synapse_core.testing.fake`) serves under the
+name the shipped catalog uses, ``mock``; a test may instead name the installed
+entry points to load (``plugins``: ``SYNAPSE_PLUGINS``, "" loads none), or hand
+``make_cli`` its own plugin objects.
 """
 
 from __future__ import annotations
@@ -23,12 +25,18 @@ from synapse_core.cli import make_cli
 from synapse_core.cli.calls import BATCH, MANY_BATCHES, show_progress
 from synapse_core.hookspecs import hookimpl
 from synapse_core.plugins import PluginHost
-from synapse_core.testing import catalog_toml
+from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core.testing.fake import FakeTransport
 
 needs_mock = pytest.mark.skipif(
     importlib.util.find_spec("synapse_mock_transport") is None,
     reason="the synapse-mock-transport plugin is not installed",
 )
+
+
+def fake_plugins() -> PluginHost:
+    """The fake transport, registered as ``mock`` (the shipped catalog's transport)."""
+    return PluginHost([transport_plugin(FakeTransport("mock"))])
 
 
 #: the shipped catalog's models, in its order
@@ -38,11 +46,16 @@ SHIPPED = ["minilm", "minilm-rerank", "mini-a", "mini-b", "rr"]
 def invoke(
     args: Sequence[str],
     *,
-    plugins: str | None = "mock",
+    plugins: str | None = None,
     load: Callable[[], PluginHost] | None = None,
     env: dict[str, str] | None = None,
 ) -> Result:
-    """Run ``synapse ARGS``; ``plugins`` is SYNAPSE_PLUGINS (None: unset)."""
+    """Run ``synapse ARGS``; ``plugins`` is SYNAPSE_PLUGINS (None: unset).
+
+    With neither ``plugins`` nor ``load``, the fake transport serves.
+    """
+    if plugins is None and load is None:
+        load = fake_plugins
     environment: dict[str, str | None] = {
         "SYNAPSE_PLUGINS": plugins,
         "SYNAPSE_CATALOG": None,
@@ -97,7 +110,7 @@ def assert_served_by_exited_subprocesses(trace: Path, commands: int = 1) -> None
 
 @needs_mock
 def test_plugins_lists_the_selected_plugin_and_its_transport() -> None:
-    result = invoke(["plugins"])
+    result = invoke(["plugins"], plugins="mock")
     assert result.exit_code == 0, result.stderr
     assert "Plugins (SYNAPSE_PLUGINS=mock):" in result.stdout
     assert "synapse-mock-transport" in result.stdout
@@ -105,7 +118,7 @@ def test_plugins_lists_the_selected_plugin_and_its_transport() -> None:
     assert "mock  available" in result.stdout
     assert "catalog models: mini-a, mini-b, rr" in result.stdout
 
-    doc = json.loads(invoke(["plugins", "--json"]).stdout)
+    doc = json.loads(invoke(["plugins", "--json"], plugins="mock").stdout)
     assert doc["selected"] == ["mock"]
     assert [p["name"] for p in doc["plugins"]] == ["mock"]
     assert doc["plugins"][0]["distribution"] == "synapse-mock-transport"
@@ -234,7 +247,6 @@ def test_embed_without_any_transport_is_refused() -> None:
     assert result.stdout == ""
 
 
-@needs_mock
 def test_unknown_model_exits_2_with_one_line() -> None:
     result = invoke(["embed", "no-such-model", "hi"])
     assert result.exit_code == 2
@@ -242,7 +254,6 @@ def test_unknown_model_exits_2_with_one_line() -> None:
     assert "refused (unknown-model): model 'no-such-model' is not in the catalog" in line
 
 
-@needs_mock
 def test_wrong_task_and_over_ceiling_are_refusals() -> None:
     wrong = invoke(["rerank", "mini-a", "--query", "q", "doc"])
     assert wrong.exit_code == 2
@@ -286,7 +297,6 @@ def test_texts_and_file_together_are_a_usage_error(tmp_path: Path) -> None:
     assert "not both" in error_line(result)
 
 
-@needs_mock
 def test_bad_jsonl_line_is_named(tmp_path: Path) -> None:
     data = tmp_path / "in.jsonl"
     lines = ['{"text": "fine"}', "", '{"txt": "typo"}', '{"text": "never read"}']
@@ -304,7 +314,6 @@ def test_bad_jsonl_line_is_named(tmp_path: Path) -> None:
     assert f"{docs} line 2" in error_line(result)
 
 
-@needs_mock
 def test_refusal_from_a_file_names_the_line(tmp_path: Path) -> None:
     data = tmp_path / "in.jsonl"
     data.write_text('{"text": "one"}\n\n{"text": ""}\n', encoding="utf-8")
@@ -336,7 +345,6 @@ def test_bad_catalog_file_exits_2_naming_the_field(tmp_path: Path) -> None:
         assert "models[0].ceiling: expected int" in line
 
 
-@needs_mock
 def test_bad_transport_option_exits_2_naming_the_option(tmp_path: Path) -> None:
     path = write_catalog(tmp_path / "c.toml", model("m", dims="wide"))
     result = invoke(["catalog", "--catalog", str(path)])
@@ -369,7 +377,6 @@ def test_catalog_prints_model_descriptions_as_notes() -> None:
     assert {m["name"]: m["description"] for m in doc["models"]}["mini-a"] == ""
 
 
-@needs_mock
 def test_catalog_option_and_environment_choose_the_catalog(tmp_path: Path) -> None:
     one = write_catalog(tmp_path / "one.toml", model("from-option", buckets=[16, 64]))
     two = write_catalog(tmp_path / "two.toml", model("from-env"))
@@ -387,7 +394,6 @@ def test_catalog_option_and_environment_choose_the_catalog(tmp_path: Path) -> No
     assert names(chosen) == ["from-option"]
 
 
-@needs_mock
 def test_catalog_shows_buckets_effective_ceilings_and_availability(tmp_path: Path) -> None:
     path = write_catalog(
         tmp_path / "c.toml",
@@ -398,7 +404,7 @@ def test_catalog_shows_buckets_effective_ceilings_and_availability(tmp_path: Pat
     doc = json.loads(invoke(["catalog", "--json", "--catalog", str(path)]).stdout)
     rows = {m["name"]: m for m in doc["models"]}
     assert rows["bucketed"]["buckets"] == [16, 64]
-    assert rows["bucketed"]["lane"] == "mock:0"
+    assert rows["bucketed"]["lane"] == "fake:0"
     assert rows["bucketed"]["available"] is True
     # The transport declares its buckets before any worker starts: the
     # largest caps the ceiling, and defaults show as well as set options.
@@ -414,7 +420,7 @@ def test_catalog_shows_buckets_effective_ceilings_and_availability(tmp_path: Pat
     assert human.exit_code == 0
     lines = {line.split()[0]: line.split() for line in human.stdout.splitlines()[2:]}
     assert " ".join(lines["bucketed"]) == (
-        "bucketed embed mock mock:0 64 (catalog 512) 16,64 available"
+        "bucketed embed mock fake:0 64 (catalog 512) 16,64 available"
     )
     assert lines["plain"][5] == "16,32,64,128,256,512"
     assert lines["elsewhere"][5] == "-"
@@ -425,14 +431,13 @@ def test_catalog_shows_buckets_effective_ceilings_and_availability(tmp_path: Pat
 
 
 @pytest.mark.subprocess
-@needs_mock
 def test_embed_human_output_is_served_by_a_subprocess_worker(tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     path = write_catalog(tmp_path / "c.toml", model("m", dims=32, trace=str(trace)))
     result = invoke(["embed", "m", "first text", "second text", "--catalog", str(path)])
     assert result.exit_code == 0, result.stderr
     lines = result.stdout.splitlines()
-    assert lines[0] == "m: 2 vectors, identity mock:pkg-m:d32:v1"
+    assert lines[0] == "m: 2 vectors, identity fake:pkg-m:d32"
     assert lines[1].split() == ["index", "dims", "norm", "first", "values", "text"]
     for index, text in ((0, "first text"), (1, "second text")):
         cells = lines[2 + index].split()
@@ -442,7 +447,6 @@ def test_embed_human_output_is_served_by_a_subprocess_worker(tmp_path: Path) -> 
 
 
 @pytest.mark.subprocess
-@needs_mock
 def test_embed_json_has_full_vectors_in_input_order(tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     path = write_catalog(tmp_path / "c.toml", model("m", trace=str(trace)))
@@ -451,7 +455,7 @@ def test_embed_json_has_full_vectors_in_input_order(tmp_path: Path) -> None:
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
     assert doc["model"] == "m"
-    assert doc["identity"] == "mock:pkg-m:d64:v1"
+    assert doc["identity"] == "fake:pkg-m:d64"
     assert doc["dims"] == 64
     vectors = doc["vectors"]
     assert [len(v) for v in vectors] == [64, 64, 64]
@@ -461,7 +465,6 @@ def test_embed_json_has_full_vectors_in_input_order(tmp_path: Path) -> None:
 
 
 @pytest.mark.subprocess
-@needs_mock
 def test_similarity_prints_the_cosine_of_the_first_text_with_each_other(tmp_path: Path) -> None:
     path = write_catalog(tmp_path / "c.toml", model("m"))
     texts = ["alpha beta", "alpha beta", "gamma delta"]
@@ -478,7 +481,6 @@ def test_similarity_prints_the_cosine_of_the_first_text_with_each_other(tmp_path
 
 
 @pytest.mark.subprocess
-@needs_mock
 def test_rerank_human_sorts_by_score_and_json_keeps_input_order(tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     path = write_catalog(tmp_path / "c.toml", model("r", task="rerank", trace=str(trace)))
@@ -497,7 +499,7 @@ def test_rerank_human_sorts_by_score_and_json_keeps_input_order(tmp_path: Path) 
     doc = json.loads(invoke([*args, "--json"]).stdout)
     assert doc["model"] == "r"
     assert doc["query"] == "what is synapse"
-    assert doc["identity"] == "mock:pkg-r:d64:v1"
+    assert doc["identity"] == "fake:pkg-r:d64"
     assert len(doc["scores"]) == 3
     assert math.isclose(doc["scores"][1], 1.0, rel_tol=1e-5)
     assert max(doc["scores"]) == doc["scores"][1]
@@ -505,7 +507,6 @@ def test_rerank_human_sorts_by_score_and_json_keeps_input_order(tmp_path: Path) 
 
 
 @pytest.mark.subprocess
-@needs_mock
 def test_file_input_is_sent_in_batches_and_reassembled_in_order(tmp_path: Path) -> None:
     count = BATCH * MANY_BATCHES + 3
     data = tmp_path / "in.jsonl"
@@ -530,7 +531,6 @@ def test_file_input_is_sent_in_batches_and_reassembled_in_order(tmp_path: Path) 
 
 
 @pytest.mark.subprocess
-@needs_mock
 def test_refusal_in_a_later_batch_names_its_place_in_the_whole_input(tmp_path: Path) -> None:
     # The worker's largest bucket (16) caps the ceiling below the catalog's
     # 512, so this refusal comes from a batch, not from the up-front check.
@@ -547,7 +547,6 @@ def test_refusal_in_a_later_batch_names_its_place_in_the_whole_input(tmp_path: P
 
 
 @pytest.mark.subprocess
-@needs_mock
 def test_deadline_exceeded_exits_1_with_one_line(tmp_path: Path) -> None:
     # Replies take a second; a 0.2 s deadline cannot be met, however fast the machine.
     path = write_catalog(tmp_path / "c.toml", model("slow", faults={"reply_delay_s": 1.0}))

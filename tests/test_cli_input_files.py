@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import importlib.util
 from pathlib import Path
 
 import pytest
@@ -11,16 +10,22 @@ from click.testing import CliRunner, Result
 from synapse_core import HostConfig
 from synapse_core.cli import make_cli
 from synapse_core.errors import ConfigError
-
-needs_mock = pytest.mark.skipif(
-    importlib.util.find_spec("synapse_mock_transport") is None,
-    reason="the synapse-mock-transport plugin is not installed",
-)
+from synapse_core.plugins import PluginHost
+from synapse_core.testing import transport_plugin
+from synapse_core.testing.fake import FakeTransport
 
 
-def invoke(args: list[str], plugins: str = "mock", stdin: bytes | None = None) -> Result:
+def fake_plugins() -> PluginHost:
+    """The fake transport's worker subprocesses, as the shipped catalog's ``mock``."""
+    return PluginHost([transport_plugin(FakeTransport("mock"))])
+
+
+def invoke(args: list[str], plugins: str | None = None, stdin: bytes | None = None) -> Result:
+    """``synapse ARGS`` served by the fake transport, or by the installed entry
+    points that ``plugins`` (SYNAPSE_PLUGINS) selects."""
     env = {"SYNAPSE_PLUGINS": plugins, "SYNAPSE_CATALOG": None, "SYNAPSE_DEBUG": None}
-    return CliRunner().invoke(make_cli(), args, env=env, input=stdin)
+    cli = make_cli(fake_plugins if plugins is None else None)
+    return CliRunner().invoke(cli, args, env=env, input=stdin)
 
 
 def error_line(result: Result) -> str:
@@ -36,7 +41,6 @@ def jsonl(count: int, bad_line: int, field: str = "text") -> bytes:
     return b"\n".join(lines) + b"\n"
 
 
-@needs_mock
 @pytest.mark.parametrize(("count", "bad_line"), [(5, 3), (6000, 5001), (2, 1), (4, 4)])
 def test_invalid_utf8_in_an_input_file_is_reported_at_its_own_line(
     tmp_path: Path, count: int, bad_line: int
@@ -51,14 +55,12 @@ def test_invalid_utf8_in_an_input_file_is_reported_at_its_own_line(
     assert "byte 14" in line
 
 
-@needs_mock
 def test_invalid_utf8_on_stdin_is_reported_at_its_own_line() -> None:
     result = invoke(["rerank", "rr", "-q", "q", "--file", "-"], stdin=jsonl(9, 7, field="document"))
     assert result.exit_code == 2
     assert "<stdin> line 7: not UTF-8 text" in error_line(result)
 
 
-@needs_mock
 def test_lines_after_blank_ones_keep_their_numbers(tmp_path: Path) -> None:
     data = tmp_path / "in.jsonl"
     data.write_bytes(b'{"text": "a"}\n\n\r\n{"text": "b"}\n{"text": 5}\n')
@@ -67,7 +69,6 @@ def test_lines_after_blank_ones_keep_their_numbers(tmp_path: Path) -> None:
     assert f"{data} line 5: expected a JSON object" in error_line(result)
 
 
-@needs_mock
 def test_a_file_with_crlf_line_ends_and_a_bom_free_utf8_text_is_read(tmp_path: Path) -> None:
     data = tmp_path / "in.jsonl"
     data.write_bytes('{"text": "café"}\r\n{"text": "naïve"}\r\n'.encode())
@@ -75,7 +76,6 @@ def test_a_file_with_crlf_line_ends_and_a_bom_free_utf8_text_is_read(tmp_path: P
     assert result.exit_code == 0, result.stderr
 
 
-@needs_mock
 def test_a_lone_surrogate_argument_is_refused_with_its_index() -> None:
     # Undecodable bytes in argv reach Python as lone surrogates.
     result = invoke(["embed", "mini-a", "fine", "caf\udce9"])

@@ -12,12 +12,12 @@ from synapse_core.config import HostConfig, LaneConfig, ModelSpec, RestartBudget
 from synapse_core.errors import ConfigError
 from synapse_core.plugins import PluginHost
 from synapse_core.testing import catalog_toml, transport_plugin
-from synapse_mock_transport.transport import MockTransport
+from synapse_core.testing.fake import FakeTransport
 
 MODEL: dict[str, Any] = {
     "name": "a",
     "task": "embed",
-    "transport": "mock",
+    "transport": "fake",
     "package": "pkg",
     "ceiling": 128,
 }
@@ -42,7 +42,7 @@ def problems_of(text: str, source: str = "catalog.toml") -> list[str]:
 
 def test_a_catalog_with_only_models_gets_every_default() -> None:
     config = HostConfig.from_toml_text(catalog_toml(MODEL), source="mine.toml")
-    assert config.models == (ModelSpec("a", "embed", "mock", "pkg", 128),)
+    assert config.models == (ModelSpec("a", "embed", "fake", "pkg", 128),)
     assert config.models[0].options == {}
     assert config == HostConfig(models=config.models)
     assert config.exchange_timeout_s == 30.0
@@ -64,11 +64,11 @@ def test_settings_and_lanes_are_read() -> None:
     text = catalog_toml(
         model(options={"dims": 8}), exchange_timeout_s=1.5, certify_observation=True
     )
-    text += '[lanes."mock:0"]\ncapacity = 5000\n[restart_budget]\nmax_restarts = 2\n'
+    text += '[lanes."fake:0"]\ncapacity = 5000\n[restart_budget]\nmax_restarts = 2\n'
     config = HostConfig.from_toml_text(text)
     assert config.exchange_timeout_s == 1.5
     assert config.certify_observation is True
-    assert config.lanes == {"mock:0": LaneConfig(5000)}
+    assert config.lanes == {"fake:0": LaneConfig(5000)}
     assert config.restart_budget == RestartBudget(max_restarts=2, window_s=60.0)
     assert config.models[0].options == {"dims": 8}
 
@@ -82,7 +82,8 @@ def test_the_shipped_default_catalog_loads() -> None:
     assert config.model("mini-a").package == config.model("mini-b").package  # type: ignore[union-attr]
     assert config.model("rr").task == "rerank"  # type: ignore[union-attr]
     assert config.model("minilm-rerank").task == "rerank"  # type: ignore[union-attr]
-    catalog = Catalog(config, PluginHost([transport_plugin(MockTransport())]))
+    # The fake transport stands in for the mock plugin the shipped entries name.
+    catalog = Catalog(config, PluginHost([transport_plugin(FakeTransport("mock"))]))
     entries = catalog.entries
     assert all(entries[name].available for name in ("mini-a", "mini-b", "rr"))
     # Without the cpu plugin, the real model is listed with what to install.
@@ -162,8 +163,8 @@ def test_bad_task_literal_lists_the_choices() -> None:
         (catalog_toml(model(ceiling=0)), "models[0].ceiling", "must be greater than 0, got 0"),
         (catalog_toml(model(ceiling=-3)), "models[0].ceiling", "must be greater than 0, got -3"),
         (
-            '[lanes."mock:0"]\ncapacity = 0\n',
-            "lanes['mock:0'].capacity",
+            '[lanes."fake:0"]\ncapacity = 0\n',
+            "lanes['fake:0'].capacity",
             "must be greater than 0, got 0",
         ),
         ("[restart_budget]\nwindow_s = 0\n", "restart_budget.window_s", "must be greater than 0"),
@@ -239,7 +240,7 @@ def test_from_toml_reads_a_file_and_keeps_its_path(tmp_path: Path) -> None:
 def catalog_problems(*models: dict[str, Any]) -> list[str]:
     config = HostConfig.from_toml_text(catalog_toml(*models), source="opts.toml")
     with pytest.raises(ConfigError) as info:
-        Catalog(config, PluginHost([transport_plugin(MockTransport())]))
+        Catalog(config, PluginHost([transport_plugin(FakeTransport())]))
     assert info.value.source == "opts.toml"
     return info.value.problems
 
@@ -263,6 +264,6 @@ def test_mock_options_of_another_transport_are_not_checked() -> None:
     config = HostConfig.from_toml_text(
         catalog_toml(MODEL, model(name="b", transport="elsewhere", options={"speed": 1}))
     )
-    catalog = Catalog(config, PluginHost([transport_plugin(MockTransport())]))
+    catalog = Catalog(config, PluginHost([transport_plugin(FakeTransport())]))
     assert catalog.entries["a"].available
     assert "no installed transport provides model 'b'" in catalog.entries["b"].problem

@@ -1,4 +1,4 @@
-"""End to end through real mock worker subprocesses: each fault knob, one recovery."""
+"""End to end through real fake worker subprocesses: each fault knob, one recovery."""
 
 from __future__ import annotations
 
@@ -12,16 +12,27 @@ import pytest
 
 import synapse_core as synapse
 from synapse_core.residency.supervisor import Supervisor
-from synapse_core.testing import eventually
+from synapse_core.testing import eventually, transport_plugin
+from synapse_core.testing.fake import FakeTransport
+from synapse_core.testing.fake_worker import fake_vector
 from synapse_core.tokenizer import BasicTokenizer
-from synapse_mock_transport.logic import embed_tokens
 
-# Served through the installed mock plugin (synapse_mock_transport) via its entry point.
 pytestmark = [pytest.mark.anyio, pytest.mark.subprocess]
 
 
 def expected_vector(text: str, dims: int) -> list[float]:
-    return embed_tokens(BasicTokenizer().encode(text), dims)
+    return fake_vector(BasicTokenizer().encode(text), dims)
+
+
+def open_host(cfg: synapse.HostConfig) -> Any:
+    """A host serving through the fake transport's real worker subprocesses."""
+    return synapse.open_host(cfg, plugins=[transport_plugin(FakeTransport())])
+
+
+def exchange_bound(knob: str) -> float:
+    """The exchange timeout for a fault test: short only where the test waits it
+    out (a hang), since it also bounds a worker's start on a loaded machine."""
+    return 3.0 if knob == "hang_on_infer" else 10.0
 
 
 def trace_lines(path: Path) -> list[dict[str, Any]]:
@@ -50,9 +61,11 @@ async def test_inference_fault_is_not_replayed_and_recovers(
     trace = tmp_path / "trace.jsonl"
     faults = {knob: 1, "only_generation": 1}
     cfg = make_config(
-        make_model("m", faults=faults, trace=str(trace)), exchange_timeout_s=1.0, exit_grace_s=2.0
+        make_model("m", faults=faults, trace=str(trace)),
+        exchange_timeout_s=exchange_bound(knob),
+        exit_grace_s=2.0,
     )
-    async with synapse.open_host(cfg) as host:
+    async with open_host(cfg) as host:
         with pytest.raises(error):
             await host.embed("m", ["the first call"])
         await host.load("m")
@@ -90,9 +103,11 @@ async def test_fault_of_a_request_begun_by_the_caller_is_not_replayed(
     trace = tmp_path / "trace.jsonl"
     faults = {knob: 2, "only_generation": 1}
     cfg = make_config(
-        make_model("m", faults=faults, trace=str(trace)), exchange_timeout_s=1.0, exit_grace_s=2.0
+        make_model("m", faults=faults, trace=str(trace)),
+        exchange_timeout_s=exchange_bound(knob),
+        exit_grace_s=2.0,
     )
-    async with synapse.open_host(cfg) as host:
+    async with open_host(cfg) as host:
         await host.embed("m", ["the first call admits the shape"])
         with pytest.raises(synapse.OutcomeUnknown, match="not replayed"):
             await host.embed("m", ["the second call"])
@@ -112,7 +127,7 @@ async def test_a_request_the_caller_wrote_is_drained_when_the_caller_is_cancelle
     """Cancelled before its detached task ever ran: the request the caller
     wrote is still that task's to drain, so the next call gets its own reply."""
     cfg = make_config(make_model("m"))
-    async with synapse.open_host(cfg) as host:
+    async with open_host(cfg) as host:
         await host.embed("m", ["warm up"])
         with anyio.CancelScope() as scope:
             scope.cancel()
@@ -133,11 +148,13 @@ async def test_ignore_sigterm_worker_is_killed_and_confirmed(
     trace = tmp_path / "trace.jsonl"
     cfg = make_config(
         make_model("m", faults={"ignore_sigterm": True, "hang_on_infer": 1}, trace=str(trace)),
-        exchange_timeout_s=0.5,
+        # Also bounds the wait for the hello: 0.5 s failed when real-model tests
+        # kept both cores busy.
+        exchange_timeout_s=3.0,
         exit_grace_s=0.5,
         restart_budget={"max_restarts": 0, "window_s": 60.0},
     )
-    async with synapse.open_host(cfg) as host:
+    async with open_host(cfg) as host:
         with pytest.raises(synapse.OutcomeUnknown):
             await host.embed("m", ["hangs"])
         worker = host.worker("m")
@@ -147,7 +164,7 @@ async def test_ignore_sigterm_worker_is_killed_and_confirmed(
         snap = host.snapshot().worker("m")
         # SIGTERM was ignored, SIGKILL reaped it; the budget of 0 restarts stops there.
         assert snap.state == "failed" and "giving up" in snap.reason
-        assert host.snapshot().lanes["mock:0"].reserved == 0
+        assert host.snapshot().lanes["fake:0"].reserved == 0
     (hello,) = [line for line in trace_lines(trace) if line["frame"] == "hello"]
     assert not pid_alive(hello["pid"])
 
@@ -159,7 +176,7 @@ async def test_crash_on_admit_restarts_once_then_serves(
     cfg = make_config(
         make_model("m", faults={"crash_on_admit": 1, "only_generation": 1}, trace=str(trace))
     )
-    async with synapse.open_host(cfg) as host:
+    async with open_host(cfg) as host:
         with pytest.raises(synapse.WorkerFault, match="retry"):
             await host.embed("m", ["x"])
         await host.load("m")

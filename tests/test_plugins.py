@@ -22,8 +22,8 @@ from synapse_core.hookspecs import hookimpl
 from synapse_core.host import open_host
 from synapse_core.plugins import ENTRY_POINT_GROUP, PluginHost, PluginInfo
 from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.transport import Availability, Transport
-from synapse_mock_transport.inprocess import InProcessTransport
 
 FIXTURES = "plugin_fixtures"
 
@@ -80,7 +80,7 @@ def test_discovery_loads_a_good_plugin(install: Install) -> None:
     assert list(transports) == ["mock"]
     assert transports["mock"].plugin == "good"
     assert transports["mock"].availability == Availability.yes()
-    assert isinstance(transports["mock"].transport, InProcessTransport)
+    assert isinstance(transports["mock"].transport, InProcessFakeTransport)
 
 
 def test_entry_points_are_not_loaded_unless_asked(install: Install) -> None:
@@ -124,7 +124,7 @@ async def test_the_host_serves_through_the_good_plugin_beside_broken_ones(
     assert len(result.vectors) == 2
     assert len(scores.scores) == 1
     mock = plugin_host.transports()["mock"].transport
-    assert isinstance(mock, InProcessTransport)
+    assert isinstance(mock, InProcessFakeTransport)
     assert sorted(r.model for r in mock.launches) == ["mini-a", "rr"]
 
 
@@ -243,16 +243,16 @@ def _config(*transports: str) -> HostConfig:
 
 @pytest.mark.anyio
 async def test_an_availability_probe_that_raises_is_reported_unavailable() -> None:
-    plugin_host = PluginHost([transport_plugin(ProbeExplodes(), InProcessTransport())])
+    plugin_host = PluginHost([transport_plugin(ProbeExplodes(), InProcessFakeTransport())])
     availability = plugin_host.transports()["flaky"].availability
     assert not availability.available
     assert "availability probe failed" in availability.reason
     assert "probe exploded" in availability.reason
-    async with open_host(_config("flaky", "mock"), plugins=plugin_host) as host:
+    async with open_host(_config("flaky", "fake"), plugins=plugin_host) as host:
         with pytest.raises(Refused) as error:
             await host.embed("m-flaky", ["x"])
         # The other transport still serves.
-        assert len((await host.embed("m-mock", ["x"])).vectors) == 1
+        assert len((await host.embed("m-fake", ["x"])).vectors) == 1
     assert error.value.code == "transport-unavailable"
     assert "transport 'flaky' cannot run here" in error.value.message
     assert "probe exploded" in error.value.message
@@ -284,20 +284,20 @@ class _RaisingRegistrar:
 
 
 def test_a_registration_hook_that_raises_is_reported_by_name() -> None:
-    plugin_host = PluginHost([_RaisingRegistrar(), transport_plugin(InProcessTransport())])
-    assert list(plugin_host.transports()) == ["mock"]
+    plugin_host = PluginHost([_RaisingRegistrar(), transport_plugin(InProcessFakeTransport())])
+    assert list(plugin_host.transports()) == ["fake"]
     [problem] = plugin_host.problems
     assert problem.startswith("plugin 'raising-registrar': synapse_register_transports failed")
     assert "registration broke halfway" in problem
 
 
 def test_a_second_transport_of_the_same_name_is_reported_and_ignored() -> None:
-    early, late = InProcessTransport(), InProcessTransport()
+    early, late = InProcessFakeTransport(), InProcessFakeTransport()
     plugin_host = PluginHost()
     plugin_host.add(transport_plugin(early), name="early")
     plugin_host.add(transport_plugin(late), name="late")
     # "First" is pluggy's call order: plugins registered later are asked first.
-    winner = plugin_host.transports()["mock"]
+    winner = plugin_host.transports()["fake"]
     assert winner.transport is late and winner.plugin == "late"
     [problem] = plugin_host.problems
     assert "plugin 'early'" in problem and "already provided by 'late'" in problem

@@ -13,12 +13,12 @@ import pytest
 
 import synapse_core as synapse
 from synapse_core.testing import eventually, transport_plugin
+from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.wire import Admit, Infer
-from synapse_mock_transport.inprocess import InProcessTransport
 
 pytestmark = pytest.mark.anyio
 
-LANE = "mock:0"
+LANE = "fake:0"
 
 
 def lane(host: synapse.Host) -> Any:
@@ -28,7 +28,7 @@ def lane(host: synapse.Host) -> Any:
 async def test_identical_models_in_distinct_workers_each_admit_their_own_shape(
     make_model: Any, make_config: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     cfg = make_config(make_model("a", package="same"), make_model("b", package="same"))
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
         await host.embed("a", ["one two"])
@@ -50,7 +50,7 @@ async def test_identical_models_in_distinct_workers_each_admit_their_own_shape(
 async def test_serving_admission_channel_fault_restarts_exactly_once(
     make_model: Any, make_config: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     faults = {"crash_on_admit": 1, "only_generation": 1}
     cfg = make_config(make_model("m", faults=faults, buckets=[8, 16, 32]))
     texts = {8: "a", 16: "b " * 10, 32: "c " * 20}
@@ -82,7 +82,7 @@ async def test_serving_admission_channel_fault_restarts_exactly_once(
 async def test_stale_serving_fault_after_recovery_does_not_restart_restored_owner(
     make_model: Any, make_config: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     cfg = make_config(make_model("m", faults={"crash_on_infer": 1, "only_generation": 1}))
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
         with pytest.raises(synapse.OutcomeUnknown):
@@ -103,7 +103,7 @@ async def test_stale_serving_fault_after_recovery_does_not_restart_restored_owne
 async def test_retirement_between_precheck_and_grant_leaves_no_phantom_reservation(
     make_model: Any, make_config: Any, gate: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     transport.reply_gate = gate
     # Room for holder's 8x2 shape (16 units) but not also for waiter's 16x2 (32).
     cfg = make_config(make_model("holder"), make_model("waiter"), lanes={LANE: {"capacity": 40}})
@@ -141,7 +141,7 @@ async def test_retirement_between_precheck_and_grant_leaves_no_phantom_reservati
 async def test_retirement_during_exit_confirmation_never_connects_replacement(
     make_model: Any, make_config: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     transport.hold_exits = True
     cfg = make_config(make_model("m", faults={"crash_on_infer": 1}), exit_grace_s=30.0)
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
@@ -165,7 +165,7 @@ async def test_retirement_during_exit_confirmation_never_connects_replacement(
 async def test_serving_io_fault_recovers_and_retire_refunds_only_after_exit(
     make_model: Any, make_config: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     transport.hold_exits = True
     faults = {"crash_on_infer": 1, "only_generation": 1}
     cfg = make_config(make_model("m", faults=faults), exit_grace_s=30.0)
@@ -199,7 +199,7 @@ async def test_serving_io_fault_recovers_and_retire_refunds_only_after_exit(
 async def test_unconfirmed_exit_keeps_reservations_charged(
     make_model: Any, make_config: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     transport.hold_exits = True
     cfg = make_config(make_model("m"), exit_grace_s=0.05)
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
@@ -214,7 +214,7 @@ async def test_unconfirmed_exit_keeps_reservations_charged(
 
 
 async def test_restart_budget_stops_a_crash_loop(make_model: Any, make_config: Any) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     cfg = make_config(
         make_model("m", faults={"crash_on_infer": 1}),
         restart_budget={"max_restarts": 2, "window_s": 3600.0},
@@ -238,7 +238,7 @@ async def test_restart_budget_stops_a_crash_loop(make_model: Any, make_config: A
 async def test_lane_full_waits_then_capacity_exhausted(
     make_model: Any, make_config: Any, gate: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     transport.reply_gate = gate
     gate.armed = lambda model, frame: model == "a" and isinstance(frame, Infer)
     cfg = make_config(make_model("a"), make_model("b"), lanes={LANE: {"capacity": 20}})
@@ -256,7 +256,7 @@ async def test_lane_full_waits_then_capacity_exhausted(
 
 
 async def test_shape_larger_than_lane_is_refused_at_once(make_model: Any, make_config: Any) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     cfg = make_config(make_model("a"), lanes={LANE: {"capacity": 10}})
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
         with pytest.raises(synapse.CapacityExhausted, match="has only 10"):
@@ -268,7 +268,7 @@ async def test_shape_larger_than_lane_is_refused_at_once(make_model: Any, make_c
 async def test_grant_admits_each_shape_once_under_concurrency(
     make_model: Any, make_config: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     cfg = make_config(make_model("a"))
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
         async with anyio.create_task_group() as tg:
@@ -286,7 +286,7 @@ def _is_admit(model: str, frame: Any) -> bool:
 async def test_full_lane_evicts_least_recently_used_unleased_shape(
     make_model: Any, make_config: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     # Room for two 8x2 shapes (16 units each), not three.
     cfg = make_config(
         make_model("a"), make_model("b"), make_model("c"), lanes={LANE: {"capacity": 40}}

@@ -13,11 +13,11 @@ import pytest
 
 import synapse_core as synapse
 from synapse_core.testing import eventually, transport_plugin
+from synapse_core.testing.fake import InProcessFakeTransport
+from synapse_core.testing.fake_worker import fake_vector
 from synapse_core.tokenizer import BasicTokenizer
 from synapse_core.transport import Availability, Launched, LaunchRequest, Transport
 from synapse_core.wire import Infer
-from synapse_mock_transport.inprocess import InProcessTransport
-from synapse_mock_transport.logic import embed_tokens
 
 pytestmark = pytest.mark.anyio
 
@@ -25,13 +25,13 @@ GOLDEN = Path(__file__).parent / "golden" / "refusals.json"
 
 
 def expected_vector(text: str, dims: int = 4) -> list[float]:
-    return embed_tokens(BasicTokenizer().encode(text), dims)
+    return fake_vector(BasicTokenizer().encode(text), dims)
 
 
 async def test_rows_come_back_in_input_order_across_buckets(
     make_model: Any, make_config: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     cfg = make_config(make_model("m", dims=16))
     texts = ["w " * n for n in (20, 1, 9, 3, 25, 5, 1, 14)]
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
@@ -43,11 +43,11 @@ async def test_rows_come_back_in_input_order_across_buckets(
     shapes = [tuple(f["shape"]) for f in transport.frames("infer")]
     assert [s[0] for s in shapes] == sorted(s[0] for s in shapes)
     assert {s[0] for s in shapes} == {8, 16, 32}
-    assert result.identity == "mock:pkg-m:d16:v1"
+    assert result.identity == "fake:pkg-m:d16"
 
 
 async def test_rerank_scores_in_document_order(make_model: Any, make_config: Any) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     cfg = make_config(make_model("r", task="rerank", dims=32))
     docs = ["alpha beta", "gamma " * 12, "alpha"]
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
@@ -60,7 +60,7 @@ async def test_rerank_scores_in_document_order(make_model: Any, make_config: Any
 async def test_group_larger_than_max_batch_is_split_within_one_lease(
     make_model: Any, make_config: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     cfg = make_config(make_model("m", max_batch=2))
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
         result = await host.embed("m", [f"t{i}" for i in range(5)])
@@ -78,7 +78,7 @@ async def test_catalog_semantic_refusals_match_golden_and_never_fetch(
         def availability(self) -> Availability:
             return Availability.no("needs hardware this machine does not have")
 
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     far = make_model("far")
     far["transport"] = "far-away"
     ghost = make_model("ghost")
@@ -128,7 +128,7 @@ async def test_catalog_semantic_refusals_match_golden_and_never_fetch(
 async def test_packed_cancelled_mixed_call_drains_with_one_lease_at_a_time(
     make_model: Any, make_config: Any, gate: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     transport.reply_gate = gate
     host_box: list[synapse.Host] = []
     leases_seen: list[int] = []
@@ -175,7 +175,7 @@ async def test_packed_cancelled_mixed_call_drains_with_one_lease_at_a_time(
 async def test_serving_caller_cancellation_drains_reply_without_restart(
     make_model: Any, make_config: Any, gate: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     transport.reply_gate = gate
     cfg = make_config(make_model("m"))
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
@@ -207,7 +207,7 @@ async def test_deadline_expired_before_a_group_starts_sends_nothing(
     make_model: Any, make_config: Any
 ) -> None:
     clock = synapse.FakeClock()
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     cfg = make_config(make_model("m"))
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)], clock=clock) as host:
         await host.load("m")
@@ -217,7 +217,7 @@ async def test_deadline_expired_before_a_group_starts_sends_nothing(
 
 
 async def test_overloaded_beyond_max_waiting(make_model: Any, make_config: Any, gate: Any) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     transport.reply_gate = gate
     gate.armed = lambda model, frame: isinstance(frame, Infer)
     cfg = make_config(make_model("m"), max_concurrent=1, max_waiting=1)
@@ -235,7 +235,7 @@ async def test_overloaded_beyond_max_waiting(make_model: Any, make_config: Any, 
 
 
 async def test_retired_model_refuses_until_loaded_again(make_model: Any, make_config: Any) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     cfg = make_config(make_model("m"))
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
         await host.embed("m", ["x"])
@@ -248,20 +248,20 @@ async def test_retired_model_refuses_until_loaded_again(make_model: Any, make_co
 
 
 async def test_leaving_the_host_retires_every_worker(make_model: Any, make_config: Any) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     cfg = make_config(make_model("a"), make_model("b"))
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
         await host.embed("a", ["x"])
         await host.load("b")
     snap = host.snapshot()
-    assert {w.state for w in snap.lanes["mock:0"].workers} == {"exited"}
-    assert snap.lanes["mock:0"].reserved == 0
+    assert {w.state for w in snap.lanes["fake:0"].workers} == {"exited"}
+    assert snap.lanes["fake:0"].reserved == 0
     assert all(r.process.exited for r in transport.launches)
     assert len(transport.frames("shutdown")) == 2
 
 
 async def test_opening_a_host_spawns_nothing(make_model: Any, make_config: Any) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     async with synapse.open_host(
         make_config(make_model("a")), plugins=[transport_plugin(transport)]
     ) as host:
@@ -270,12 +270,12 @@ async def test_opening_a_host_spawns_nothing(make_model: Any, make_config: Any) 
 
 
 async def test_snapshot_is_plain_and_serialisable(make_model: Any, make_config: Any) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     cfg = make_config(make_model("m"))
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
         await host.embed("m", ["x"])
         doc = json.loads(host.snapshot().to_json())
-    lane = doc["lanes"]["mock:0"]
+    lane = doc["lanes"]["fake:0"]
     assert (lane["capacity"], lane["reserved"]) == (1_000_000, 16)
     (worker,) = lane["workers"]
     assert worker["model"] == "m" and worker["state"] == "ready" and worker["generation"] == 1
@@ -295,7 +295,7 @@ class LargestBucket:
 async def test_a_bucket_hook_plugin_overrides_the_default(
     make_model: Any, make_config: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     cfg = make_config(make_model("m"))
     plugins = [transport_plugin(transport), LargestBucket()]
     async with synapse.open_host(cfg, plugins=plugins) as host:
@@ -308,7 +308,7 @@ async def test_a_bucket_hook_plugin_overrides_the_default(
 async def test_a_bucket_hook_plugin_registered_later_is_honoured(
     make_model: Any, make_config: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     cfg = make_config(make_model("m"))
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
         await host.embed("m", ["short"])  # the default's choice is remembered...
@@ -317,7 +317,7 @@ async def test_a_bucket_hook_plugin_registered_later_is_honoured(
     assert [f["shape"] for f in transport.frames("infer")] == [[8, 2], [32, 2]]
 
 
-class ShrinkingBuckets(InProcessTransport):
+class ShrinkingBuckets(InProcessFakeTransport):
     """Its replacement workers report fewer buckets than the first one."""
 
     async def launch(self, request: LaunchRequest) -> Launched:
@@ -360,7 +360,7 @@ def test_the_default_bucket_choice_is_worked_out_once_per_length(
     assert asked == [5, 9, 32]
 
 
-class MiscountingTransport(InProcessTransport):
+class MiscountingTransport(InProcessFakeTransport):
     """Its tokenizer counts one token too many in texts that say "miscount"."""
 
     def tokenizer(self, model: Any) -> Any:
@@ -385,7 +385,7 @@ async def test_a_tokenizer_whose_count_and_encode_disagree_is_a_plugin_error(
         assert result.vectors[11] == pytest.approx(expected_vector(texts[11]), abs=1e-6)
         worker = host.snapshot().worker("m")
         assert (worker.generation, worker.restarts, worker.inflight) == (1, 0, 0)
-        assert host.snapshot().lanes["mock:0"].reserved > 0  # shapes stay admitted
+        assert host.snapshot().lanes["fake:0"].reserved > 0  # shapes stay admitted
 
 
 @pytest.mark.parametrize("count", [1, 40])
@@ -395,7 +395,7 @@ async def test_large_and_small_calls_return_the_same_rows(
     """Small calls are encoded while planned, large ones chunk by chunk."""
     texts = [" ".join(f"w{i}x{j}" for j in range(i % 7 + 1)) for i in range(count)]
     cfg = make_config(make_model("m"))
-    async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessTransport())]) as host:
+    async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessFakeTransport())]) as host:
         result = await host.embed("m", texts)
     assert result.vectors == [pytest.approx(expected_vector(t), abs=1e-6) for t in texts]
 
@@ -405,7 +405,7 @@ async def test_a_call_waiting_for_a_busy_channel_sends_nothing_once_its_caller_g
     make_model: Any, make_config: Any, gate: Any, gives_up: str
 ) -> None:
     clock = synapse.FakeClock()
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     transport.reply_gate = gate
     cfg = make_config(make_model("m"))
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)], clock=clock) as host:
@@ -444,7 +444,7 @@ async def test_a_call_waiting_for_a_busy_channel_sends_nothing_once_its_caller_g
         assert (worker.generation, worker.restarts) == (1, 0)
 
 
-class EncodeOnlyTransport(InProcessTransport):
+class EncodeOnlyTransport(InProcessFakeTransport):
     """A tokenizer with only the required methods (no count or positions)."""
 
     def tokenizer(self, model: Any) -> Any:
@@ -460,7 +460,7 @@ class EncodeOnlyTransport(InProcessTransport):
         return EncodeOnly()
 
 
-class BrokenTokenizerTransport(InProcessTransport):
+class BrokenTokenizerTransport(InProcessFakeTransport):
     """A tokenizer that raises on texts that say "boom": when it encodes them,
     and with ``when_counting`` also when it counts them."""
 

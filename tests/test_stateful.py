@@ -28,10 +28,10 @@ from synapse_core.residency.supervisor import Supervisor
 from synapse_core.residency.worker import Phase
 from synapse_core.serving import CallRunner
 from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core.testing.fake import InProcessFakeTransport
+from synapse_core.testing.fake_worker import fake_vector
 from synapse_core.tokenizer import BasicTokenizer
 from synapse_core.wire import Infer
-from synapse_mock_transport.inprocess import InProcessTransport
-from synapse_mock_transport.logic import embed_tokens
 
 MODELS = ("a", "b")
 DIMS = 4
@@ -45,7 +45,7 @@ def _config() -> synapse.HostConfig:
         {
             "name": m,
             "task": "embed",
-            "transport": "mock",
+            "transport": "fake",
             "package": "same",
             "ceiling": 64,
             "options": options,
@@ -58,13 +58,13 @@ def _config() -> synapse.HostConfig:
             exit_grace_s=30.0,
             exchange_timeout_s=30.0,
             restart_budget={"max_restarts": 1000, "window_s": 1.0},
-            lanes={"mock:0": {"capacity": CAPACITY}},
+            lanes={"fake:0": {"capacity": CAPACITY}},
         )
     )
 
 
 def _expected(text: str) -> list[float]:
-    return embed_tokens(BasicTokenizer().encode(text), DIMS)
+    return fake_vector(BasicTokenizer().encode(text), DIMS)
 
 
 class Held:
@@ -89,7 +89,7 @@ class ResidencyMachine(RuleBasedStateMachine):
         self.portal_cm = start_blocking_portal(self.backend)
         self.portal: BlockingPortal = self.portal_cm.__enter__()
         self.clock = synapse.FakeClock()
-        self.transport = InProcessTransport()
+        self.transport = InProcessFakeTransport()
         self.transport.hold_exits = True
         self.held = Held()
         self.transport.reply_gate = self.held
@@ -279,7 +279,7 @@ class ResidencyMachine(RuleBasedStateMachine):
     def stale_fault(self, model: str) -> None:
         worker = self.worker(model)
         if worker is not None and worker.generation > 1:
-            sup = self.host.supervisors["mock:0"]
+            sup = self.host.supervisors["fake:0"]
             before = worker.generation
 
             async def report() -> bool:

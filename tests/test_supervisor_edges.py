@@ -15,15 +15,15 @@ import synapse_core as synapse
 from synapse_core.hookspecs import hookimpl
 from synapse_core.residency.policy import Wait
 from synapse_core.testing import eventually, transport_plugin
+from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.transport import Launched, LaunchRequest
 from synapse_core.wire import AnyFrame, Codec, Evict, Failure, Infer
-from synapse_mock_transport.inprocess import InProcessTransport
 
 pytestmark = pytest.mark.anyio
 HANG_GUARD_S = 10  # turns a hang into a failure; not a timing assertion
 
 
-class SlowLaunch(InProcessTransport):
+class SlowLaunch(InProcessFakeTransport):
     """``launch`` waits until the test lets it go (a slow spawn)."""
 
     def __init__(self) -> None:
@@ -50,7 +50,7 @@ class StuckSend(ByteSendStream):
         await self.inner.aclose()
 
 
-class StopsReading(InProcessTransport):
+class StopsReading(InProcessFakeTransport):
     async def launch(self, request: LaunchRequest) -> Launched:
         launched = await super().launch(request)
         if request.generation == 1:
@@ -115,12 +115,12 @@ async def test_a_send_that_never_finishes_is_a_fault_bounded_by_the_exchange_tim
 async def test_eviction_racing_retirement_does_not_start_a_recovery(
     make_model: Any, make_config: Any, gate: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     transport.reply_gate = gate
     gate.armed = lambda model, frame: isinstance(frame, Evict)
     recorder = Recorder()
     cfg = make_config(
-        make_model("a"), make_model("b"), lanes={"mock:0": {"capacity": 20}}, exit_grace_s=0.5
+        make_model("a"), make_model("b"), lanes={"fake:0": {"capacity": 20}}, exit_grace_s=0.5
     )
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport), recorder]) as host:
         await host.embed("b", ["x"])
@@ -138,9 +138,9 @@ async def test_eviction_racing_retirement_does_not_start_a_recovery(
 async def test_retirement_is_not_held_up_by_a_call_queued_for_a_permit(
     make_model: Any, make_config: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     cfg = make_config(
-        make_model("x"), make_model("y"), lanes={"mock:0": {"capacity": 16}}, max_concurrent=1
+        make_model("x"), make_model("y"), lanes={"fake:0": {"capacity": 16}}, max_concurrent=1
     )
     plugins = [transport_plugin(transport), AlwaysWait()]
     async with synapse.open_host(cfg, plugins=plugins) as host:
@@ -161,10 +161,10 @@ async def test_retirement_is_not_held_up_by_a_call_queued_for_a_permit(
 async def test_no_admission_starts_after_the_deadline(
     make_model: Any, make_config: Any, gate: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     transport.reply_gate = gate
     gate.armed = lambda model, frame: isinstance(frame, Evict)
-    cfg = make_config(make_model("a"), make_model("b"), lanes={"mock:0": {"capacity": 20}})
+    cfg = make_config(make_model("a"), make_model("b"), lanes={"fake:0": {"capacity": 20}})
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
         await host.embed("b", ["x"])  # b's shape: 16 of 20 units, unleased
         await host.load("a")
@@ -179,7 +179,7 @@ async def test_no_admission_starts_after_the_deadline(
 async def test_load_during_retirement_waits_and_serves_from_a_fresh_worker(
     make_model: Any, make_config: Any, gate: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     transport.reply_gate = gate
     gate.armed = lambda model, frame: isinstance(frame, Infer)
     async with synapse.open_host(
@@ -210,7 +210,7 @@ async def test_load_during_retirement_waits_and_serves_from_a_fresh_worker(
 async def test_a_worker_that_faults_while_retiring_is_stopped_without_a_polite_wait(
     make_model: Any, make_config: Any
 ) -> None:
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     # A polite wait would take exit_grace_s (30 s); the hang guard is far shorter.
     cfg = make_config(
         make_model("m", faults={"hang_on_infer": 1}), exchange_timeout_s=0.2, exit_grace_s=30.0
@@ -243,7 +243,7 @@ async def test_a_call_made_as_the_host_closes_ends_instead_of_holding_up_the_clo
     async def owner() -> None:
         with owner_scope:
             async with synapse.open_host(
-                cfg, plugins=[transport_plugin(InProcessTransport())]
+                cfg, plugins=[transport_plugin(InProcessFakeTransport())]
             ) as host:
                 held["host"] = host
                 await host.embed("m", ["warm up"])  # leaves a parked call task behind
@@ -279,7 +279,7 @@ async def test_a_close_held_up_past_its_bounds_stops_the_workers_outright(
 ) -> None:
     """Retirement waits for in-flight calls; if one never lets go (a bug), the
     close still ends once every bound is spent, and the worker is stopped."""
-    transport = InProcessTransport()
+    transport = InProcessFakeTransport()
     transport.hold_exits = False
     cfg = make_config(make_model("m"), exchange_timeout_s=0.2, exit_grace_s=0.2)
     held: dict[str, Any] = {}
@@ -305,7 +305,7 @@ async def test_a_close_held_up_past_its_bounds_stops_the_workers_outright(
             pytest.fail("the host's close was not bounded")
     worker, host = held["worker"], held["host"]
     assert worker.state == "exited"
-    assert host.snapshot().lanes["mock:0"].reserved == 0
+    assert host.snapshot().lanes["fake:0"].reserved == 0
     (record,) = transport.launched("m")
     assert record.process.exited
 
@@ -330,7 +330,7 @@ class StaleFailureFirst(ByteReceiveStream):
         await self.inner.aclose()
 
 
-class StaleReplyTransport(InProcessTransport):
+class StaleReplyTransport(InProcessFakeTransport):
     async def launch(self, request: LaunchRequest) -> Launched:
         launched = await super().launch(request)
         if request.generation == 1:

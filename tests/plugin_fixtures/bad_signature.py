@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from synapse_core.hookspecs import hookimpl
+from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.transport import Transport
-from synapse_mock_transport.inprocess import InProcessTransport
 
 
 @hookimpl
 def synapse_register_transports(register: Callable[[Transport], None], lane: str) -> None:
-    register(InProcessTransport(name="bad-signature"))
+    register(InProcessFakeTransport(name="bad-signature"))

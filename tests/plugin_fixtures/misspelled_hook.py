@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from synapse_core.hookspecs import hookimpl
+from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.transport import Transport
-from synapse_mock_transport.inprocess import InProcessTransport
 
 
 @hookimpl
 def synapse_register_transport(register: Callable[[Transport], None]) -> None:
-    register(InProcessTransport(name="misspelled"))
+    register(InProcessFakeTransport(name="misspelled"))

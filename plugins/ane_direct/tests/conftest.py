@@ -21,11 +21,6 @@ DATA = Path(__file__).parent / "data"
 TINY = BertConfig(hidden=8, heads=2, layers=1, intermediate=16, max_positions=16)
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 @pytest.fixture(autouse=True)
 def _no_device_override(monkeypatch: pytest.MonkeyPatch) -> None:
     # A developer's SYNAPSE_ANE_DEVICE must not change what these tests see.

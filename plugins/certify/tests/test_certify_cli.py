@@ -25,6 +25,7 @@ from synapse_core.observation import (
 )
 from synapse_core.plugins import PluginHost
 from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.wire import Shape
 
 CHECKPOINT = hashlib.sha256(b"weights").hexdigest()
@@ -65,10 +66,10 @@ def hooked_cli() -> click.Group:
 
 
 def in_process_cli() -> click.Group:
-    inprocess = pytest.importorskip("synapse_mock_transport.inprocess")
+    # The core's fake transport stands in for a serving plugin, under the name "mock".
     cli = click.Group("synapse")
     cli.add_command(
-        make_group(lambda: PluginHost([transport_plugin(inprocess.InProcessTransport())]))
+        make_group(lambda: PluginHost([transport_plugin(InProcessFakeTransport("mock"))]))
     )
     return cli
 
@@ -167,9 +168,7 @@ def test_record_writes_a_stream_that_validates(tmp_path: Path) -> None:
     events = read_stream(out)
     assert sum(isinstance(e, WorkerInventory) for e in events) == 2
     assert f"recorded {len(events)} events to {out}" in result.output
-    assert "worker: synapse-mock-transport 0.1.0; vector space: mock:mock-minilm:d8:v1" in (
-        result.output
-    )
+    assert "worker: synapse-core-fake 1; vector space: fake:mock-minilm:d8" in (result.output)
     assert "placement gate passed" in result.output
 
     validated = CliRunner().invoke(hooked_cli(), ["certify", "validate", str(out)])
@@ -210,7 +209,7 @@ def test_identity_reads_the_worker_from_a_model(tmp_path: Path) -> None:
     model = ["--model", "mini-a", "--catalog", catalog(tmp_path)]
     result = CliRunner().invoke(in_process_cli(), [*args, *model])
     assert result.exit_code == 0, result.output
-    assert json.loads(result.output)["worker"] == ["synapse-mock-transport", "0.1.0"]
+    assert json.loads(result.output)["worker"] == ["synapse-core-fake", "1"]
 
 
 @pytest.mark.parametrize(

@@ -1,4 +1,4 @@
-"""A real host (in-process mock workers) recording a certification stream."""
+"""A real host (the core's in-process fake workers) recording a certification stream."""
 
 from __future__ import annotations
 
@@ -14,10 +14,7 @@ from synapse_core.host import open_host
 from synapse_core.observation import AdmissionCount, ShapeAdmitted, WorkerInventory
 from synapse_core.plugins import PluginHost
 from synapse_core.testing import catalog_toml, transport_plugin
-
-inprocess = pytest.importorskip(
-    "synapse_mock_transport.inprocess", reason="synapse-mock-transport is not installed"
-)
+from synapse_core.testing.fake import InProcessFakeTransport
 
 MODEL = {
     "name": "mini-a",
@@ -43,7 +40,7 @@ def test_installed_entry_point_does_not_make_hosts_observe() -> None:
 
 @pytest.mark.anyio
 async def test_recorded_mixed_length_stream_validates(tmp_path: Path) -> None:
-    transport = inprocess.InProcessTransport()
+    transport = InProcessFakeTransport("mock")
     path = tmp_path / "stream.jsonl"
     recorder = Recorder(path)
     plugins = [certify_plugin, transport_plugin(transport), recorder]
@@ -68,7 +65,7 @@ async def test_recorded_mixed_length_stream_validates(tmp_path: Path) -> None:
 
 @pytest.mark.anyio
 async def test_without_certify_observation_no_inventory_is_recorded() -> None:
-    transport = inprocess.InProcessTransport()
+    transport = InProcessFakeTransport("mock")
     recorder = Recorder()
     plugins = [transport_plugin(transport), recorder]
     async with open_host(config(certify=False), plugins=plugins) as host:

@@ -14,6 +14,7 @@ from synapse_certify import plugin as certify_plugin
 from synapse_certify.identity import installed_identity, serving_plugins
 from synapse_core.plugins import PluginHost
 from synapse_core.testing import transport_plugin
+from synapse_core.testing.fake import InProcessFakeTransport
 
 CHECKPOINT = hashlib.sha256(b"checkpoint").hexdigest()
 PARTS: dict[str, Any] = {
@@ -82,8 +83,7 @@ def test_vector_space_is_bound_to_one_identity() -> None:
 
 
 def test_only_serving_plugins_are_part_of_an_identity() -> None:
-    inprocess = pytest.importorskip("synapse_mock_transport.inprocess")
-    transports = transport_plugin(inprocess.InProcessTransport())
+    transports = transport_plugin(InProcessFakeTransport("mock"))
     host = PluginHost([certify_plugin, transports])
     # A command-only plugin (synapse-certify itself) cannot change vectors.
     assert serving_plugins(host) == ((transports.__name__, "unknown"),)

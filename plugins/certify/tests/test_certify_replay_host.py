@@ -13,10 +13,8 @@ from synapse_core.errors import OutcomeUnknown
 from synapse_core.host import open_host
 from synapse_core.observation import ShapeRefunded, WorkerExited, WorkerStarted
 from synapse_core.testing import catalog_toml, transport_plugin
-
-inprocess = pytest.importorskip(
-    "synapse_mock_transport.inprocess", reason="synapse-mock-transport is not installed"
-)
+from synapse_core.testing.fake import InProcessFakeTransport
+from synapse_core.transport import LaneInfo
 
 pytestmark = pytest.mark.anyio
 
@@ -39,7 +37,7 @@ def config(*models: dict[str, Any], **settings: Any) -> HostConfig:
 
 async def record(cfg: HostConfig, body: Any) -> Recorder:
     recorder = Recorder()
-    transport = inprocess.InProcessTransport()
+    transport = InProcessFakeTransport("mock", LaneInfo("mock:0"))
     async with open_host(cfg, plugins=[transport_plugin(transport), recorder]) as host:
         await body(host)
     return recorder

@@ -22,6 +22,7 @@ from synapse_core.observation import (
     WorkerStarted,
 )
 from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.wire import Frame, InventoryRequest, Shape
 
 LANE = "mock:0"
@@ -112,8 +113,7 @@ async def test_serialized_inventory_omission_fails_placement_gate(tmp_path: Path
 
     # The supervisor side: an inventory that cannot be read is recorded as
     # missing (not as an empty list, not left out), and the gate fails it.
-    inprocess = pytest.importorskip("synapse_mock_transport.inprocess")
-    transport = inprocess.InProcessTransport()
+    transport = InProcessFakeTransport("mock")
     killed: list[int] = []
 
     async def kill_on_first_inventory(model: str, frame: Frame) -> None:

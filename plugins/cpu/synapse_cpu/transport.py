@@ -9,7 +9,6 @@ numpy: the host stays light, the forward pass lives in the workers.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
 from pathlib import Path
 
 import anyio
@@ -99,13 +98,11 @@ def _facts(root: Path, runtime: str, batch_tokens: int) -> ModelFacts:
 
 
 class CpuTransport(Transport):
+    """Options are checked and buckets declared by the kit's defaults (``options_type``)."""
+
     name = "cpu"
-
-    def validate_model(self, model: ModelSpec) -> None:
-        parse_options(model.options, source=f"model {model.name!r}")
-
-    def buckets(self, model: ModelSpec) -> Sequence[int]:
-        return sorted(parse_options(model.options, source=f"model {model.name!r}").buckets)
+    worker = WORKER
+    options_type = CpuOptions
 
     def describe(self) -> str:
         problem = onnxruntime_problem()
@@ -119,7 +116,7 @@ class CpuTransport(Transport):
         )
 
     def model_availability(self, model: ModelSpec) -> Availability:
-        options = parse_options(model.options, source=f"model {model.name!r}")
+        options: CpuOptions = self.model_options(model)
         if options.runtime == "onnxruntime" and (problem := onnxruntime_problem()):
             return Availability.no(problem)
         try:
@@ -146,13 +143,13 @@ class CpuTransport(Transport):
         return _tokenizer(located.tokenizer)
 
     async def launch(self, request: LaunchRequest) -> Launched:
-        options = parse_options(request.model.options)
+        options: CpuOptions = self.model_options(request.model)
         await anyio.to_thread.run_sync(verify_before_launch, model_files(options))
         # One BLAS thread unless the options ask otherwise, set before numpy loads
         # (the worker also caps its pools with threadpoolctl).
         threads = str(options.threads)
         env = {f"{pool}_NUM_THREADS": threads for pool in ("OPENBLAS", "OMP", "MKL")}
-        return await spawn_worker(WORKER, request, env=env)
+        return await spawn_worker(self.worker, request, env=env)
 
 
 __all__ = ["LANE_ID", "CpuTransport"]

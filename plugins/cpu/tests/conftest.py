@@ -55,19 +55,24 @@ def onnx_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="session", params=runtime.RUNTIMES)
-def model(request: pytest.FixtureRequest, onnx_cache: Path) -> runtime.Model:
+def model(request: pytest.FixtureRequest) -> runtime.Model:
     """The shipped model on each backend (onnxruntime where it is installed)."""
-    if request.param == "onnxruntime":
-        pytest.importorskip("onnxruntime")
-        pytest.importorskip("onnx")
-    runtime.limit_threads(1)
-    return runtime.load(runtime=request.param, cache_dir=str(onnx_cache))
+    loaded: runtime.Model = request.getfixturevalue(f"{request.param}_model")
+    return loaded
 
 
 @pytest.fixture(scope="session")
 def numpy_model() -> runtime.Model:
     runtime.limit_threads(1)
     return runtime.load(runtime="numpy")
+
+
+@pytest.fixture(scope="session")
+def onnxruntime_model(onnx_cache: Path) -> runtime.Model:
+    pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnx")
+    runtime.limit_threads(1)
+    return runtime.load(runtime="onnxruntime", cache_dir=str(onnx_cache))
 
 
 @pytest.fixture

@@ -224,11 +224,16 @@ def test_a_missing_model_wheel_says_how_to_install_it(monkeypatch: pytest.Monkey
 
 
 @asyncio_only
-async def test_a_worker_crash_mid_call_is_not_replayed_and_recovers(
-    reference: dict[str, Any], reference_vectors: np.ndarray[Any, Any], matches_reference: Any
+@pytest.mark.parametrize("knob", ["crash_on_infer", "malformed_on_infer", "hang_on_infer"])
+async def test_a_worker_fault_mid_call_is_not_replayed_and_recovers(
+    reference: dict[str, Any],
+    reference_vectors: np.ndarray[Any, Any],
+    matches_reference: Any,
+    knob: str,
 ) -> None:
-    faults = {"crash_on_infer": 1, "only_generation": 1}
-    async with host(config(entry("minilm", faults=faults))) as h:
+    faults = {knob: 1, "only_generation": 1}
+    # The kit's fault knobs, as the mock transport has them; a hang ends at the timeout.
+    async with host(config(entry("minilm", faults=faults), exchange_timeout_s=10.0)) as h:
         with pytest.raises(synapse.OutcomeUnknown):
             await h.embed("minilm", ["first call"], deadline=deadline())
         result = await h.embed("minilm", texts_of(reference)[:3], deadline=deadline())

@@ -89,9 +89,30 @@ def test_erf_is_accurate_to_float32() -> None:
 
 
 def test_onnxruntime_equals_numpy_within_float32_rounding(
-    numpy_model: runtime.Model, reference: dict[str, Any], onnx_cache: Any
+    numpy_model: runtime.Model, onnxruntime_model: runtime.Model, reference: dict[str, Any]
 ) -> None:
-    pytest.importorskip("onnxruntime")
-    onnx_model = runtime.load(runtime="onnxruntime", cache_dir=str(onnx_cache))
+    onnx_model = onnxruntime_model
     sequences = ids_of(numpy_model, reference)
     assert np.abs(onnx_model.embed(sequences) - numpy_model.embed(sequences)).max() <= 1e-6
+
+
+def test_the_onnx_graph_is_cached_under_the_weights_hash(
+    model_dir: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pytest.importorskip("onnx")
+    from synapse_cpu import files, onnx_graph
+
+    located = files.ModelFiles(model_dir, "m", None)
+    config = bert.BertConfig.from_json(files.read_json(located.config), "config.json")
+    weights = bert.weights_from_tensors(runtime.LazyTensors(located.weights), config, "w")
+    first = onnx_graph.cached_graph(weights, "a" * 64, tmp_path)
+    assert first.name == f"{'a' * 64}-v{onnx_graph.GRAPH_VERSION}.onnx"
+
+    def no_rebuild(_: object) -> None:
+        raise AssertionError("the cached graph was built again")
+
+    monkeypatch.setattr(onnx_graph, "build_graph", no_rebuild)
+    assert onnx_graph.cached_graph(weights, "a" * 64, tmp_path) == first
+    with pytest.raises(AssertionError, match="built again"):  # other weights: another file
+        onnx_graph.cached_graph(weights, "b" * 64, tmp_path)
+    assert sorted(p.name for p in tmp_path.iterdir()) == [first.name]  # no partial files

@@ -44,11 +44,6 @@ EXIT_GRACE_S = 5.0
 DEFAULT_SHAPE = Shape(16, 2)
 
 
-@pytest.fixture(params=["asyncio", "trio"])
-def anyio_backend(request: pytest.FixtureRequest) -> str:
-    return str(request.param)
-
-
 def model_spec(options: dict[str, Any] | None = None, name: str = "m") -> ModelSpec:
     return ModelSpec(name, "embed", "mock", "mock-pkg", 512, dict(options or {}))
 

@@ -2,6 +2,13 @@
 
 Tests should never auto-load installed entry points: register the plugins
 under test explicitly with :func:`transport_plugin` and ``open_host(plugins=...)``.
+
+- :mod:`synapse_core.testing.fake`: the ``fake`` transport, subprocess and
+  in-process, with fault knobs: what the core's own tests serve with.
+- :mod:`synapse_core.testing.conformance`: the conformance suite for a
+  transport, to run from a plugin's tests.
+- :mod:`synapse_core.testing.pytest_plugin`: the shared ``anyio_backend``
+  fixture (asyncio and trio).
 """
 
 from __future__ import annotations
@@ -9,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .hookspecs import hookimpl
-from .transport import Transport
+from ..hookspecs import hookimpl
+from ..transport import Transport
 
 
 class _TransportPlugin:
