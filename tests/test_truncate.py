@@ -14,6 +14,12 @@ from synapse_mock_transport.logic import embed_tokens
 
 pytestmark = pytest.mark.anyio
 
+
+def mock(model: dict[str, Any]) -> dict[str, Any]:
+    """The core's test model, served by the mock transport these tests compare with."""
+    return {**model, "transport": "mock"}
+
+
 CEILING = 12  # positions: 10 words and the two special tokens
 
 
@@ -24,7 +30,7 @@ def words(n: int, word: str = "w") -> str:
 async def test_over_ceiling_is_refused_unless_truncation_is_asked_for(
     make_model: Any, make_config: Any
 ) -> None:
-    cfg = make_config(make_model("m", ceiling=CEILING, dims=8))
+    cfg = make_config(mock(make_model("m", ceiling=CEILING, dims=8)))
     texts = ["short", words(30), "also short", words(11)]
     async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessTransport())]) as host:
         with pytest.raises(synapse.Refused) as refused:
@@ -42,7 +48,7 @@ async def test_over_ceiling_is_refused_unless_truncation_is_asked_for(
 async def test_nothing_is_cut_or_reported_when_everything_fits(
     make_model: Any, make_config: Any
 ) -> None:
-    cfg = make_config(make_model("m", ceiling=CEILING))
+    cfg = make_config(mock(make_model("m", ceiling=CEILING)))
     async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessTransport())]) as host:
         result = await host.embed("m", ["a b", words(10)], truncate=True)
     assert result.truncated == () and result.tokens == 12
@@ -51,7 +57,7 @@ async def test_nothing_is_cut_or_reported_when_everything_fits(
 async def test_rerank_truncation_keeps_the_query_and_cuts_the_document(
     make_model: Any, make_config: Any
 ) -> None:
-    cfg = make_config(make_model("r", task="rerank", ceiling=CEILING, dims=8))
+    cfg = make_config(mock(make_model("r", task="rerank", ceiling=CEILING, dims=8)))
     query = "q1 q2 q3"  # 3 tokens: a document keeps 12 - 3 - 3 = 6
     async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessTransport())]) as host:
         full = await host.rerank("r", query, [words(20), "d"], truncate=True)
@@ -63,7 +69,7 @@ async def test_rerank_truncation_keeps_the_query_and_cuts_the_document(
 async def test_a_query_that_fills_the_ceiling_is_still_refused(
     make_model: Any, make_config: Any
 ) -> None:
-    cfg = make_config(make_model("r", task="rerank", ceiling=CEILING))
+    cfg = make_config(mock(make_model("r", task="rerank", ceiling=CEILING)))
     async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessTransport())]) as host:
         with pytest.raises(synapse.Refused) as refused:
             await host.rerank("r", words(9), ["doc"], truncate=True)
@@ -71,7 +77,7 @@ async def test_a_query_that_fills_the_ceiling_is_still_refused(
 
 
 async def test_token_ids_embed_as_the_text_they_encode(make_model: Any, make_config: Any) -> None:
-    cfg = make_config(make_model("m", ceiling=CEILING, dims=8))
+    cfg = make_config(mock(make_model("m", ceiling=CEILING, dims=8)))
     ids = BasicTokenizer().encode("hello there world")
     async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessTransport())]) as host:
         by_ids = await host.embed("m", [ids, [5, 6]])
@@ -93,7 +99,7 @@ async def test_token_ids_embed_as_the_text_they_encode(make_model: Any, make_con
 async def test_a_large_call_sized_by_counting_is_cut_the_same_way(
     make_model: Any, make_config: Any
 ) -> None:
-    cfg = make_config(make_model("m", ceiling=CEILING, dims=8))
+    cfg = make_config(mock(make_model("m", ceiling=CEILING, dims=8)))
     texts = [words(3)] * 9 + [words(25)]  # more than EAGER_TEXTS: counted, not encoded
     async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessTransport())]) as host:
         result = await host.embed("m", texts, truncate=True)
