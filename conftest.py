@@ -21,9 +21,9 @@ PLUGIN_PACKAGES = (
     "synapse_mock_transport",
     "synapse_ane_direct",
     "synapse_certify",
+    "synapse_cpu",
     "synapse_http",
     "synapse_ray",
-    "synapse_cpu",
 )
 MISSING = tuple(p for p in PLUGIN_PACKAGES if importlib.util.find_spec(p) is None)
 # A module that imports a missing plugin at its top level; a test that merely

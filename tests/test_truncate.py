@@ -105,3 +105,14 @@ async def test_a_large_call_sized_by_counting_is_cut_the_same_way(
         result = await host.embed("m", texts, truncate=True)
     assert result.truncated == (9,)
     assert result.vectors[9] == pytest.approx(embed_tokens(BasicTokenizer().encode(words(10)), 8))
+
+
+async def test_only_lists_of_non_negative_ints_pass_as_token_ids(
+    make_model: Any, make_config: Any
+) -> None:
+    cfg = make_config(make_model("m", ceiling=CEILING))
+    async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessTransport())]) as host:
+        for bad in ([1, "2"], [1, -2], [1.0, 2], None):
+            with pytest.raises(synapse.Refused) as refused:
+                await host.embed("m", ["fine", bad])  # type: ignore[list-item]
+            assert (refused.value.code, refused.value.index) == ("invalid-text", 1), bad

@@ -117,10 +117,14 @@ class Observed:
             if message["type"] == "http.response.start":
                 status = message["status"]
             await send(message)
+            if message["type"] == "http.response.body" and not message.get("more_body"):
+                self.metrics.answered += 1
 
+        self.metrics.inside += 1
         try:
             await self.app(scope, receive, sending)
         finally:
+            self.metrics.inside -= 1
             self.metrics.observe(route, status, time.perf_counter() - start)
 
 

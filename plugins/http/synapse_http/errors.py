@@ -33,6 +33,8 @@ REFUSAL_STATUS = {
     "unknown-model": 404,
     "wrong-task": 422,
     "empty-input": 422,
+    "missing-query": 422,
+    "invalid-text": 422,
     "empty-sequence": 422,
     "over-ceiling": 422,
     # The model exists but cannot run on this machine: the server's problem.

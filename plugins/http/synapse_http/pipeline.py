@@ -18,6 +18,7 @@ from synapse_core.deadline import Deadline
 from synapse_core.errors import OutcomeUnknown, Refused, SynapseError, WorkerFault
 
 from .errors import HTTPError, from_synapse, invalid, malformed, too_large, unexpected
+from .schemas import ErrorBody
 from .service import Service
 
 T = TypeVar("T")
@@ -43,18 +44,29 @@ def json_response(
     return Response(_encoder.encode(payload), status, headers, media_type=JSON)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
     """The body, refused with 413 once it passes ``limit`` bytes (before reading
     any of it when Content-Length already says so)."""
     declared = request.headers.get("content-length", "")
     if declared.isdigit() and int(declared) > limit:
         raise _body_too_large(int(declared), limit)
     chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _body_too_large(size, limit)
-        chunks.append(chunk)
+    # Bounded: a client that stops sending mid-body (or a server that stops
+    # passing it on while shutting down) must not hold the request forever.
+    with anyio.move_on_after(timeout_s) as waited:
+        async for chunk in request.stream():
+            size += len(chunk)
+            if size > limit:
+                raise _body_too_large(size, limit)
+            chunks.append(chunk)
+    if waited.cancelled_caught:
+        raise HTTPError(
+            408,
+            ErrorBody(
+                error=f"the request body did not arrive within {timeout_s:g} s",
+                error_type="body-timeout",
+            ),
+        )
     return b"".join(chunks)
 
 
@@ -191,7 +203,9 @@ def post(schema: type[T]) -> Callable[[Handler[T]], Callable[[Request], Awaitabl
         async def endpoint(request: Request) -> Response:
             service = service_of(request)
             try:
-                body = decode(await read_body(request, service.settings.max_body_bytes), schema)
+                settings = service.settings
+                raw = await read_body(request, settings.max_body_bytes, settings.request_timeout_s)
+                body = decode(raw, schema)
                 answer = await until_disconnect(request, lambda: handler(request, service, body))
             except HTTPError as exc:
                 return error_response(exc, request.url.path)

@@ -14,8 +14,8 @@ import contextlib
 import logging
 import signal
 import socket
-from collections.abc import Callable, Iterator
-from typing import Literal
+from collections.abc import Callable, Coroutine, Iterator
+from typing import Any, Literal
 
 import anyio
 import attrs
@@ -33,6 +33,8 @@ Backend = Literal["asyncio", "trio"]
 log = logging.getLogger("synapse.http")
 #: connections the kernel queues before the server accepts them
 BACKLOG = 2048
+#: how often a stopping server looks whether requests are still inside the app
+IDLE_POLL_S = 0.05
 
 
 @attrs.frozen
@@ -73,39 +75,58 @@ async def serve(
     plugins: PluginHost | None = None,
     on_listening: Callable[[Listening], None] = lambda listening: None,
 ) -> None:
-    """Serve until a signal; run with ``anyio.run(serve, ..., backend=backend)``."""
+    """Serve until a signal; run with ``anyio.run(serve, ..., backend=backend)``.
+
+    Signals are watched from before the host opens until it has closed, so a
+    second one stops the workers at once whenever it comes, even while the
+    host is retiring them after the grace period.
+    """
     sock = bind(host, port)
+    stop, force = anyio.Event(), anyio.Event()
+    opened: list[Host] = []
     with contextlib.ExitStack() as closing:
         closing.callback(sock.close)
-        async with open_host(config, plugins=plugins) as synapse_host:
-            await preload(synapse_host, settings.preload)
-            app = create_app(synapse_host, settings)
-            service: Service = app.state.synapse
-            stop, force = anyio.Event(), anyio.Event()
-            async with anyio.create_task_group() as tg:
-                await tg.start(_watch_signals, stop, force, service)
-                bound = sock.getsockname()
-                name = f"[{bound[0]}]" if sock.family == socket.AF_INET6 else bound[0]
-                entries = synapse_host.catalog.entries.values()
-                on_listening(
-                    Listening(
-                        f"http://{name}:{bound[1]}",
-                        [e.spec.name for e in entries if e.available],
-                        [e.spec.name for e in entries if not e.available],
+        async with anyio.create_task_group() as signals:
+            await signals.start(_watch_signals, stop, force, settings.shutdown_grace_s)
+            signals.start_soon(_stop_now_when_forced, force, opened)
+            async with open_host(config, plugins=plugins) as synapse_host:
+                opened.append(synapse_host)
+                await preload(synapse_host, settings.preload)
+                app = create_app(synapse_host, settings)
+                service: Service = app.state.synapse
+                on_listening(_listening(sock, synapse_host))
+                async with anyio.create_task_group() as tg:
+                    tg.start_soon(_mark_stopping, stop, service)
+                    await run_app(
+                        app,
+                        sock,
+                        backend,
+                        settings.shutdown_grace_s,
+                        stop,
+                        force,
+                        lambda: service.metrics.inside,
                     )
-                )
-                await run_app(app, sock, backend, settings.shutdown_grace_s, stop, force)
-                tg.cancel_scope.cancel()
-            log.info("stopped taking requests; %d answered", service.metrics.answered())
-            if force.is_set():
-                await stop_workers_now(synapse_host)
-        # Leaving open_host retires every worker and confirms its exit.
+                    tg.cancel_scope.cancel()
+                log.info("stopped taking requests; %d answered", service.metrics.answered)
+            # Leaving open_host retired every worker and confirmed its exit.
+            signals.cancel_scope.cancel()
+
+
+def _listening(sock: socket.socket, host: Host) -> Listening:
+    bound = sock.getsockname()
+    name = f"[{bound[0]}]" if sock.family == socket.AF_INET6 else bound[0]
+    entries = host.catalog.entries.values()
+    return Listening(
+        f"http://{name}:{bound[1]}",
+        [e.spec.name for e in entries if e.available],
+        [e.spec.name for e in entries if not e.available],
+    )
 
 
 async def _watch_signals(
     stop: anyio.Event,
     force: anyio.Event,
-    service: Service,
+    grace: float,
     *,
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
 ) -> None:
@@ -117,13 +138,23 @@ async def _watch_signals(
                     "%s: stopping; requests in flight may finish within %.0f s "
                     "(signal again to stop at once)",
                     signal.Signals(signum).name,
-                    service.settings.shutdown_grace_s,
+                    grace,
                 )
-                service.stopping = True
                 stop.set()
             else:
                 log.warning("stopping at once")
                 force.set()
+
+
+async def _mark_stopping(stop: anyio.Event, service: Service) -> None:
+    await stop.wait()
+    service.stopping = True  # /health says 503 from now on
+
+
+async def _stop_now_when_forced(force: anyio.Event, opened: list[Host]) -> None:
+    await force.wait()
+    if opened:
+        await stop_workers_now(opened[0])
 
 
 async def stop_workers_now(host: Host) -> None:
@@ -141,15 +172,35 @@ async def run_app(
     grace: float,
     stop: anyio.Event,
     force: anyio.Event,
+    busy: Callable[[], int] = lambda: 0,
 ) -> None:
-    """Serve ``app`` on the bound ``sock`` until ``stop`` (then requests in
-    flight get ``grace`` seconds) or ``force`` (then none)."""
+    """Serve ``app`` on the bound ``sock`` until ``stop``, then until no request
+    is inside the app (``busy``) or ``grace`` seconds have passed, or until
+    ``force``. The server's own wait for its connections is not relied on: a
+    connection it closed at the wrong moment could hold it for the whole grace."""
     run = _uvicorn if backend == "asyncio" else _hypercorn
-    await run(app, sock, grace, stop, force)
+    await run(app, sock, grace, stop, lambda end: _end(stop, force, grace, busy, end))
+
+
+async def _end(
+    stop: anyio.Event,
+    force: anyio.Event,
+    grace: float,
+    busy: Callable[[], int],
+    end: Callable[[], None],
+) -> None:
+    await stop.wait()
+    with anyio.move_on_after(grace):
+        while busy() and not force.is_set():
+            await anyio.sleep(IDLE_POLL_S)
+    end()
+
+
+Ender = Callable[[Callable[[], None]], Coroutine[Any, Any, None]]
 
 
 async def _uvicorn(
-    app: ASGIApp, sock: socket.socket, grace: float, stop: anyio.Event, force: anyio.Event
+    app: ASGIApp, sock: socket.socket, grace: float, stop: anyio.Event, ender: Ender
 ) -> None:
     import uvicorn
 
@@ -170,18 +221,20 @@ async def _uvicorn(
 
     async def relay() -> None:
         await stop.wait()
-        server.should_exit = True
-        await force.wait()
+        server.should_exit = True  # stop accepting
+
+    def end() -> None:
         server.force_exit = True
 
     async with anyio.create_task_group() as tg:
         tg.start_soon(relay)
+        tg.start_soon(ender, end)
         await server.serve(sockets=[sock])
         tg.cancel_scope.cancel()
 
 
 async def _hypercorn(
-    app: ASGIApp, sock: socket.socket, grace: float, stop: anyio.Event, force: anyio.Event
+    app: ASGIApp, sock: socket.socket, grace: float, stop: anyio.Event, ender: Ender
 ) -> None:
     from hypercorn.config import Config
     from hypercorn.trio import serve
@@ -196,11 +249,6 @@ async def _hypercorn(
     # Hypercorn takes the descriptor over and closes it; ours must not.
     sock.detach()
     async with anyio.create_task_group() as tg:
-
-        async def relay() -> None:
-            await force.wait()
-            tg.cancel_scope.cancel()
-
-        tg.start_soon(relay)
+        tg.start_soon(ender, lambda: tg.cancel_scope.cancel())
         await serve(app, config, shutdown_trigger=stop.wait)  # type: ignore[arg-type]
         tg.cancel_scope.cancel()

@@ -1,18 +1,8 @@
-"""Real ``synapse serve`` processes on ephemeral 127.0.0.1 ports, for both backends.
-
-Each server runs the installed mock transport and HTTP plugins only
-(``SYNAPSE_PLUGINS=mock,http``), with a catalog written for the test, and is
-stopped with SIGTERM afterwards; its exit status must be 0.
-"""
+"""Fixtures: ``synapse serve`` processes for both backends, each stopped with
+SIGTERM afterwards and required to exit 0 (see :mod:`synapse_http.testing`)."""
 
 from __future__ import annotations
 
-import os
-import re
-import signal
-import subprocess
-import sys
-import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -20,104 +10,12 @@ from typing import Any
 import httpx
 import pytest
 
-from synapse_core.testing import catalog_toml
-
-API_KEY = "test-key-1234"
-AUTH = {"Authorization": f"Bearer {API_KEY}"}
-#: seconds a server may take to start, or to stop after SIGTERM (a hang becomes a failure)
-START_S = 30.0
-STOP_S = 60.0
-_URL = re.compile(r"serving on (http://\S+)")
+from synapse_http.testing import Server, start_server
 
 
 @pytest.fixture(params=["asyncio", "trio"])
 def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
-
-
-def model(name: str, task: str = "embed", ceiling: int = 16, **options: Any) -> dict[str, Any]:
-    opts: dict[str, Any] = {"buckets": [8, 16], "dims": 8, "max_batch": 4}
-    opts.update(options)
-    return {
-        "name": name,
-        "task": task,
-        "transport": "mock",
-        "package": f"pkg-{name}",
-        "ceiling": ceiling,
-        "options": opts,
-    }
-
-
-class Server:
-    """One ``synapse serve`` process; ``url`` once it listens."""
-
-    def __init__(self, proc: subprocess.Popen[str], url: str, lines: list[str]) -> None:
-        self.proc = proc
-        self.url = url
-        self.lines = lines  # stderr, as read so far (a reader thread keeps reading)
-
-    def signal(self, signum: int = signal.SIGTERM) -> None:
-        self.proc.send_signal(signum)
-
-    def wait(self, timeout: float = STOP_S) -> int:
-        return self.proc.wait(timeout)
-
-    def stop(self) -> int:
-        if self.proc.poll() is None:
-            self.signal(signal.SIGTERM)
-        return self.wait()
-
-    def client(self, **kwargs: Any) -> httpx.Client:
-        kwargs.setdefault("headers", AUTH)
-        kwargs.setdefault("timeout", 30.0)
-        return httpx.Client(base_url=self.url, **kwargs)
-
-    def metrics(self) -> str:
-        with self.client() as client:
-            response = client.get("/metrics")
-        assert response.status_code == 200
-        return response.text
-
-
-def start_server(
-    tmp: Path,
-    backend: str,
-    models: list[dict[str, Any]],
-    *args: str,
-    **settings: Any,
-) -> Server:
-    catalog = tmp / "catalog.toml"
-    catalog.write_text(catalog_toml(*models, **settings), encoding="utf-8")
-    env = dict(os.environ, SYNAPSE_PLUGINS="mock,http", PYTHONUNBUFFERED="1")
-    env.pop("SYNAPSE_CATALOG", None)
-    command = [sys.executable, "-m", "synapse_core.cli", "serve", "--catalog", str(catalog)]
-    command += ["--port", "0", "--backend", backend, *args]
-    proc = subprocess.Popen(
-        command,
-        stdin=subprocess.DEVNULL,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=env,
-    )
-    lines: list[str] = []
-    found = threading.Event()
-
-    def read() -> None:
-        assert proc.stderr is not None
-        for line in proc.stderr:
-            lines.append(line)
-            if _URL.search(line):
-                found.set()
-        found.set()  # the process ended
-
-    threading.Thread(target=read, daemon=True).start()
-    if not found.wait(START_S) or proc.poll() is not None:
-        proc.kill()
-        proc.wait()
-        pytest.fail("synapse serve did not start:\n" + "".join(lines))
-    match = next(m for m in map(_URL.search, lines) if m)
-    return Server(proc, match[1], lines)
 
 
 @pytest.fixture
@@ -138,26 +36,26 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Server]]:
         assert status == 0, "".join(server.lines)
 
 
-def metric(text: str, name: str, **labels: str) -> list[float]:
-    """Every value of metric ``name`` whose labels include ``labels``."""
-    values = []
-    for line in text.splitlines():
-        if not line.startswith(name) or line.startswith("#"):
-            continue
-        head, _, value = line.rpartition(" ")
-        metric_name, _, label_text = head.partition("{")
-        if metric_name != name:
-            continue
-        found = dict(re.findall(r'(\w+)="([^"]*)"', label_text))
-        if all(found.get(k) == v for k, v in labels.items()):
-            values.append(float(value))
-    return values
+@pytest.fixture(scope="module", params=["asyncio", "trio"])
+def server(
+    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[Server]:
+    """One server per test module and backend, for the module's ``MODELS``
+    started with its ``ARGS`` and host ``SETTINGS``."""
+    module = request.module
+    running = start_server(
+        tmp_path_factory.mktemp(module.__name__.rpartition(".")[2]),
+        request.param,
+        module.MODELS,
+        *getattr(module, "ARGS", ()),
+        **getattr(module, "SETTINGS", {}),
+    )
+    yield running
+    assert running.stop() == 0, "".join(running.lines)
 
 
-def pid_gone(pid: int) -> bool:
-    """True once no process ``pid`` exists (a zombie still counts as existing)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+@pytest.fixture
+def http(server: Server) -> Iterator[httpx.Client]:
+    """A client of the module's server, with the API key."""
+    with server.client() as client:
+        yield client

@@ -16,9 +16,8 @@ import synapse_core as synapse
 from synapse_core.testing import catalog_toml, transport_plugin
 from synapse_core.tokenizer import BasicTokenizer
 from synapse_http import ServeSettings, create_app
+from synapse_http.testing import model
 from synapse_mock_transport.inprocess import InProcessTransport
-
-from .conftest import model
 
 pytestmark = pytest.mark.anyio
 
@@ -89,3 +88,17 @@ async def test_an_app_given_a_config_opens_its_host_in_the_lifespan_and_closes_i
         assert (await http.get("/health")).status_code == 503
     assert len(transport.launches) == 2
     assert all(record.process.exited for record in transport.launches)
+
+
+async def test_the_server_timeout_bounds_a_call_when_it_is_the_shorter() -> None:
+    slow = model("slow", faults={"reply_delay_s": 2.0})
+    cfg = synapse.HostConfig.from_toml_text(catalog_toml(slow))
+    plugins = [transport_plugin(InProcessTransport())]
+    async with synapse.open_host(cfg, plugins=plugins) as host:
+        await host.load("slow")
+        app = create_app(host, ServeSettings(request_timeout_s=0.2))
+        async with client(app) as http:
+            late = await http.post(
+                "/embed", json={"inputs": ["a"]}, headers={"X-Synapse-Timeout-Ms": "60000"}
+            )
+    assert late.status_code == 504 and late.json()["error_type"] == "deadline-exceeded"

@@ -5,14 +5,15 @@ from __future__ import annotations
 
 import json
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any
 
 import httpx
 import pytest
 
-from .conftest import API_KEY, Server, metric, model, start_server
+from synapse_http.testing import API_KEY, Server, metric, model
 
+# The servers run synapse_mock_transport's workers: without it, this module is skipped.
 pytestmark = pytest.mark.subprocess
 
 MODELS = [
@@ -26,21 +27,6 @@ MODELS = [
     model("crash-admit", faults={"crash_on_admit": 1, "only_generation": 1}),
 ]
 ARGS = ("--api-key", API_KEY, "--max-body-bytes", "4096", "--max-inputs", "8")
-
-
-@pytest.fixture(scope="module", params=["asyncio", "trio"])
-def server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    running = start_server(tmp_path_factory.mktemp("errors"), request.param, MODELS, *ARGS)
-    yield running
-    assert running.stop() == 0, "".join(running.lines)
-
-
-@pytest.fixture
-def http(server: Server) -> Iterator[httpx.Client]:
-    with server.client() as client:
-        yield client
 
 
 def check(response: httpx.Response, status: int, error_type: str, **fields: Any) -> dict[str, Any]:

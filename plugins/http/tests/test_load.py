@@ -22,9 +22,8 @@ import pytest
 
 import synapse_core as synapse
 from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_http.testing import API_KEY, AUTH, Server, metric, model, pid_gone
 from synapse_mock_transport.transport import MockTransport
-
-from .conftest import API_KEY, AUTH, Server, metric, model, pid_gone
 
 pytestmark = [pytest.mark.subprocess, pytest.mark.heavy]
 
@@ -181,6 +180,9 @@ def test_sigterm_under_load_answers_every_accepted_request(
         API_KEY,
         "--preload",
         "load",
+        # Longer than any request here takes, even on a crowded machine.
+        "--shutdown-grace",
+        "200",
         max_concurrent=16,
         max_waiting=1024,
         exit_grace_s=5.0,

@@ -10,7 +10,6 @@ from __future__ import annotations
 import base64
 import math
 import struct
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,9 +20,8 @@ import pytest
 
 import synapse_core as synapse
 from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_http.testing import API_KEY, AUTH, Server, metric, model, start_server
 from synapse_mock_transport.transport import MockTransport
-
-from .conftest import API_KEY, AUTH, Server, metric, model, start_server
 
 pytestmark = pytest.mark.subprocess
 
@@ -35,23 +33,6 @@ MODELS = [
 SETTINGS: dict[str, Any] = {"exit_grace_s": 5.0}
 ARGS = ("--api-key", API_KEY, "--max-body-bytes", "4096", "--max-inputs", "8")
 TEXTS = ["a serving host", "the brain junction", "host"]
-
-
-@pytest.fixture(scope="module", params=["asyncio", "trio"])
-def server(
-    request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[Server]:
-    running = start_server(
-        tmp_path_factory.mktemp("routes"), request.param, MODELS, *ARGS, **SETTINGS
-    )
-    yield running
-    assert running.stop() == 0, "".join(running.lines)
-
-
-@pytest.fixture
-def http(server: Server) -> Iterator[httpx.Client]:
-    with server.client() as client:
-        yield client
 
 
 def host_embed(texts: list[str], name: str = "e") -> list[list[float]]:

@@ -1,0 +1,138 @@
+"""Test support for synapse-http: real ``synapse serve`` processes on ephemeral
+127.0.0.1 ports, and reading their metrics. Needs the test extra (httpx).
+
+Each server runs the installed mock transport and HTTP plugins only
+(``SYNAPSE_PLUGINS=mock,http``), with a catalog written for the test.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import threading
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from synapse_core.testing import catalog_toml
+
+API_KEY = "test-key-1234"
+AUTH = {"Authorization": f"Bearer {API_KEY}"}
+#: seconds a server may take to start, or to stop after SIGTERM (a hang becomes a failure)
+START_S = 30.0
+STOP_S = 60.0
+_URL = re.compile(r"serving on (http://\S+)")
+
+
+def model(name: str, task: str = "embed", ceiling: int = 16, **options: Any) -> dict[str, Any]:
+    opts: dict[str, Any] = {"buckets": [8, 16], "dims": 8, "max_batch": 4}
+    opts.update(options)
+    return {
+        "name": name,
+        "task": task,
+        "transport": "mock",
+        "package": f"pkg-{name}",
+        "ceiling": ceiling,
+        "options": opts,
+    }
+
+
+class Server:
+    """One ``synapse serve`` process; ``url`` once it listens."""
+
+    def __init__(self, proc: subprocess.Popen[str], url: str, lines: list[str]) -> None:
+        self.proc = proc
+        self.url = url
+        self.lines = lines  # stderr, as read so far (a reader thread keeps reading)
+
+    def signal(self, signum: int = signal.SIGTERM) -> None:
+        self.proc.send_signal(signum)
+
+    def wait(self, timeout: float = STOP_S) -> int:
+        return self.proc.wait(timeout)
+
+    def stop(self) -> int:
+        if self.proc.poll() is None:
+            self.signal(signal.SIGTERM)
+        return self.wait()
+
+    def client(self, **kwargs: Any) -> httpx.Client:
+        kwargs.setdefault("headers", AUTH)
+        kwargs.setdefault("timeout", 30.0)
+        return httpx.Client(base_url=self.url, **kwargs)
+
+    def metrics(self) -> str:
+        with self.client() as client:
+            response = client.get("/metrics")
+        assert response.status_code == 200
+        return response.text
+
+
+def start_server(
+    tmp: Path,
+    backend: str,
+    models: list[dict[str, Any]],
+    *args: str,
+    **settings: Any,
+) -> Server:
+    catalog = tmp / "catalog.toml"
+    catalog.write_text(catalog_toml(*models, **settings), encoding="utf-8")
+    env = dict(os.environ, SYNAPSE_PLUGINS="mock,http", PYTHONUNBUFFERED="1")
+    env.pop("SYNAPSE_CATALOG", None)
+    command = [sys.executable, "-m", "synapse_core.cli", "serve", "--catalog", str(catalog)]
+    command += ["--port", "0", "--backend", backend, *args]
+    proc = subprocess.Popen(
+        command,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    lines: list[str] = []
+    found = threading.Event()
+
+    def read() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if _URL.search(line):
+                found.set()
+        found.set()  # the process ended
+
+    threading.Thread(target=read, daemon=True).start()
+    if not found.wait(START_S) or proc.poll() is not None:
+        proc.kill()
+        proc.wait()
+        raise RuntimeError("synapse serve did not start:\n" + "".join(lines))
+    match = next(m for m in map(_URL.search, lines) if m)
+    return Server(proc, match[1], lines)
+
+
+def metric(text: str, name: str, **labels: str) -> list[float]:
+    """Every value of metric ``name`` whose labels include ``labels``."""
+    values = []
+    for line in text.splitlines():
+        if not line.startswith(name) or line.startswith("#"):
+            continue
+        head, _, value = line.rpartition(" ")
+        metric_name, _, label_text = head.partition("{")
+        if metric_name != name:
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', label_text))
+        if all(found.get(k) == v for k, v in labels.items()):
+            values.append(float(value))
+    return values
+
+
+def pid_gone(pid: int) -> bool:
+    """True once no process ``pid`` exists (a zombie still counts as existing)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
