@@ -239,6 +239,9 @@ async def _hypercorn(
     from hypercorn.config import Config
     from hypercorn.trio import serve
 
+    from . import trio_connection
+
+    trio_connection.install()
     config = Config()
     config.bind = [f"fd://{sock.fileno()}"]
     config.graceful_timeout = grace
