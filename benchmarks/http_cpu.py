@@ -27,7 +27,7 @@ from .http_serving import CONNECTIONS, Connection, post, running, throughput
 MODEL = "minilm"
 EMBED = post("/embed", b'{"inputs": "' + cpu.SHORT.encode() + b'"}')
 #: requests per connection per round, and rounds per side, by mode
-PLANS = {"smoke": (1, 1), "quick": (2, 3), "full": (8, 5)}
+PLANS = {"smoke": (1, 2), "quick": (2, 3), "full": (8, 5)}
 
 
 def measure(mode: Mode) -> list[Figure]:
