@@ -23,7 +23,7 @@ import anyio
 import attrs
 
 from .channel import Exchange
-from .deadline import Clock, Deadline
+from .deadline import Clock, Deadline, wait_bounded
 from .errors import (
     DeadlineExceeded,
     OutcomeUnknown,
@@ -35,7 +35,7 @@ from .errors import (
 from .handoff import OneShot
 from .plan import Group, Item, Plan, group_by_bucket, over_ceiling
 from .plugins import PluginHost
-from .residency.supervisor import Backlog, Fault, Lease, Supervisor, wait_bounded
+from .residency.supervisor import Backlog, Fault, Lease, Supervisor
 from .residency.worker import Phase, Selection, Worker
 from .wire import Failure, Frame, Infer, Output, Shape, WireError, check_rows, rows_of
 
@@ -291,11 +291,13 @@ class CallRunner:
             or selection.hello is not hello
             or selection.plugins_version != self.plugins.version
         ):
-            selection = worker.selection = Selection(
-                hello,
-                self.plugins.version,
-                self.plugins.bucket_selector(hello.buckets, worker.spec),
-                worker.ceiling,
+            selection = worker.remember(
+                Selection(
+                    hello,
+                    self.plugins.version,
+                    self.plugins.bucket_selector(hello.buckets, worker.spec),
+                    worker.ceiling,
+                )
             )
         longest = plan.longest
         if longest.length > selection.ceiling:

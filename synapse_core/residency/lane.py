@@ -17,6 +17,13 @@ class Charge:
     last_used: float = 0.0
 
 
+@attrs.define(eq=False)
+class Backlog:
+    """Calls waiting for a permit or for lane capacity, host-wide."""
+
+    waiting: int = 0
+
+
 class CapacityError(AssertionError):
     """An invariant of the reservation table was about to break (a bug)."""
 
