@@ -26,6 +26,7 @@ from .channel import Exchange
 from .deadline import Clock, Deadline, wait_bounded
 from .errors import (
     DeadlineExceeded,
+    InternalError,
     OutcomeUnknown,
     Overloaded,
     Retired,
@@ -63,10 +64,6 @@ class RerankResult:
     truncated: tuple[int, ...] = ()
     #: tokens of the documents scored, special tokens and query excluded
     tokens: int = 0
-
-
-class InternalError(SynapseError):
-    code = "internal-error"
 
 
 class _Gone(Exception):

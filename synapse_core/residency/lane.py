@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 
+from ..errors import CapacityError
 from ..transport import LaneInfo, LaneSession
 from ..wire import Shape
 from .policy import LaneView, Reservation
@@ -22,10 +23,6 @@ class Backlog:
     """Calls waiting for a permit or for lane capacity, host-wide."""
 
     waiting: int = 0
-
-
-class CapacityError(AssertionError):
-    """An invariant of the reservation table was about to break (a bug)."""
 
 
 @attrs.define(eq=False)

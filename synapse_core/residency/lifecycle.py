@@ -32,7 +32,14 @@ from anyio.abc import TaskGroup
 from ..channel import ChannelClosed, ExchangeTimeout, FramedChannel
 from ..config import HostConfig
 from ..deadline import Clock, Deadline, wait_bounded
-from ..errors import DeadlineExceeded, LaneLocked, ProtocolError, Retired, WorkerFault
+from ..errors import (
+    DeadlineExceeded,
+    ExitUnconfirmed,
+    LaneLocked,
+    ProtocolError,
+    Retired,
+    WorkerFault,
+)
 from ..observation import (
     Event,
     ShapeRefunded,
@@ -48,10 +55,6 @@ from .lane import Backlog, Lane
 from .worker import Phase, Worker
 
 CHANNEL_FAULTS = (ChannelClosed, ExchangeTimeout, WireError)
-
-
-class ExitUnconfirmed(WorkerFault):
-    """A launched process could not be confirmed gone: nothing may replace it."""
 
 
 class Lifecycle:

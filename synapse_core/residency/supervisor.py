@@ -7,10 +7,9 @@ from __future__ import annotations
 
 from .admission import Admission, Fault, Lease
 from .lane import Backlog
-from .lifecycle import ExitUnconfirmed
 from .worker import Phase, Worker
 
-__all__ = ["Backlog", "ExitUnconfirmed", "Fault", "Lease", "Supervisor"]
+__all__ = ["Backlog", "Fault", "Lease", "Supervisor"]
 
 
 class Supervisor(Admission):
