@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import anyio
 from anyio.abc import TaskGroup
 
-from .catalog import Catalog, Entry
+from .catalog import Catalog, Entry, default_config
 from .config import HostConfig, Task
 from .deadline import Clock, Deadline, check_deadline, monotonic
 from .errors import HostClosed, Retired
@@ -315,8 +315,6 @@ async def open_host(
     Leaving the block retires every worker and confirms its exit.
     """
     if config is None:
-        from .catalog import default_config
-
         config = default_config()
     if isinstance(plugins, PluginHost):
         plugin_host = plugins
