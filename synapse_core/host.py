@@ -307,11 +307,14 @@ async def open_host(
     *,
     plugins: PluginHost | Iterable[object] | None = None,
     clock: Clock = monotonic,
+    host_class: type[Host] = Host,
 ) -> AsyncIterator[Host]:
     """Open a host. Spawns nothing until a model is loaded or called.
 
     ``plugins``: a :class:`PluginHost`, or plugin objects to register instead
     of the installed entry points (tests), or ``None`` for the installed ones.
+    ``host_class``: a subclass of :class:`Host` to open instead (one that
+    does something before each call, say); it is constructed as ``Host`` is.
     Leaving the block retires every worker and confirms its exit.
     """
     if config is None:
@@ -324,7 +327,7 @@ async def open_host(
         plugin_host = PluginHost(plugins)
     try:
         async with anyio.create_task_group() as tg:
-            host = Host(config, plugin_host, clock, tg)
+            host = host_class(config, plugin_host, clock, tg)
             try:
                 yield host
             finally:
