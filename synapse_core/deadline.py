@@ -22,11 +22,18 @@ class Deadline:
     absolute so retries and later groups cannot stretch it.
     """
 
-    when: float
+    when: float = attrs.field()
+
+    @when.validator
+    def _a_number(self, attribute: attrs.Attribute[float], value: float) -> None:
+        # NaN compares false with every time: it would never expire, nor
+        # count as "no deadline"; refuse it before any call can carry it.
+        if math.isnan(value):
+            raise ValueError("a deadline must be a number of seconds, got nan")
 
     @classmethod
     def after(cls, seconds: float, *, clock: Clock = monotonic) -> Deadline:
-        """The deadline ``seconds`` from now on ``clock``."""
+        """The deadline ``seconds`` from now on ``clock``; ``ValueError`` for NaN."""
         return cls(clock() + seconds)
 
     @classmethod

@@ -101,6 +101,12 @@ class Overloaded(SynapseError):
     code = "overloaded"
 
 
+class HostClosed(SynapseError):
+    """The host was closed: it takes no calls, loads or retirements any more."""
+
+    code = "host-closed"
+
+
 class CapacityExhausted(SynapseError):
     """The lane could not fit the shape's reservation within the deadline."""
 

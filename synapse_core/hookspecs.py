@@ -70,8 +70,11 @@ def synapse_register_transports(register: Callable[[Transport], None]) -> None:
       :class:`~synapse_core.transport.Launched`: the host's ends of a byte
       channel (speaking :mod:`synapse_core.wire`, the worker sends ``Hello``
       first) and a process whose ``wait()`` returns only once the process is
-      reaped. :func:`synapse_core.plugin.spawn_worker` does all of this for
-      a :class:`~synapse_core.plugin.ModelWorker` subclass.
+      reaped; a process that leads a process group also subclasses
+      :class:`~synapse_core.transport.ProcessGroup`, so its exit is confirmed
+      only once the whole group is gone.
+      :func:`synapse_core.plugin.spawn_worker` does all of this for a
+      :class:`~synapse_core.plugin.ModelWorker` subclass.
 
     Two registered transports with the same name are an error reported by
     ``synapse plugins``; the first one wins.

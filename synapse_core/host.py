@@ -12,7 +12,7 @@ from anyio.abc import TaskGroup
 from .catalog import Catalog, Entry
 from .config import HostConfig, Task
 from .deadline import Clock, Deadline, check_deadline, monotonic
-from .errors import Overloaded, Retired
+from .errors import HostClosed, Retired
 from .handoff import OneShot, event_factory
 from .plan import Plan, plan_call
 from .plugins import PluginHost
@@ -24,6 +24,8 @@ from .snapshot import HostSnapshot, take
 
 #: scheduling slack on top of the bounds a close is made of
 CLOSE_SLACK_S = 1.0
+#: most call runners kept parked for reuse (fewer when max_concurrent is lower)
+IDLE_RUNNERS = 64
 
 
 class Host:
@@ -41,6 +43,7 @@ class Host:
         self.supervisors: dict[str, Supervisor] = {}
         self._workers: dict[str, Worker] = {}
         self._retired: set[str] = set()
+        self._closed = False
         self._serial = itertools.count(1)
         self._runner = CallRunner(
             plugins,
@@ -48,8 +51,9 @@ class Host:
             anyio.CapacityLimiter(config.max_concurrent),
             self.backlog,
             config.exchange_timeout_s,
+            config.max_waiting,
         )
-        self._runners = _Runners(tg, self._runner)
+        self._runners = _Runners(tg, self._runner, min(config.max_concurrent, IDLE_RUNNERS))
 
     # -- public API -----------------------------------------------------------------
 
@@ -94,6 +98,7 @@ class Host:
 
     async def load(self, model: str, *, deadline: Deadline | None = None) -> None:
         """Start the model's worker and wait for its hello; no inference."""
+        self._check_open()
         check_deadline(deadline)
         entry = self.catalog.entry(model, self._task_of(model))
         old = self._workers.get(model)
@@ -109,6 +114,10 @@ class Host:
 
     async def retire(self, model: str) -> None:
         """Retire the model's worker: stop new leases, drain, confirm exit, refund."""
+        self._check_open()
+        await self._retire(model)
+
+    async def _retire(self, model: str) -> None:
         self._retired.add(model)
         worker = self._workers.get(model)
         if worker is not None:
@@ -129,13 +138,16 @@ class Host:
         polite exit, then SIGTERM and SIGKILL), the workers left are stopped
         outright, still confirming each exit.
         """
+        if self._closed:
+            return
+        self._closed = True  # from now on every method refuses (HostClosed)
         config = self.config
         bound = config.exchange_timeout_s + 4 * config.exit_grace_s + CLOSE_SLACK_S
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(bound) as retiring:
                 async with anyio.create_task_group() as tg:
                     for model in list(self._workers):
-                        tg.start_soon(self.retire, model)
+                        tg.start_soon(self._retire, model)
             if retiring.cancelled_caught:
                 for sup in self.supervisors.values():
                     for worker in list(sup.workers.values()):
@@ -148,6 +160,10 @@ class Host:
                     sup.lane.session = None
 
     # -- internals --------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise HostClosed("the host is closed; open a new one to serve models")
 
     def _task_of(self, model: str) -> Task:
         entry = self.catalog.entries.get(model)
@@ -165,19 +181,17 @@ class Host:
         """Plan and start a call; its caller then waits for it
         (:meth:`CallRunner.wait`). Refusals, and errors of the head start, are
         raised here, before the caller's first await."""
+        if self._closed:  # an attribute read: open hosts pay no call
+            self._check_open()
         check_deadline(deadline)
         entry = self.catalog.entry(model, task)
         plan: Plan = plan_call(entry, texts, query, truncate)
         if model in self._retired:
             raise Retired(f"model {model!r} was retired; load it again to serve it")
         runner = self._runner
-        if self.backlog.waiting >= self.config.max_waiting and runner.permits.available_tokens < 1:
-            raise Overloaded(
-                f"{self.backlog.waiting} calls are already waiting (max_waiting = "
-                f"{self.config.max_waiting}); retry later"
-            )
         worker = self._workers.get(model)
         if worker is None or worker.phase is Phase.EXITED:
+            runner.check_room()  # a refused call leaves no worker record behind
             worker = self._worker(entry)
         sup = self.supervisors[worker.lane.info.lane_id]
         call = Call.new(plan, deadline or Deadline.never(), self._runners.event())
@@ -244,11 +258,17 @@ class _Slot:
 
 class _Runners:
     """Detached call tasks, reused: waking an idle one costs less than
-    starting a task per call. Each still runs in the host's task group."""
+    starting a task per call. Each still runs in the host's task group.
 
-    def __init__(self, tg: TaskGroup, runner: CallRunner) -> None:
+    At most ``keep`` of them stay parked; one that finishes a call when that
+    many are idle ends, so a burst does not leave its runners behind. A
+    parked runner holds nothing of the call it ran.
+    """
+
+    def __init__(self, tg: TaskGroup, runner: CallRunner, keep: int) -> None:
         self.tg = tg
         self.runner = runner
+        self.keep = keep
         self.idle: list[_Slot] = []
         self.event: Callable[[], OneShot] = event_factory()
 
@@ -265,6 +285,9 @@ class _Runners:
         try:
             while True:
                 await self.runner.run(*job)
+                del job  # the call's texts, plan and rows are its caller's alone now
+                if len(self.idle) >= self.keep:
+                    return
                 # Park at once: the caller wakes only once this task yields.
                 self.idle.append(slot)
                 await slot.event.wait()
@@ -289,11 +312,14 @@ async def open_host(
     *,
     plugins: PluginHost | Iterable[object] | None = None,
     clock: Clock = monotonic,
+    host_class: type[Host] = Host,
 ) -> AsyncIterator[Host]:
     """Open a host. Spawns nothing until a model is loaded or called.
 
     ``plugins``: a :class:`PluginHost`, or plugin objects to register instead
     of the installed entry points (tests), or ``None`` for the installed ones.
+    ``host_class``: a subclass of :class:`Host` to open instead (one that
+    does something before each call, say); it is constructed as ``Host`` is.
     Leaving the block retires every worker and confirms its exit.
     """
     if config is None:
@@ -308,7 +334,7 @@ async def open_host(
         plugin_host = PluginHost(plugins)
     try:
         async with anyio.create_task_group() as tg:
-            host = Host(config, plugin_host, clock, tg)
+            host = host_class(config, plugin_host, clock, tg)
             try:
                 yield host
             finally:

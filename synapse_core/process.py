@@ -1,7 +1,9 @@
 """Launching Python worker modules as subprocesses, and confirming their exit.
 
 Workers run in their own session (process group) so terminate and kill reach
-any grandchildren, and a worker counts as gone only once it is reaped.
+any grandchildren. A worker counts as gone only once it is reaped *and* no
+process of its group is left: a child it started could otherwise keep the
+device (and an inherited lane lock) after the host refunded its reservations.
 """
 
 from __future__ import annotations
@@ -15,18 +17,53 @@ import anyio
 import msgspec
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
-from .transport import Launched, LaunchRequest, WorkerProcess
+from .transport import Launched, LaunchRequest, ProcessGroup, WorkerProcess
 from .wire import LaunchSpec
 
 #: the module every Python worker starts through (see :mod:`synapse_core.worker.entry`)
 WORKER_ENTRY = "synapse_core.worker"
+#: first and longest pause between two looks at a process group that is going
+GROUP_POLL_S = (0.002, 0.05)
 
 
-class SubprocessWorker:
-    """A :class:`~synapse_core.transport.WorkerProcess` over an anyio process."""
+def group_alive(pgid: int) -> bool:
+    """Whether any process of group ``pgid`` still runs.
+
+    Zombies count as gone: they hold nothing, and an orphan's zombie may never
+    be reaped where PID 1 does not reap (some containers). On Linux the group's
+    members are read from ``/proc``; elsewhere a zombie counts as alive until
+    its reaper (launchd) reaps it.
+    """
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # a member we may not signal still runs
+    if not sys.platform.startswith("linux"):
+        return True
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as fh:
+                stat = fh.read()
+        except OSError:
+            continue  # gone meanwhile
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses
+        fields = stat[stat.rindex(b")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] not in (b"Z", b"X"):
+            return True
+    return False
+
+
+class SubprocessWorker(ProcessGroup):
+    """A :class:`~synapse_core.transport.WorkerProcess` over an anyio process
+    that leads its own process group."""
 
     def __init__(self, process: Process) -> None:
         self._process = process
+        self._pgid = process.pid
 
     @property
     def pid(self) -> int | None:
@@ -38,7 +75,7 @@ class SubprocessWorker:
 
     def _signal_group(self, sig: signal.Signals) -> None:
         try:
-            os.killpg(self._process.pid, sig)
+            os.killpg(self._pgid, sig)
         except ProcessLookupError:
             pass  # already gone; wait() reaps it
         except PermissionError:
@@ -52,6 +89,9 @@ class SubprocessWorker:
 
     async def wait(self) -> int:
         return await self._process.wait()
+
+    def group_alive(self) -> bool:
+        return group_alive(self._pgid)
 
 
 def launch_spec(request: LaunchRequest) -> LaunchSpec:
@@ -177,19 +217,49 @@ class PipeReceive(_PipeEnd, ByteReceiveStream):
         return data
 
 
-async def confirm_exit(process: WorkerProcess, grace_s: float) -> bool:
-    """SIGTERM, wait ``grace_s``, SIGKILL, wait ``grace_s``: True once reaped.
+async def _gone(process: WorkerProcess) -> None:
+    """Return once ``process`` is reaped and no process of its group is left."""
+    await process.wait()
+    if isinstance(process, ProcessGroup):
+        pause, longest = GROUP_POLL_S
+        while process.group_alive():
+            await anyio.sleep(pause)
+            pause = min(pause * 2, longest)
 
+
+def _lingers(process: WorkerProcess) -> bool:
+    """Whether something of ``process`` may still run (itself or its group)."""
+    if process.returncode is None:
+        return True
+    return isinstance(process, ProcessGroup) and process.group_alive()
+
+
+async def confirm_exit(process: WorkerProcess, grace_s: float) -> bool:
+    """SIGTERM, wait ``grace_s``, SIGKILL, wait ``grace_s``: True once the
+    process is reaped and, for a :class:`ProcessGroup`, its whole group is gone.
+
+    A worker that exited on its own is still signalled if its group lingers.
     Shielded and bounded, so a cancelled caller can neither skip nor hang it.
     """
     with anyio.CancelScope(shield=True):
-        if process.returncode is not None:
+        if not _lingers(process):
             await process.wait()
             return True
         for stop in (process.terminate, process.kill):
             stop()
             with anyio.move_on_after(grace_s):
-                await process.wait()
+                await _gone(process)
                 return True
         return False
     return False  # not reached: the shielded scope above always returns
+
+
+async def wait_gone(process: WorkerProcess, every_s: float) -> None:
+    """Wait, unbounded, until ``process`` (and its group) is gone, sending
+    SIGKILL again every ``every_s``: for a process whose exit
+    :func:`confirm_exit` could not confirm. Cancellable."""
+    while True:
+        process.kill()
+        with anyio.move_on_after(every_s):
+            await _gone(process)
+            return

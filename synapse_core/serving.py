@@ -24,7 +24,14 @@ import attrs
 
 from .channel import Exchange
 from .deadline import Clock, Deadline
-from .errors import DeadlineExceeded, OutcomeUnknown, Retired, SynapseError, WorkerFault
+from .errors import (
+    DeadlineExceeded,
+    OutcomeUnknown,
+    Overloaded,
+    Retired,
+    SynapseError,
+    WorkerFault,
+)
 from .handoff import OneShot
 from .plan import Group, Item, Plan, group_by_bucket, over_ceiling
 from .plugins import PluginHost
@@ -84,6 +91,8 @@ class Call:
     expiry: SynapseError | None = None
     # What the call holds, whether the head start or the detached task took it.
     permit: bool = False
+    #: counted in ``Backlog.waiting`` until it holds the permit
+    queued: bool = False
     entered: bool = False
     #: the requests to send: each a batch-sized chunk of one bucket group
     steps: list[Group] | None = None
@@ -118,12 +127,14 @@ class CallRunner:
         permits: anyio.CapacityLimiter,
         backlog: Backlog,
         exchange_timeout_s: float,
+        max_waiting: int,
     ) -> None:
         self.plugins = plugins
         self.clock = clock
         self.permits = permits
         self.backlog = backlog
         self.exchange_timeout_s = exchange_timeout_s
+        self.max_waiting = max_waiting
 
     async def wait(self, call: Call) -> None:
         """The caller's side: wait for the result within the deadline, and
@@ -158,14 +169,23 @@ class CallRunner:
         stopped (the first thing that would have to wait). Waking the
         detached task then overlaps the worker's compute. Returns False when
         the call already ended with an error (in ``call.error``).
+
+        The permit is taken, or the call counted as waiting for it, here and
+        not in the detached task: calls arriving in one burst see each other,
+        and one that would make more than ``max_waiting`` calls wait is
+        refused with :class:`Overloaded` before it holds anything.
         """
-        if worker.phase is not Phase.READY or worker.retiring or call.deadline.expired(self.clock):
-            return True
         try:
             self.permits.acquire_on_behalf_of_nowait(call)
         except anyio.WouldBlock:
+            if self.backlog.waiting >= self.max_waiting:
+                raise self._overloaded() from None
+            self.backlog.waiting += 1
+            call.queued = True
             return True
         call.permit = True
+        if worker.phase is not Phase.READY or worker.retiring or call.deadline.expired(self.clock):
+            return True
         worker.enter()
         call.entered = True
         try:
@@ -181,6 +201,18 @@ class CallRunner:
             self._end(call, supervisor, worker, exc)
             return False
         return True
+
+    def check_room(self) -> None:
+        """Raise :class:`Overloaded` if a call arriving now would be refused
+        (for a caller about to create state for a call, before it does)."""
+        if self.backlog.waiting >= self.max_waiting and self.permits.available_tokens < 1:
+            raise self._overloaded()
+
+    def _overloaded(self) -> Overloaded:
+        return Overloaded(
+            f"{self.backlog.waiting} calls are already waiting (max_waiting = "
+            f"{self.max_waiting}); retry later"
+        )
 
     async def run(self, call: Call, supervisor: Supervisor, worker: Worker) -> None:
         """The detached task. Every outcome ends in ``call``; only the task's own
@@ -223,6 +255,9 @@ class CallRunner:
         if call.permit:
             call.permit = False
             self.permits.release_on_behalf_of(call)
+        elif call.queued:
+            call.queued = False
+            self.backlog.waiting -= 1
         if isinstance(error, SynapseError):
             call.fail(error)
         elif error is not None:  # a bug must not take the host's task group down
@@ -230,21 +265,20 @@ class CallRunner:
         call.done.set()
 
     async def _take_permit(self, call: Call) -> None:
-        """The module-wide execution permit, waited for within the deadline."""
-        try:
-            self.permits.acquire_on_behalf_of_nowait(call)
-        except anyio.WouldBlock:
+        """The module-wide execution permit, waited for within the deadline by
+        a call counted as waiting (``call.queued``) since its head start."""
+        if not call.queued:
             self.backlog.waiting += 1
-            try:
-                await wait_bounded(
-                    lambda: self.permits.acquire_on_behalf_of(call),
-                    call.deadline,
-                    self.clock,
-                    DeadlineExceeded("deadline passed waiting for an execution permit"),
-                )
-            finally:
-                self.backlog.waiting -= 1
+            call.queued = True
+        await wait_bounded(
+            lambda: self.permits.acquire_on_behalf_of(call),
+            call.deadline,
+            self.clock,
+            DeadlineExceeded("deadline passed waiting for an execution permit"),
+        )
         call.permit = True
+        call.queued = False
+        self.backlog.waiting -= 1
 
     def _steps(self, call: Call, worker: Worker) -> list[Group]:
         """The call's requests, smallest bucket first: batch-sized chunks of its groups."""

@@ -72,6 +72,21 @@ class WorkerProcess(Protocol):
         ...
 
 
+class ProcessGroup:
+    """Mix into a :class:`WorkerProcess` whose worker leads a process group
+    (as :func:`~synapse_core.process.spawn_worker`'s do).
+
+    The host then confirms an exit only once the whole group is gone: a child
+    the worker started could otherwise hold the device, or an inherited lane
+    lock, after the worker's reservations were refunded. ``terminate`` and
+    ``kill`` must signal the whole group.
+    """
+
+    def group_alive(self) -> bool:
+        """Whether any process of the group still runs (zombies count as gone)."""
+        raise NotImplementedError
+
+
 @attrs.frozen
 class LaunchRequest:
     """What the host asks a transport to start."""

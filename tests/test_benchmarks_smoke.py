@@ -38,6 +38,9 @@ REQUIRED = (
     "speedup_vs_processpool_trio",
     "host_bookkeeping_us",
     "host_bookkeeping_us_trio",
+    "soak_rss_ratio_after_calls",
+    "soak_rss_ratio_after_large_call",
+    "soak_live_objects_growth",
 ) + (
     ("http_overhead_ratio", "http_throughput_ratio_vs_asgi_floor")
     if importlib.util.find_spec("synapse_http") is not None

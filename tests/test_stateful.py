@@ -1,6 +1,8 @@
 """Simulation test: a hypothesis state machine drives one host through embeds,
-caller cancellations, deadline expiry, worker crashes, stale faults, retirement
-and exit confirmation, checking the residency invariants after every step.
+bursts of calls arriving in one tick, caller cancellations, deadline expiry,
+worker crashes, stale faults, retirement, exit confirmation (including exits
+that could not be confirmed in time and are confirmed later) and use after
+close, checking the residency invariants after every step.
 
 The host lives in an event loop on a blocking portal's thread; each rule is a
 synchronous step that runs to quiescence on that loop. Time is a FakeClock.
@@ -19,8 +21,9 @@ import anyio
 import pytest
 from anyio.from_thread import BlockingPortal, start_blocking_portal
 from hypothesis import HealthCheck, settings
+from hypothesis import event as note_event
 from hypothesis import strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import synapse_core as synapse
 from synapse_core.residency.lane import Lane
@@ -37,6 +40,10 @@ MODELS = ("a", "b")
 DIMS = 4
 WORDS = {8: 2, 16: 10, 32: 20}  # words per text that land in each bucket
 CAPACITY = 100  # room for a few shapes: 8x2=16, 16x2=32, 32x2=64 units
+MAX_CONCURRENT = 2
+MAX_WAITING = 3
+#: real seconds: a held exit that outlives two of these is unconfirmed
+EXIT_GRACE_S = 0.05
 
 
 def _config() -> synapse.HostConfig:
@@ -55,8 +62,10 @@ def _config() -> synapse.HostConfig:
     return synapse.HostConfig.from_toml_text(
         catalog_toml(
             *models,
-            exit_grace_s=30.0,
+            exit_grace_s=EXIT_GRACE_S,
             exchange_timeout_s=30.0,
+            max_concurrent=MAX_CONCURRENT,
+            max_waiting=MAX_WAITING,
             restart_budget={"max_restarts": 1000, "window_s": 1.0},
             lanes={"fake:0": {"capacity": CAPACITY}},
         )
@@ -104,6 +113,10 @@ class ResidencyMachine(RuleBasedStateMachine):
         self.leases_by_call: Counter[int] = Counter()
         self.lease_owner: dict[int, int] = {}
         self.max_leases_per_call = 0
+        self.started: list[Any] = []  # every call the head start saw
+        self.queue_problems: list[str] = []
+        self.overloaded = 0
+        self.closed = False
         self._instrument()
 
     # -- instrumentation -----------------------------------------------------------
@@ -136,12 +149,28 @@ class ResidencyMachine(RuleBasedStateMachine):
         original_grant = Supervisor._grant
         original_release = Supervisor.release
 
+        def queued() -> int:
+            return sum(1 for c in machine.started if c.queued)
+
         def start(runner: CallRunner, call: Any, *args: Any) -> bool:
             token = serving.set(id(call))
             try:
-                return original_start(runner, call, *args)
+                started = original_start(runner, call, *args)
+            except synapse.Overloaded:
+                machine.overloaded += 1
+                # Refused only when max_waiting calls really wait: for a
+                # permit, or (holding one) for room on the lane.
+                if runner.backlog.waiting < MAX_WAITING:
+                    machine.queue_problems.append(
+                        f"refused with {runner.backlog.waiting} waiting ({queued()} for a permit)"
+                    )
+                raise
             finally:
                 serving.reset(token)
+            machine.started.append(call)
+            if queued() > MAX_WAITING:
+                machine.queue_problems.append(f"{queued()} calls wait for a permit")
+            return started
 
         async def run(runner: CallRunner, call: Any, *args: Any) -> None:
             token = serving.set(id(call))
@@ -186,7 +215,8 @@ class ResidencyMachine(RuleBasedStateMachine):
                 setattr(cls, name, original)
             self.portal.call(self._open_everything)
             try:
-                self.host_context.__exit__(None, None, None)
+                if not self.closed:
+                    self.host_context.__exit__(None, None, None)
             finally:
                 self.portal_cm.__exit__(None, None, None)
 
@@ -221,9 +251,43 @@ class ResidencyMachine(RuleBasedStateMachine):
     def embed(self, model: str, buckets: list[int], budget: float | None) -> None:
         texts = [f"w{i} " * WORDS[b] for i, b in enumerate(buckets)]
         deadline = synapse.Deadline(self.clock() + budget) if budget is not None else None
+        if self.closed:
+            self._refused_after_close(self.host.embed, model, texts, deadline=deadline)
+            return
         future = self.portal.start_task_soon(self._embed, model, texts, deadline)
         self.calls.append((future, texts))
         self.settle()
+
+    @rule(
+        model=st.sampled_from(MODELS),
+        size=st.integers(2, 3 * (MAX_CONCURRENT + MAX_WAITING)),
+        bucket=st.sampled_from([8, 16, 32]),
+    )
+    def burst(self, model: str, size: int, bucket: int) -> None:
+        """Calls that all arrive before any of them runs (one event-loop tick)."""
+        if self.closed:
+            return
+        batch: list[tuple[Future[Any], list[str]]] = []
+        for i in range(size):
+            future: Future[Any] = Future()
+            future.set_running_or_notify_cancel()  # burst callers are never cancelled
+            batch.append((future, [f"b{i} " * WORDS[bucket]]))
+        self.calls.extend(batch)
+
+        async def one(future: Future[Any], texts: list[str]) -> None:
+            future.set_result(await self._embed(model, texts, None))
+
+        async def arrive() -> None:
+            # Every call's head start runs before any of them awaits.
+            async with anyio.create_task_group() as tg:
+                for future, texts in batch:
+                    tg.start_soon(one, future, texts)
+
+        refused = self.overloaded
+        self.retires.append(self.portal.start_task_soon(arrive))
+        self.settle()
+        if self.overloaded > refused:
+            note_event("a burst was refused in part as overloaded")
 
     async def _embed(self, model: str, texts: list[str], deadline: Any) -> Any:
         try:
@@ -298,17 +362,76 @@ class ResidencyMachine(RuleBasedStateMachine):
         self.portal.call(confirm)
         self.settle()
 
+    @rule()
+    def let_exit_grace_run_out(self) -> None:
+        """Real time passes: an exit held past its grace becomes unconfirmed
+        (its worker keeps watching it until a confirm_exits step)."""
+
+        async def wait() -> None:
+            await anyio.sleep(5 * EXIT_GRACE_S)
+
+        self.portal.call(wait)
+        self.settle()
+
+    @rule(model=st.sampled_from(MODELS))
+    def fault_with_a_stuck_exit(self, model: str) -> None:
+        """A fault of the current generation whose process will not exit in
+        time: its recovery stops at an unconfirmed exit, and resumes once a
+        confirm_exits step lets the process go."""
+        worker = self.worker(model)
+        if self.closed or worker is None or worker.phase is not Phase.READY:
+            return
+        sup = self.host.supervisors["fake:0"]
+
+        async def report() -> None:
+            sup.report_fault(worker, worker.generation, "a fault the machine reports")
+
+        self.portal.call(report)
+        self.settle()
+        self.let_exit_grace_run_out()
+
     @rule(model=st.sampled_from(MODELS))
     def retire(self, model: str) -> None:
+        if self.closed:
+            self._refused_after_close(self.host.retire, model)
+            return
         self.retires.append(self.portal.start_task_soon(self.host.retire, model))
         self.settle()
 
     @rule(model=st.sampled_from(MODELS))
     def load_again(self, model: str) -> None:
+        if self.closed:
+            self._refused_after_close(self.host.load, model)
+            return
         worker = self.worker(model)
         if worker is not None and worker.phase in (Phase.EXITED, Phase.FAILED):
             self.portal.start_task_soon(self._load, model)
         self.settle()
+
+    @precondition(lambda self: len(self.calls) >= 3 and not self.closed)
+    @rule()
+    def close_host(self) -> None:
+        """Close the host (replies and exits let go first, so the close is quick)."""
+        self.portal.call(self._open_everything)
+        self.host_context.__exit__(None, None, None)
+        self.closed = True
+        self.settle()
+
+    def _refused_after_close(self, method: Any, *args: Any, **kwargs: Any) -> None:
+        """A closed host refuses at once, with HostClosed, and changes nothing."""
+        before = self.host.snapshot()
+
+        async def attempt() -> BaseException | None:
+            with anyio.fail_after(5):
+                try:
+                    await method(*args, **kwargs)
+                except BaseException as exc:
+                    return exc
+            return None
+
+        error = self.portal.call(attempt)
+        assert isinstance(error, synapse.HostClosed), error
+        assert self.host.snapshot() == before
 
     async def _load(self, model: str) -> None:
         with contextlib.suppress(synapse.SynapseError):
@@ -328,6 +451,21 @@ class ResidencyMachine(RuleBasedStateMachine):
                         assert not lane.worker_charges(w.worker_id), w.worker_id
 
         self.portal.call(check)
+
+    @invariant()
+    def note_unconfirmed_exits(self) -> None:
+        lingering = [
+            w for sup in self.host.supervisors.values() for w in sup.workers.values() if w.lingering
+        ]
+        if lingering:
+            note_event("an exit could not be confirmed in time (confirmed later, at the latest)")
+        for w in lingering:
+            # Still charged while it may run: nothing refunded, not counted as exited.
+            assert w.phase is not Phase.EXITED, w.worker_id
+
+    @invariant()
+    def at_most_max_waiting_calls_wait(self) -> None:
+        assert self.queue_problems == []
 
     @invariant()
     def one_lease_per_call(self) -> None:
@@ -384,7 +522,26 @@ class ResidencyMachine(RuleBasedStateMachine):
                     await anyio.sleep(0.001)
 
         self.portal.call(finish)
+
+        async def confirmed() -> None:
+            # Exits that could not be confirmed in time are confirmed once gone.
+            with anyio.fail_after(20):
+                while any(
+                    w.phase is Phase.EXIT_UNCONFIRMED or w.lingering is not None
+                    for sup in self.host.supervisors.values()
+                    for w in sup.workers.values()
+                ):
+                    await self._open_everything()
+                    await anyio.sleep(0.001)
+
+        self.portal.call(confirmed)
         self.reservations_add_up()
+        if self.closed:
+            # Everything was retired by the close and every exit confirmed.
+            for sup in self.host.supervisors.values():
+                assert sup.lane.reserved == 0
+                assert all(w.phase is Phase.EXITED for w in sup.workers.values())
+            return
 
         async def serve_again() -> None:
             with anyio.fail_after(20):

@@ -8,11 +8,13 @@ line) and no batch runs for a call that would be refused later.
 from __future__ import annotations
 
 import re
+import signal
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
 import anyio
+import anyio.abc
 import attrs
 
 from ..config import HostConfig, Task
@@ -148,7 +150,41 @@ def serve(
         async with open_host(bounded(config, deadline_s), plugins=plugins) as host:
             return await work(host, deadline)
 
-    return anyio.run(main)
+    return anyio.run(until_sigterm, main)
+
+
+async def until_sigterm(main: Callable[[], Awaitable[_R]]) -> _R:
+    """Run ``main``, stopping it on SIGTERM as Ctrl-C does.
+
+    ``main`` is cancelled; the host it opened still retires its workers and
+    confirms their exits (its close is shielded, and a second SIGTERM during
+    it changes nothing), then :class:`KeyboardInterrupt` is raised, so the
+    command exits as it does on Ctrl-C. Without this SIGTERM would end the
+    process at once and orphan a busy worker.
+    """
+    terminated = False
+    result: list[_R] = []
+
+    async def listen(*, task_status: anyio.abc.TaskStatus[None]) -> None:
+        nonlocal terminated
+        with anyio.open_signal_receiver(signal.SIGTERM) as signals:
+            task_status.started()
+            async for _ in signals:
+                terminated = True
+                tg.cancel_scope.cancel()
+
+    try:
+        async with anyio.create_task_group() as tg:
+            await tg.start(listen)
+            result.append(await main())
+            tg.cancel_scope.cancel()
+    except BaseExceptionGroup as group:
+        if len(group.exceptions) == 1:
+            raise group.exceptions[0] from None
+        raise
+    if terminated or not result:
+        raise KeyboardInterrupt
+    return result[0]
 
 
 def run_embed(

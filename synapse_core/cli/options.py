@@ -12,6 +12,7 @@ A plugin command that needs the host configuration can reuse these::
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -40,9 +41,23 @@ json_option: Callable[[F], F] = click.option(
     help="Print one JSON document on stdout instead of a human-readable listing.",
 )
 
+
+class Seconds(click.FloatRange):
+    """A number of seconds greater than 0; ``nan`` is refused like any other
+    bad number (a range check alone lets it through: nan compares false)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        seconds = super().convert(value, param, ctx)
+        if math.isnan(seconds):
+            self.fail(f"{value!r} is not a number of seconds.", param, ctx)
+        return seconds
+
+
 deadline_option: Callable[[F], F] = click.option(
     "--deadline",
-    type=click.FloatRange(min=0, min_open=True),
+    type=Seconds(min=0, min_open=True),
     default=None,
     metavar="SECONDS",
     help="Give up (exit 1) if the answer is not ready this many seconds from the start.",

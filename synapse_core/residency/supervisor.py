@@ -41,7 +41,7 @@ from ..observation import (
     WorkerStarted,
 )
 from ..plugins import PluginHost
-from ..process import confirm_exit
+from ..process import confirm_exit, wait_gone
 from ..transport import LaunchRequest, WorkerProcess
 from ..wire import (
     PROTOCOL_VERSION,
@@ -163,6 +163,8 @@ class Supervisor:
             # the locked grant decision, not here.
             if worker.phase is Phase.READY:
                 return
+            if worker.phase is Phase.EXIT_UNCONFIRMED:
+                raise WorkerFault(f"model {worker.spec.name!r} is unavailable: {worker.reason}")
             if worker.retiring:
                 raise Retired(f"model {worker.spec.name!r} is retiring; it takes no new work")
             match worker.phase:
@@ -172,7 +174,7 @@ class Supervisor:
                     self._start_boot(worker)  # a failed first start is retried by a new call
                 case Phase.FAILED if isinstance(worker.start_error, LaneLocked):
                     raise LaneLocked(worker.reason)  # keep the type: another host holds the lane
-                case Phase.FAILED | Phase.EXITED | Phase.EXIT_UNCONFIRMED:
+                case Phase.FAILED | Phase.EXITED:
                     raise WorkerFault(f"model {worker.spec.name!r} is unavailable: {worker.reason}")
             await wait_bounded(
                 worker.changed,
@@ -284,12 +286,57 @@ class Supervisor:
             self.report_fault(worker, generation, f"worker exited on its own with status {status}")
 
     async def _confirm_or_flag(self, worker: Worker, process: WorkerProcess) -> None:
-        """Confirm a never-connected process's exit; if that fails, say so for good."""
+        """Confirm a never-connected process's exit; if that fails, say so
+        until it is gone (:meth:`_confirm_late` keeps watching it)."""
         if not await confirm_exit(process, self.config.exit_grace_s):
+            self._linger(worker, process, charged=False)
             raise ExitUnconfirmed(
                 f"a worker process (pid {process.pid}) that never connected did not exit "
-                "after SIGTERM and SIGKILL; it may still hold the device"
+                "after SIGTERM and SIGKILL; it may still hold the device until it is gone"
             )
+
+    def _linger(self, worker: Worker, process: WorkerProcess, *, charged: bool) -> None:
+        """Keep watching a process whose exit could not be confirmed."""
+        worker.lingering = process
+        self.tg.start_soon(
+            self._confirm_late,
+            worker,
+            worker.generation,
+            process,
+            charged,
+            name=f"confirm exit {worker.worker_id}",
+        )
+
+    async def _confirm_late(
+        self, worker: Worker, generation: int, process: WorkerProcess, charged: bool
+    ) -> None:
+        """Once a process whose exit could not be confirmed is gone (it and
+        its group), confirm it: refund what it held and let the worker move on.
+
+        ``charged``: the process is the worker's connected generation, whose
+        reservations stayed charged; otherwise it never connected.
+        """
+        await wait_gone(process, self.config.exit_grace_s)
+        if worker.lingering is not process:
+            return
+        worker.lingering = None
+        if charged:
+            self._emit(lambda: WorkerExited(self.lane.lane_id, worker.worker_id, generation, True))
+            self._refund_all(worker)
+        if worker.phase is not Phase.EXIT_UNCONFIRMED:
+            return
+        if worker.retiring:
+            worker.phase = Phase.EXITED
+        elif charged:
+            # Its recovery stopped at the unconfirmed exit: carry on from there.
+            worker.phase = Phase.RECOVERING
+            worker.notify()
+            await self._recover(worker, generation, "its exit was confirmed late", stopped=True)
+            return
+        else:
+            worker.phase = Phase.FAILED
+            worker.reason = f"worker failed to start; its process (pid {process.pid}) is now gone"
+        worker.notify()
 
     def _check_hello(self, worker: Worker, frame: Frame, generation: int) -> None:
         if not isinstance(frame, Hello):
@@ -610,14 +657,20 @@ class Supervisor:
             confirmed = await confirm_exit(process, self.config.exit_grace_s)
         self._emit(lambda: WorkerExited(self.lane.lane_id, worker.worker_id, generation, confirmed))
         if not confirmed:
-            pid = process.pid if process else None
+            assert process is not None
             worker.phase = Phase.EXIT_UNCONFIRMED
             worker.reason = (
-                f"worker pid {pid} did not exit after SIGTERM and SIGKILL; its reservations "
-                "stay charged until it is gone"
+                f"worker pid {process.pid} did not exit after SIGTERM and SIGKILL; its "
+                "reservations stay charged until it is gone"
             )
+            self._linger(worker, process, charged=True)
             worker.notify()
             return False
+        self._refund_all(worker)
+        return True
+
+    def _refund_all(self, worker: Worker) -> None:
+        """Refund ``worker``'s reservations: its process is confirmed gone."""
         for shape, charge in self.lane.worker_charges(worker.worker_id):
             units = self.lane.refund(worker.worker_id, shape)
             self._emit(
@@ -633,7 +686,6 @@ class Supervisor:
         worker.shapes.clear()
         worker.channel = None
         worker.process = None
-        return True
 
     async def stop_now(self, worker: Worker) -> None:
         """Stop ``worker`` without waiting for its calls (a close that ran out of
@@ -645,15 +697,17 @@ class Supervisor:
             worker.phase = Phase.EXITED
         worker.notify()
 
-    async def _recover(self, worker: Worker, generation: int, reason: str) -> None:
+    async def _recover(
+        self, worker: Worker, generation: int, reason: str, *, stopped: bool = False
+    ) -> None:
+        """Stop the faulted generation (unless already ``stopped``), then relaunch."""
         try:
-            await self._recover_inner(worker, generation, reason)
+            if stopped or await self._stop_process(worker, polite=False):
+                await self._relaunch(worker, generation, reason)
         finally:
             self._settle(worker, Phase.RECOVERING, f"recovery stopped (last fault: {reason})")
 
-    async def _recover_inner(self, worker: Worker, generation: int, reason: str) -> None:
-        if not await self._stop_process(worker, polite=False):
-            return
+    async def _relaunch(self, worker: Worker, generation: int, reason: str) -> None:
         now = self.clock()
         budget = self.config.restart_budget
         worker.restarts = [t for t in worker.restarts if now - t < budget.window_s]

@@ -68,6 +68,8 @@ class Worker:
     #: admissions minus evictions of this generation, kept apart from the
     #: reservation table for certification
     admission_count: int = 0
+    #: a process of this worker whose exit could not be confirmed, still watched
+    lingering: WorkerProcess | None = None
     #: the bucket choice for the current hello and plugin set (see ``CallRunner``)
     selection: Selection | None = None
     _changed: Signal = attrs.field(factory=Signal)

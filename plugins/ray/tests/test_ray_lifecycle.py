@@ -1,0 +1,118 @@
+"""Replica lifecycle on a local Ray instance: a killed replica loses only its
+in-flight requests and its workers (even a worker stuck in a call exits with
+its host), Ray replaces it, and ``serve.shutdown()`` retires every worker (the
+host asks each to stop, then sees it exit).
+
+The tests run in file order: the last one shuts Serve down.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+import pytest
+import ray
+from ray import serve
+
+from synapse_ane_direct import lanelock
+from synapse_core import LaneLocked
+from synapse_ray.testing import ServeApp, alive, mock_model, wait_until
+
+pytestmark = pytest.mark.ray
+
+ARGS = {"num_replicas": "2"}
+IN_FLIGHT = 3
+
+
+#: a direct-ANE model on the simulated device: its host takes lane ane:0's lock
+LANE_MODEL = {
+    "name": "ane",
+    "task": "embed",
+    "transport": "ane-direct",
+    "package": "ane-test",
+    "ceiling": 32,
+    "options": {"buckets": [16, 32], "dims": 16, "max_batch": 2, "device": "simulated"},
+}
+
+
+def catalog(trace: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    # A stuck worker never reads its channel again: only the parent-death rule
+    # (the worker watches its host process) can end it once its host is gone.
+    stuck = mock_model("stuck", trace=trace, faults={"hang_on_infer": 2})
+    models = [stuck, mock_model("quick", trace=trace), mock_model("other", trace=trace)]
+    return [*models, LANE_MODEL], {}
+
+
+def environment(directory: Path) -> dict[str, str]:
+    """The simulated Neural Engine, with lane locks under this test's own directory."""
+    runtime = directory / "runtime"
+    runtime.mkdir(mode=0o700)
+    return {"SYNAPSE_ANE_DEVICE": "simulated", "XDG_RUNTIME_DIR": str(runtime)}
+
+
+def lane_held() -> bool:
+    """Whether some process holds lane ane:0's lock (taking it briefly if free)."""
+    try:
+        lanelock.acquire("ane:0", lanelock.default_runtime_dir()).close()
+    except LaneLocked:
+        return True
+    return False
+
+
+def running_replicas() -> dict[str, int]:
+    status = serve.status().applications["synapse"].deployments["SynapseHosts"]
+    return {str(state): count for state, count in status.replica_states.items()}
+
+
+def test_killed_replica_fails_only_in_flight_requests_and_is_replaced(
+    serve_app: ServeApp,
+) -> None:
+    assert serve_app.embed("stuck").status_code == 200
+    victim = serve_app.describe("stuck")
+    worker = victim["workers"]["stuck"]
+    try:
+        with ThreadPoolExecutor(IN_FLIGHT) as pool:
+            pending = [pool.submit(serve_app.embed, "stuck") for _ in range(IN_FLIGHT)]
+            wait_until(
+                lambda: serve_app.describe("stuck")["inflight"].get("stuck", 0) > 0,
+                "a call in flight on the victim",
+            )
+            ray.kill(ray.get_actor(victim["actor"], namespace="serve"), no_restart=True)
+            answers = [p.result() for p in pending]
+        # Nobody is left serving on the dead replica's behalf.
+        wait_until(lambda: not alive(victim["pid"]), "the killed replica's process to exit")
+        wait_until(lambda: not alive(worker), f"the killed replica's worker {worker} to exit")
+    finally:
+        if alive(worker):  # the rule is broken: leave no stuck process behind
+            os.kill(worker, signal.SIGKILL)
+    # The calls the victim held fail, answered by Ray's proxy (a dead replica
+    # cannot answer for itself: Ray says 500, in plain text); any that Ray
+    # had sent to the other replica succeed.
+    failed = [a for a in answers if a.status_code != 200]
+    assert failed, [a.status_code for a in answers]
+    assert {(a.status_code, a.text) for a in failed} == {(500, "Internal Server Error")}
+    assert worker not in serve_app.politely_stopped()  # it died with its host, unasked
+    # Service goes on, and Ray brings the deployment back to two replicas.
+    again = serve_app.embed("stuck")  # a new worker: its first call runs
+    assert again.status_code == 200, again.text
+    assert again.headers["x-synapse-replica"] != victim["replica"]
+    wait_until(lambda: running_replicas() == {"RUNNING": 2}, "a replacement replica")
+
+
+def test_serve_shutdown_retires_every_worker_and_frees_the_lane(serve_app: ServeApp) -> None:
+    workers: dict[str, int] = {}
+    for model in ("quick", "other", "ane"):
+        assert serve_app.embed(model).status_code == 200
+        workers[model] = serve_app.describe(model)["workers"][model]
+    assert lane_held()  # by the host that serves "ane"
+    serve.shutdown()
+    # Shutdown returned: every worker has exited, each mock worker after the
+    # host asked it to stop (the ANE stand-in keeps no trace), and the lane
+    # lock is free again.
+    assert not {pid for pid in workers.values() if alive(pid)}
+    assert {workers["quick"], workers["other"]} <= serve_app.politely_stopped()
+    assert not lane_held()

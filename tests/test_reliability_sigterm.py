@@ -1,0 +1,99 @@
+"""SIGTERM to a one-shot command stops it as Ctrl-C does: the host retires
+its workers and confirms their exits before the command exits."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from synapse_core.testing import catalog_toml
+
+pytestmark = [
+    pytest.mark.subprocess,
+    pytest.mark.skipif(
+        importlib.util.find_spec("synapse_mock_transport") is None,
+        reason="the synapse-mock-transport plugin is not installed",
+    ),
+]
+HANG_GUARD_S = 30  # turns a hang into a failure; not a timing assertion
+
+
+def _wait_for(predicate: object, what: str) -> None:
+    deadline = time.monotonic() + HANG_GUARD_S
+    while not predicate():  # type: ignore[operator]
+        assert time.monotonic() < deadline, f"gave up waiting for {what}"
+        time.sleep(0.02)
+
+
+def _frames(trace: Path) -> list[dict[str, object]]:
+    if not trace.exists():
+        return []
+    return [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
+def test_sigterm_to_a_one_shot_command_retires_and_confirms_the_busy_worker(
+    tmp_path: Path,
+) -> None:
+    trace = tmp_path / "trace.jsonl"
+    catalog = tmp_path / "c.toml"
+    hung = {
+        "name": "hung",
+        "task": "embed",
+        "transport": "mock",
+        "package": "pkg-hung",
+        "ceiling": 64,
+        # The worker never answers its first inference and ignores SIGTERM:
+        # only a host that stops it on purpose (SIGKILL) gets rid of it.
+        "options": {
+            "buckets": [16],
+            "dims": 4,
+            "max_batch": 2,
+            "trace": str(trace),
+            "faults": {"hang_on_infer": 1, "ignore_sigterm": True},
+        },
+    }
+    catalog.write_text(
+        catalog_toml(hung, exchange_timeout_s=2.0, exit_grace_s=0.5), encoding="utf-8"
+    )
+    env = dict(os.environ, SYNAPSE_PLUGINS="mock", SYNAPSE_CATALOG=str(catalog))
+    command = subprocess.Popen(
+        [sys.executable, "-m", "synapse_core.cli", "embed", "hung", "hello"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    worker_pid = 0
+    try:
+        _wait_for(lambda: any(f["frame"] == "infer" for f in _frames(trace)), "the inference")
+        [worker_pid] = {f["pid"] for f in _frames(trace)}  # type: ignore[assignment]
+        command.send_signal(signal.SIGTERM)
+        command.wait(timeout=HANG_GUARD_S)
+        # The command confirmed the worker's exit before it exited itself.
+        orphaned = _alive(worker_pid)
+    finally:
+        if command.poll() is None:
+            command.kill()
+            command.wait()
+        if worker_pid and _alive(worker_pid):
+            os.kill(worker_pid, signal.SIGKILL)  # a failed run must not leave it behind
+    assert not orphaned
+    assert command.returncode == 1
+    assert command.stderr is not None
+    assert command.stderr.read().strip().splitlines()[-1] == "synapse: aborted"
