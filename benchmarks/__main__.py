@@ -18,6 +18,7 @@ from . import (
     composed,
     cpu,
     grants,
+    http_cpu,
     http_serving,
     latency,
     machine,
@@ -45,7 +46,7 @@ GROUPS: dict[str, Group] = {
 }
 # synapse serve's figures, when the synapse-http plugin is installed.
 if importlib.util.find_spec("synapse_http") is not None:
-    GROUPS["http"] = http_serving.measure
+    GROUPS["http"] = lambda mode: http_serving.measure(mode) + http_cpu.measure(mode)
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

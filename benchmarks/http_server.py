@@ -1,21 +1,23 @@
-"""The benchmark's HTTP server: ``python -m benchmarks.http_server CATALOG``.
+"""The benchmark's HTTP server: ``python -m benchmarks.http_server CATALOG [--cpu]``.
 
 The Synapse app, served as ``synapse serve --backend asyncio`` serves it
 (uvicorn, the same socket handling), with one more route beside it:
 ``POST /floor`` answers at once with a fixed vector of the model's size, in
 the same JSON shape as ``/embed``, without touching the host. Its requests/s
 is the ceiling the HTTP stack and the load generator allow on this machine.
-Prints ``serving on URL`` on stderr; stops on SIGTERM.
+With ``--cpu`` the catalog's models run on synapse-cpu's transport instead
+of the mock one. Prints ``serving on URL`` on stderr; stops on SIGTERM.
 """
 
 from __future__ import annotations
 
 import signal
+import socket
 import sys
 
 import anyio
 import msgspec
-from starlette.types import Receive, Scope, Send
+from starlette.types import ASGIApp, Receive, Scope, Send
 
 from synapse_core.config import HostConfig
 from synapse_core.host import open_host
@@ -30,10 +32,18 @@ FLOOR = msgspec.json.encode([[0.125] * DIMS])
 HEADERS = [(b"content-type", b"application/json"), (b"content-length", str(len(FLOOR)).encode())]
 
 
-async def main(catalog: str) -> None:
+def plugins(cpu: bool) -> list[object]:
+    if cpu:
+        import synapse_cpu.plugin
+
+        return [synapse_cpu.plugin]
+    return [transport_plugin(MockTransport())]
+
+
+async def main(catalog: str, cpu: bool) -> None:
     config = HostConfig.from_toml(catalog)
     sock = bind("127.0.0.1", 0)
-    async with open_host(config, plugins=[transport_plugin(MockTransport())]) as host:
+    async with open_host(config, plugins=plugins(cpu)) as host:
         synapse = create_app(host)
 
         async def app(scope: Scope, receive: Receive, send: Send) -> None:
@@ -45,20 +55,25 @@ async def main(catalog: str) -> None:
                 return
             await synapse(scope, receive, send)
 
-        stop, force = anyio.Event(), anyio.Event()
-        async with anyio.create_task_group() as tg:
+        await serve_until_signal(app, sock)
 
-            async def on_signal() -> None:
-                with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
-                    async for _ in signals:
-                        stop.set()
 
-            tg.start_soon(on_signal)
-            port = sock.getsockname()[1]
-            print(f"serving on http://127.0.0.1:{port}", file=sys.stderr, flush=True)
-            await run_app(app, sock, "asyncio", 1.0, stop, force)
-            tg.cancel_scope.cancel()
+async def serve_until_signal(app: ASGIApp, sock: socket.socket) -> None:
+    """Serve ``app`` with uvicorn as ``synapse serve`` does, until SIGTERM or SIGINT."""
+    stop, force = anyio.Event(), anyio.Event()
+    async with anyio.create_task_group() as tg:
+
+        async def on_signal() -> None:
+            with anyio.open_signal_receiver(signal.SIGTERM, signal.SIGINT) as signals:
+                async for _ in signals:
+                    stop.set()
+
+        tg.start_soon(on_signal)
+        port = sock.getsockname()[1]
+        print(f"serving on http://127.0.0.1:{port}", file=sys.stderr, flush=True)
+        await run_app(app, sock, "asyncio", 1.0, stop, force)
+        tg.cancel_scope.cancel()
 
 
 if __name__ == "__main__":
-    anyio.run(main, sys.argv[1])
+    anyio.run(main, sys.argv[1], "--cpu" in sys.argv[2:])

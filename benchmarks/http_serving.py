@@ -12,13 +12,14 @@ connections with pre-encoded requests, so that it costs as little as it can.
 
 from __future__ import annotations
 
+import contextlib
 import re
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import anyio
@@ -78,30 +79,36 @@ class Connection:
         await self.stream.aclose()
 
 
+@contextlib.contextmanager
+def running(*args: str) -> Iterator[int]:
+    """Start ``python -m ARGS`` (a server that prints ``serving on URL`` on
+    stderr) and yield its port; stop it with SIGTERM on the way out."""
+    server = subprocess.Popen(
+        [sys.executable, "-m", *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert server.stderr is not None
+        for line in server.stderr:
+            if match := _URL.search(line):
+                yield int(match[1])
+                break
+        else:
+            raise RuntimeError(f"the benchmark server {args[0]} did not start")
+    finally:
+        server.terminate()
+        server.wait(60)
+
+
 def measure(mode: Mode) -> list[Figure]:
     with tempfile.TemporaryDirectory() as folder:
         catalog = Path(folder) / "catalog.toml"
         catalog.write_text(catalog_toml(rig.model()), encoding="utf-8")
-        server = subprocess.Popen(
-            [sys.executable, "-m", "benchmarks.http_server", str(catalog)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        try:
-            assert server.stderr is not None
-            port = None
-            for line in server.stderr:
-                if match := _URL.search(line):
-                    port = int(match[1])
-                    break
-            if port is None:
-                raise RuntimeError("the benchmark server did not start")
+        with running("benchmarks.http_server", str(catalog)) as port:
             series: Series = anyio.run(_measure, mode, port)
-        finally:
-            server.terminate()
-            server.wait(60)
     parts = series.medians(
         "http_p50_us",
         "http_p99_us",
@@ -159,7 +166,7 @@ async def _measure(mode: Mode, port: int) -> Series:
             cpu: list[float] = []
             for name in ("embed", "floor") if rep % 2 == 0 else ("floor", "embed"):
                 raw = EMBED if name == "embed" else FLOOR
-                rate, cpu_per_request = await _throughput(port, raw, per_connection)
+                rate, cpu_per_request, _ = await throughput(port, raw, per_connection)
                 rates[name] = rate
                 cpu.append(cpu_per_request)
             series.add(
@@ -184,16 +191,21 @@ async def _p99(call: Callable[[], Awaitable[object]], samples: int) -> float:
     return times[min(len(times) - 1, int(len(times) * 0.99))] / 1_000
 
 
-async def _throughput(port: int, raw: bytes, per_connection: int) -> tuple[float, float]:
+async def throughput(port: int, raw: bytes, per_connection: int) -> tuple[float, float, list[int]]:
     """Requests/s of :data:`CONNECTIONS` connections each sending ``per_connection``
-    requests back to back, and this process's CPU µs per request meanwhile."""
+    requests back to back, this process's CPU µs per request meanwhile, and
+    every request's latency (ns)."""
     connections = [await Connection.open(port) for _ in range(CONNECTIONS)]
     for connection in connections:
         await connection.request(raw)
 
+    latencies: list[int] = []
+
     async def drive(connection: Connection) -> None:
         for _ in range(per_connection):
+            start = now_ns()
             await connection.request(raw)
+            latencies.append(now_ns() - start)
 
     cpu = time.process_time()
     start = time.perf_counter()
@@ -205,4 +217,4 @@ async def _throughput(port: int, raw: bytes, per_connection: int) -> tuple[float
     for connection in connections:
         await connection.aclose()
     total = CONNECTIONS * per_connection
-    return total / elapsed, cpu / total * 1e6
+    return total / elapsed, cpu / total * 1e6, latencies

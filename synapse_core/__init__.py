@@ -53,6 +53,7 @@ _EXPORTS = {
     "CapacityExhausted": "errors",
     "ProtocolError": "errors",
     "PluginError": "errors",
+    "InternalError": "errors",
 }
 
 __all__ = [
@@ -66,6 +67,7 @@ __all__ = [
     "HostClosed",
     "HostConfig",
     "HostSnapshot",
+    "InternalError",
     "LaneConfig",
     "LaneLocked",
     "ModelSpec",
@@ -98,6 +100,7 @@ if TYPE_CHECKING:
         ConfigError,
         DeadlineExceeded,
         HostClosed,
+        InternalError,
         LaneLocked,
         OutcomeUnknown,
         Overloaded,

@@ -11,14 +11,14 @@ import re
 import tomllib
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 import attrs
 import cattrs
 
 from .errors import ConfigError
+from .wire import Task as Task  # the one literal; config re-exports it
 
-Task = Literal["embed", "rerank"]
 _T = TypeVar("_T")
 
 

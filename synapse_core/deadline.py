@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
+from typing import TypeVar
 
+import anyio
 import attrs
+
+T = TypeVar("T")
 
 Clock = Callable[[], float]
 """A monotonic clock in seconds. The host takes one so tests can control time."""
@@ -54,6 +58,21 @@ class Deadline:
 
 
 _NEVER = Deadline(math.inf)
+
+
+async def wait_bounded(
+    wait: Callable[[], Awaitable[T]], deadline: Deadline, clock: Clock, error: Exception
+) -> T:
+    """Await ``wait()`` and return its result, but raise ``error`` once
+    ``deadline`` passes."""
+    if deadline.when == math.inf:
+        return await wait()  # no deadline: a cancel scope would only cost time
+    remaining = deadline.remaining(clock)
+    if remaining <= 0:
+        raise error
+    with anyio.move_on_after(remaining):
+        return await wait()
+    raise error
 
 
 def check_deadline(deadline: object) -> None:

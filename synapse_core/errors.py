@@ -124,3 +124,25 @@ class PluginError(SynapseError):
     or broke its contract (a tokenizer whose count and encode disagree)."""
 
     code = "plugin-error"
+
+
+class InternalError(SynapseError):
+    """Synapse itself failed serving a call (a bug): the host keeps serving."""
+
+    code = "internal-error"
+
+
+class ExitUnconfirmed(WorkerFault):
+    """A launched process could not be confirmed gone: nothing may replace it.
+
+    Callers see the worker as unavailable (a :class:`WorkerFault`)."""
+
+
+class CapacityError(AssertionError):
+    """An invariant of a lane's reservation table was about to break (a bug)."""
+
+
+class IdentityChanged(SynapseError):
+    """Two batches of one command came from different vector spaces."""
+
+    code = "identity-changed"

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import anyio
 from anyio.abc import TaskGroup
 
-from .catalog import Catalog, Entry
+from .catalog import Catalog, Entry, default_config
 from .config import HostConfig, Task
 from .deadline import Clock, Deadline, check_deadline, monotonic
 from .errors import HostClosed, Retired
@@ -153,11 +153,7 @@ class Host:
                     for worker in list(sup.workers.values()):
                         await sup.stop_now(worker)
             for sup in self.supervisors.values():
-                if sup.lane.session is not None and all(
-                    w.phase is Phase.EXITED for w in sup.workers.values()
-                ):
-                    sup.lane.session.close()
-                    sup.lane.session = None
+                sup.close_lane()
 
     # -- internals --------------------------------------------------------------------
 
@@ -233,8 +229,7 @@ class Host:
         if worker is None or gone:
             sup = self._supervisor(entry)
             if worker is not None:
-                # Nothing of it is charged any more (refunds follow confirmed exits).
-                del sup.workers[worker.worker_id]
+                sup.forget(worker)
             assert entry.transport is not None
             worker = Worker(
                 worker_id=f"{name}#{next(self._serial)}",
@@ -244,7 +239,7 @@ class Host:
                 lane=sup.lane,
             )
             self._workers[name] = worker
-            sup.workers[worker.worker_id] = worker
+            sup.adopt(worker)
         return worker
 
 
@@ -323,8 +318,6 @@ async def open_host(
     Leaving the block retires every worker and confirms its exit.
     """
     if config is None:
-        from .catalog import default_config
-
         config = default_config()
     if isinstance(plugins, PluginHost):
         plugin_host = plugins

@@ -20,6 +20,9 @@ not pay for the host's modules.
   :class:`InProcessProcess`, :class:`LaunchRecord`), :func:`transport_plugin`,
   :func:`catalog_toml`, :func:`eventually`, :func:`make_cli` (the
   ``synapse`` command over chosen plugins).
+- Plugin commands: :data:`catalog_option` and :func:`load_config`
+  (``--catalog``, ``SYNAPSE_CATALOG``), :func:`installed_plugins`,
+  :func:`unwrap` (the error out of a task group's exception group).
 """
 
 from __future__ import annotations
@@ -94,6 +97,11 @@ _EXPORTS = {
     "LaunchRecord": "inprocess",
     "catalog_toml": "testing",
     "make_cli": "cli",
+    # plugin commands
+    "catalog_option": "cli",
+    "installed_plugins": "cli",
+    "load_config": "cli",
+    "unwrap": "cli",
     "eventually": "testing",
     "transport_plugin": "testing",
 }
@@ -146,19 +154,23 @@ __all__ = [
     "WorkerStarted",
     "appendable_file",
     "bucket_sizes",
+    "catalog_option",
     "catalog_toml",
     "confirm_exit",
     "count",
     "default_config",
     "eventually",
     "hookimpl",
+    "installed_plugins",
     "launch_spec",
+    "load_config",
     "make_cli",
     "parse_options",
     "positive",
     "seconds",
     "spawn_worker",
     "transport_plugin",
+    "unwrap",
     "validator",
     "worker_main",
 ]
@@ -167,7 +179,7 @@ __getattr__ = lazy_getattr(__name__, "synapse_core", _EXPORTS, globals())
 
 if TYPE_CHECKING:
     from .catalog import default_config
-    from .cli import make_cli
+    from .cli import catalog_option, installed_plugins, load_config, make_cli, unwrap
     from .config import FieldInvalid, ModelSpec
     from .errors import ConfigError, LaneLocked, SynapseError
     from .hookspecs import hookimpl

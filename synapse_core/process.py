@@ -242,16 +242,20 @@ async def confirm_exit(process: WorkerProcess, grace_s: float) -> bool:
     Shielded and bounded, so a cancelled caller can neither skip nor hang it.
     """
     with anyio.CancelScope(shield=True):
-        if not _lingers(process):
-            await process.wait()
+        confirmed = await _stop(process, grace_s)
+    return confirmed
+
+
+async def _stop(process: WorkerProcess, grace_s: float) -> bool:
+    if not _lingers(process):
+        await process.wait()
+        return True
+    for stop in (process.terminate, process.kill):
+        stop()
+        with anyio.move_on_after(grace_s):
+            await _gone(process)
             return True
-        for stop in (process.terminate, process.kill):
-            stop()
-            with anyio.move_on_after(grace_s):
-                await _gone(process)
-                return True
-        return False
-    return False  # not reached: the shielded scope above always returns
+    return False
 
 
 async def wait_gone(process: WorkerProcess, every_s: float) -> None:

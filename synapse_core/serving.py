@@ -23,9 +23,10 @@ import anyio
 import attrs
 
 from .channel import Exchange
-from .deadline import Clock, Deadline
+from .deadline import Clock, Deadline, wait_bounded
 from .errors import (
     DeadlineExceeded,
+    InternalError,
     OutcomeUnknown,
     Overloaded,
     Retired,
@@ -35,7 +36,7 @@ from .errors import (
 from .handoff import OneShot
 from .plan import Group, Item, Plan, group_by_bucket, over_ceiling
 from .plugins import PluginHost
-from .residency.supervisor import Backlog, Fault, Lease, Supervisor, wait_bounded
+from .residency.supervisor import Backlog, Fault, Lease, Supervisor
 from .residency.worker import Phase, Selection, Worker
 from .wire import Failure, Frame, Infer, Output, Shape, WireError, check_rows, rows_of
 
@@ -63,10 +64,6 @@ class RerankResult:
     truncated: tuple[int, ...] = ()
     #: tokens of the documents scored, special tokens and query excluded
     tokens: int = 0
-
-
-class InternalError(SynapseError):
-    code = "internal-error"
 
 
 class _Gone(Exception):
@@ -291,11 +288,13 @@ class CallRunner:
             or selection.hello is not hello
             or selection.plugins_version != self.plugins.version
         ):
-            selection = worker.selection = Selection(
-                hello,
-                self.plugins.version,
-                self.plugins.bucket_selector(hello.buckets, worker.spec),
-                worker.ceiling,
+            selection = worker.remember(
+                Selection(
+                    hello,
+                    self.plugins.version,
+                    self.plugins.bucket_selector(hello.buckets, worker.spec),
+                    worker.ceiling,
+                )
             )
         longest = plan.longest
         if longest.length > selection.ceiling:
@@ -319,6 +318,9 @@ class CallRunner:
         )
 
     async def _serve(self, call: Call, supervisor: Supervisor, worker: Worker) -> None:
+        # One function, not a begin and a finish helper: each step of every
+        # call would pay two more coroutine frames, and the latency targets
+        # are at their edge. Fault handling, off the hot path, is apart.
         plan = call.plan
         if call.steps is None:
             await supervisor.wait_ready(worker, call.deadline)
@@ -372,24 +374,31 @@ class CallRunner:
             except WireError as exc:
                 fault = Fault(lease.generation, f"malformed reply: {exc}", written=True)
             if fault is not None:
-                # Recovery starts only once the lease is released.
-                supervisor.release(lease)
-                call.lease = None
-                supervisor.report_fault(worker, fault.generation, fault.reason)
-                if fault.written:
-                    raise OutcomeUnknown(
-                        f"worker for {plan.model!r} failed after receiving the request "
-                        f"({fault.reason}); it may have run and is not replayed"
-                    )
-                raise WorkerFault(
-                    f"worker for {plan.model!r} failed: {fault.reason}; retry the call"
-                )
+                raise self._faulted(call, supervisor, worker, lease, fault)
             # A reply that arrives after the deadline is drained but discarded.
             self._check_deadline(call, "while the worker was answering; its reply was discarded")
             checked = (step, output)
         if checked is not None:
             self._store(call, *checked)
         call.identity = hello.identity
+
+    @staticmethod
+    def _faulted(
+        call: Call, supervisor: Supervisor, worker: Worker, lease: Lease, fault: Fault
+    ) -> OutcomeUnknown | WorkerFault:
+        """Let go of the call's lease, report ``fault``, and return the error
+        the call ends in (off the hot path: only a fault calls it)."""
+        # Recovery starts only once the lease is released.
+        supervisor.release(lease)
+        call.lease = None
+        supervisor.report_fault(worker, fault.generation, fault.reason)
+        model = call.plan.model
+        if fault.written:
+            return OutcomeUnknown(
+                f"worker for {model!r} failed after receiving the request "
+                f"({fault.reason}); it may have run and is not replayed"
+            )
+        return WorkerFault(f"worker for {model!r} failed: {fault.reason}; retry the call")
 
     @staticmethod
     def _store(call: Call, step: Group, output: Output) -> None:

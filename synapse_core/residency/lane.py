@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import attrs
 
+from ..errors import CapacityError
 from ..transport import LaneInfo, LaneSession
 from ..wire import Shape
 from .policy import LaneView, Reservation
@@ -17,8 +18,11 @@ class Charge:
     last_used: float = 0.0
 
 
-class CapacityError(AssertionError):
-    """An invariant of the reservation table was about to break (a bug)."""
+@attrs.define(eq=False)
+class Backlog:
+    """Calls waiting for a permit or for lane capacity, host-wide."""
+
+    waiting: int = 0
 
 
 @attrs.define(eq=False)

@@ -99,6 +99,11 @@ class Worker:
         """``retiring``, read after an await (a call, so type checkers do not narrow it)."""
         return self.retiring
 
+    def remember(self, selection: Selection) -> Selection:
+        """Keep the bucket choice worked out for the current hello and plugins."""
+        self.selection = selection
+        return selection
+
     def notify(self) -> None:
         self._changed.notify()
 

@@ -19,7 +19,7 @@ import attrs
 import click
 
 from synapse_core import Deadline, HostConfig, PluginHost, SynapseError, open_host
-from synapse_core.plugin import Hello, default_config
+from synapse_core.plugin import Hello, catalog_option, installed_plugins, load_config, unwrap
 
 from . import stream
 from .errors import StreamError
@@ -31,21 +31,8 @@ EXIT_ERROR = 1
 EXIT_USAGE = 2  # click.UsageError's own exit status
 EXIT_GATE_FAILED = 3
 
-catalog_option = click.option(
-    "--catalog",
-    type=click.Path(dir_okay=False, path_type=Path),
-    envvar="SYNAPSE_CATALOG",
-    help="Catalog TOML (default: $SYNAPSE_CATALOG, then the catalog shipped with synapse-core).",
-)
-
-
 PluginSource = Callable[[], PluginHost]
 _SOURCE = "synapse_certify.plugins"
-
-
-def installed_plugins() -> PluginHost:
-    """The installed entry points, as ``synapse`` itself loads them."""
-    return PluginHost(load_entry_points=True)
 
 
 def make_group(plugins: PluginSource = installed_plugins) -> click.Group:
@@ -105,23 +92,6 @@ def validate(stream_path: Path, as_json: bool) -> None:
     _report(replay(events), as_json)
 
 
-def _config(catalog: Path | None) -> HostConfig:
-    return HostConfig.from_toml(catalog) if catalog is not None else default_config()
-
-
-def _host_error(exc: BaseException) -> SynapseError | None:
-    """The Synapse error behind ``exc``: a host's task group can wrap the error
-    its body raised in an exception group."""
-    if isinstance(exc, SynapseError):
-        return exc
-    if isinstance(exc, BaseExceptionGroup):
-        found, rest = exc.split(SynapseError)
-        while rest is None and isinstance(found, BaseExceptionGroup):
-            found = found.exceptions[0]  # type: ignore[assignment]
-        return found if rest is None and isinstance(found, SynapseError) else None
-    return None
-
-
 def _serve(
     config: HostConfig, plugins: PluginHost, model: str, texts: Sequence[str], timeout: float
 ) -> tuple[Hello | None, str]:
@@ -129,8 +99,8 @@ def _serve(
     try:
         return anyio.run(_run, config, plugins, model, texts, timeout)
     except BaseException as exc:
-        error = _host_error(exc)
-        if error is None:
+        error = unwrap(exc)  # a host's task group can wrap the error in a group
+        if not isinstance(error, SynapseError):
             raise
         raise error from None
 
@@ -172,7 +142,7 @@ def record(
 ) -> None:
     """Embed TEXTs with MODEL under certify_observation, record the stream, run the gate."""
     try:
-        config = attrs.evolve(_config(catalog), certify_observation=True)
+        config = attrs.evolve(load_config(catalog), certify_observation=True)
         with Recorder(out, keep=False) as recorder:
             hello, space = _serve(config, _plugins(recorder), model, texts, timeout)
         # Validate what was written, not what was seen: the file is the record.
@@ -246,7 +216,7 @@ def identity(
     else:
         assert model is not None
         try:
-            hello, _ = _serve(_config(catalog), plugins, model, (), 60.0)
+            hello, _ = _serve(load_config(catalog), plugins, model, (), 60.0)
         except SynapseError as exc:
             _fail(str(exc))
         if hello is None:

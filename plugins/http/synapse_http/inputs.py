@@ -58,7 +58,9 @@ def check_dimensions(host: Host, model: str, asked: int | None, got: int | None)
 def normalized(vectors: list[list[float]]) -> list[list[float]]:
     out = []
     for vector in vectors:
-        norm = math.sqrt(sum(v * v for v in vector))
+        # hypot sums in C (and without overflow): a Python generator over
+        # every element cost more than the rest of the route's own work
+        norm = math.hypot(*vector)
         out.append([v / norm for v in vector] if norm > 0 else vector)
     return out
 

@@ -54,14 +54,24 @@ class Metrics:
             registry=self.registry,
         )
         self.registry.register(_HostCollector(service))
+        # labelled children, looked up once: labels() takes a lock and
+        # checks its arguments on every call
+        self._counted: dict[tuple[str, int], Counter] = {}
+        self._timed: dict[str, Histogram] = {}
         #: requests whose answer was handed to the server in full
         self.answered = 0
         #: requests inside the app now
         self.inside = 0
 
     def observe(self, route: str, status: int, seconds: float) -> None:
-        self.requests.labels(route, str(status)).inc()
-        self.latency.labels(route).observe(seconds)
+        counter = self._counted.get((route, status))
+        if counter is None:
+            counter = self._counted[route, status] = self.requests.labels(route, str(status))
+        counter.inc()
+        histogram = self._timed.get(route)
+        if histogram is None:
+            histogram = self._timed[route] = self.latency.labels(route)
+        histogram.observe(seconds)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

@@ -123,7 +123,8 @@ def model_of(request: Request, named: str | None, service: Service, task: str) -
     or else the catalog's default for ``task``."""
     return (
         named
-        or request.query_params.get("model")
+        # parsing the query string only when there is one saves every request the parser
+        or (request.query_params.get("model") if request.scope["query_string"] else None)
         or request.headers.get(HEADER_MODEL)
         or service.default_model(task)  # type: ignore[arg-type]
     )

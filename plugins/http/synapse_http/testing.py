@@ -26,6 +26,7 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 START_S = 30.0
 STOP_S = 60.0
 _URL = re.compile(r"serving on (http://\S+)")
+_MODELS = re.compile(r"^synapse: models: ")
 
 
 def model(name: str, task: str = "embed", ceiling: int = 16, **options: Any) -> dict[str, Any]:
@@ -100,7 +101,9 @@ def start_server(
         assert proc.stderr is not None
         for line in proc.stderr:
             lines.append(line)
-            if _URL.search(line):
+            # The models line comes right after the URL's: once it is read,
+            # everything the server prints on start is in ``lines``.
+            if _MODELS.search(line):
                 found.set()
         found.set()  # the process ended
 

@@ -1,0 +1,338 @@
+"""A lane supervisor's admission: lease, decide, admit, evict, grant, release, inventory.
+
+Every grant decision is synchronous (no ``await`` between its check and its
+charge), which is what "locked" means on one event loop: a retirement cannot
+slip between the re-check and the reservation.
+
+# Invariant: ``lane.reserved`` is the sum of the lane's charges and never
+#   exceeds its capacity (``Lane.charge`` refuses, as ``CapacityError``).
+# Invariant: a shape is charged before its admission exchange starts and is in
+#   ``worker.shapes`` only once the worker admitted it; while an admission or
+#   eviction exchange is under way the shape is in ``worker.busy_shapes`` and
+#   nothing else admits, evicts or leases it.
+# Invariant: ``worker.leases[shape]`` counts the unreleased leases of the
+#   current generation; a leased or busy shape is never evictable.
+# Invariant: a lease is granted only to a READY, non-retiring worker whose
+#   current generation admitted the shape.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import anyio
+import attrs
+
+from ..channel import Exchange, FramedChannel
+from ..deadline import Deadline, wait_bounded
+from ..errors import (
+    CapacityExhausted,
+    DeadlineExceeded,
+    ProtocolError,
+    Retired,
+    SynapseError,
+    WorkerFault,
+)
+from ..observation import AdmissionCount, ShapeAdmitted, ShapeRefunded, WorkerInventory
+from ..wire import (
+    Admit,
+    Admitted,
+    Evict,
+    Evicted,
+    Failure,
+    Frame,
+    Inventory,
+    InventoryRequest,
+    Shape,
+    WireError,
+)
+from .lifecycle import CHANNEL_FAULTS, Lifecycle
+from .policy import AdmissionRequest, Refuse, Wait
+from .policy import Evict as EvictDecision
+from .worker import Phase, Worker
+
+
+def _unsendable(exc: WireError) -> ProtocolError:
+    return ProtocolError(f"the request cannot be sent: {exc}; send fewer or shorter texts per call")
+
+
+class Fault(Exception):
+    """A fault of one worker generation, seen by one exchange."""
+
+    def __init__(self, generation: int, reason: str, written: bool) -> None:
+        super().__init__(reason)
+        self.generation = generation
+        self.reason = reason
+        self.written = written
+
+
+@attrs.define(eq=False)
+class Lease:
+    """The right to run exchanges on one admitted shape of one generation."""
+
+    worker: Worker
+    generation: int
+    shape: Shape
+    channel: FramedChannel
+    released: bool = False
+
+
+class Admission(Lifecycle):
+    """Admits shapes on a lane and grants leases on them."""
+
+    # -- admission and leases ------------------------------------------------------------
+
+    def next_request_id(self) -> int:
+        return next(self._ids)
+
+    async def lease(
+        self,
+        worker: Worker,
+        shape: Shape,
+        deadline: Deadline,
+        note: Callable[[SynapseError | None], None] = lambda error: None,
+    ) -> Lease:
+        """Admit ``shape`` on ``worker`` if needed, then lease it.
+
+        ``note`` is told which error the wait under way would end in at the
+        deadline, so a caller whose own deadline fires first reports the same.
+        """
+        while True:
+            await self.wait_ready(worker, deadline)
+            generation = worker.generation
+            if shape in worker.shapes:
+                return self._grant(worker, generation, shape)
+            busy = worker.busy_shapes.get(shape)
+            if busy is not None:
+                await wait_bounded(
+                    busy.wait,
+                    deadline,
+                    self.clock,
+                    DeadlineExceeded("deadline passed waiting for an admission"),
+                )
+                continue
+            if deadline.expired(self.clock):
+                raise DeadlineExceeded("deadline passed before admission; nothing was sent")
+            decision = self._decide(worker, shape)
+            if isinstance(decision, Wait):
+                exhausted = CapacityExhausted(
+                    f"lane {self.lane.lane_id} had no room for {shape} of "
+                    f"{worker.spec.name!r} before the deadline"
+                )
+                self.backlog.waiting += 1
+                note(exhausted)
+                try:
+                    await wait_bounded(self.lane.changed, deadline, self.clock, exhausted)
+                finally:
+                    note(None)
+                    self.backlog.waiting -= 1
+                continue
+            if isinstance(decision, EvictDecision):
+                await self._evict(decision)
+                continue
+            await self._admit(worker, generation, shape, decision)
+            # Loop: the next pass grants the lease only if the worker is still
+            # the generation that admitted the shape.
+
+    def _decide(self, worker: Worker, shape: Shape) -> int | Wait | EvictDecision:
+        """The locked grant decision: charge and return the units, or wait, or evict."""
+        if worker.retiring:
+            raise Retired(f"model {worker.spec.name!r} is retiring; it takes no new work")
+        leased = self._leased()
+        view = self.lane.view(leased, self._evictable(leased))
+        units = self.plugins.admission_cost(worker.spec, shape, view, worker.worker_id)
+        if units > self.lane.capacity:
+            raise CapacityExhausted(
+                f"{shape} of {worker.spec.name!r} needs {units} units; lane "
+                f"{self.lane.lane_id} has only {self.lane.capacity}"
+            )
+        if units <= self.lane.free:
+            self.lane.charge(worker.worker_id, worker.generation, shape, units)
+            worker.busy_shapes[shape] = anyio.Event()
+            return units
+        request = AdmissionRequest(
+            self.lane.lane_id, worker.worker_id, worker.generation, worker.spec, shape, units
+        )
+        decision = self.plugins.lane_full(request, view)
+        match decision:
+            case Wait() | EvictDecision():
+                return decision
+            case Refuse(reason=reason):
+                raise CapacityExhausted(f"lane {self.lane.lane_id} refused {shape}: {reason}")
+        raise TypeError(f"synapse_lane_full returned {decision!r}; expected Wait, Evict or Refuse")
+
+    def _evictable(self, leased: set[tuple[str, Shape]]) -> set[tuple[str, Shape]]:
+        return {
+            (w.worker_id, s)
+            for w in self.workers.values()
+            if w.phase is Phase.READY and not w.retiring
+            for s in w.shapes
+            if (w.worker_id, s) not in leased
+        }
+
+    def _leased(self) -> set[tuple[str, Shape]]:
+        return {
+            (w.worker_id, s) for w in self.workers.values() for s, n in w.leases.items() if n
+        } | {(w.worker_id, s) for w in self.workers.values() for s in w.busy_shapes}
+
+    async def _admit(self, worker: Worker, generation: int, shape: Shape, units: int) -> None:
+        done = worker.busy_shapes[shape]
+        channel = worker.channel
+        assert channel is not None
+        try:
+            reply = await self._exchange(
+                worker, generation, channel, Admit(self.next_request_id(), shape)
+            )
+            if isinstance(reply, Failure):
+                self.lane.refund(worker.worker_id, shape)  # the worker says it admitted nothing
+                raise WorkerFault(f"worker refused to admit {shape}: {reply.message}")
+            if not (isinstance(reply, Admitted) and reply.shape == shape):
+                raise Fault(generation, f"unexpected reply to admit: {reply!r:.120}", True)
+            cold = reply.cold
+            worker.shapes[shape] = units
+            worker.admission_count += 1
+            self.admissions += 1
+            lane = self.lane.lane_id
+            self._emit(
+                lambda: ShapeAdmitted(lane, worker.worker_id, generation, shape, units, cold)
+            )
+        except Fault as fault:
+            # The reservation stays charged until this generation's exit is confirmed.
+            restarting = self.report_fault(worker, fault.generation, fault.reason)
+            raise WorkerFault(
+                f"worker for {worker.spec.name!r} failed while admitting {shape}: {fault.reason}; "
+                + ("it is being restarted, retry the call" if restarting else "retry the call")
+            ) from None
+        finally:
+            del worker.busy_shapes[shape]
+            done.set()
+        if self._certify:
+            await self._record_inventory(worker, generation, channel)
+
+    def try_lease(self, worker: Worker, shape: Shape) -> Lease | None:
+        """The lease at once if ``worker`` is ready and ``shape`` admitted;
+        otherwise ``None`` and :meth:`lease` does what waiting is needed."""
+        if worker.phase is Phase.READY and not worker.retiring and shape in worker.shapes:
+            return self._grant(worker, worker.generation, shape)
+        return None
+
+    def _grant(self, worker: Worker, generation: int, shape: Shape) -> Lease:
+        if worker.retiring:
+            raise Retired(f"model {worker.spec.name!r} is retiring; it takes no new work")
+        channel = worker.channel
+        assert channel is not None
+        worker.leases[shape] += 1
+        self.lane.touch(worker.worker_id, shape, self.clock())
+        return Lease(worker, generation, shape, channel)
+
+    def release(self, lease: Lease) -> None:
+        if lease.released:
+            return
+        lease.released = True
+        leases = lease.worker.leases
+        if lease.generation == lease.worker.generation and leases[lease.shape] > 0:
+            leases[lease.shape] -= 1
+        self.lane.notify()  # an unleased shape may now be evictable
+
+    async def _exchange(
+        self, worker: Worker, generation: int, channel: FramedChannel, frame: Frame
+    ) -> Frame:
+        """One admission, eviction or inventory exchange; a channel fault, or a
+        reply to some other request, is a :class:`Fault` of ``generation``."""
+        progress = Exchange()
+        try:
+            reply = await channel.exchange(frame, self.config.exchange_timeout_s, progress)
+        except CHANNEL_FAULTS as exc:
+            raise Fault(generation, f"{type(exc).__name__}: {exc}", progress.written) from None
+        expected = getattr(frame, "request_id", None)
+        if getattr(reply, "request_id", None) != expected:
+            raise Fault(generation, f"reply {reply!r:.120} is not for request {expected}", True)
+        return reply
+
+    # -- exchanges under a lease ---------------------------------------------------------
+
+    def begin_now(self, lease: Lease, frame: Frame) -> Exchange | None:
+        """Begin an exchange under ``lease`` without waiting (``None`` if its
+        channel is busy); finish it with :meth:`finish`."""
+        try:
+            return lease.channel.begin_now(frame)
+        except WireError as exc:
+            raise _unsendable(exc) from None
+
+    async def begin(
+        self, lease: Lease, frame: Frame, check: Callable[[], None] | None = None
+    ) -> Exchange:
+        """Begin an exchange under ``lease``, waiting for its channel's turn;
+        ``check`` may still call it off once the turn comes (nothing sent)."""
+        try:
+            return await lease.channel.begin(frame, check)
+        except WireError as exc:
+            raise _unsendable(exc) from None
+
+    async def finish(self, lease: Lease, exchange: Exchange) -> Frame:
+        """The reply of a begun exchange; raises :class:`Fault` on a channel fault."""
+        try:
+            return await lease.channel.complete(exchange, self.config.exchange_timeout_s)
+        except CHANNEL_FAULTS as exc:
+            reason = f"{type(exc).__name__}: {exc}"
+            raise Fault(lease.generation, reason, exchange.written) from None
+
+    # -- eviction -----------------------------------------------------------------------
+
+    async def _evict(self, decision: EvictDecision) -> None:
+        victim_id, shape = decision.worker_id, decision.shape
+        victim = self.workers.get(victim_id)
+        if (
+            victim is None
+            or shape not in victim.shapes
+            or victim.leases[shape]
+            or shape in victim.busy_shapes
+            or victim.channel is None
+        ):
+            raise CapacityExhausted(
+                f"synapse_lane_full asked to evict {victim_id} {shape}, "
+                "which is not an unleased admitted shape"
+            )
+        generation = victim.generation
+        del victim.shapes[shape]
+        victim.busy_shapes[shape] = done = anyio.Event()
+        try:
+            reply = await self._exchange(
+                victim, generation, victim.channel, Evict(self.next_request_id(), shape)
+            )
+            if not isinstance(reply, Evicted):
+                raise Fault(generation, f"unexpected reply to evict: {reply!r:.120}", True)
+            victim.admission_count -= 1
+            units = self.lane.refund(victim.worker_id, shape)
+            self._emit(
+                lambda: ShapeRefunded(self.lane.lane_id, victim.worker_id, generation, shape, units)
+            )
+        except Fault as fault:
+            self.report_fault(victim, fault.generation, fault.reason)
+        finally:
+            del victim.busy_shapes[shape]
+            done.set()
+
+    # -- certification ------------------------------------------------------------------------
+
+    async def _record_inventory(
+        self, worker: Worker, generation: int, channel: FramedChannel
+    ) -> None:
+        shapes = None
+        reason = ""
+        try:
+            reply = await self._exchange(
+                worker, generation, channel, InventoryRequest(self.next_request_id())
+            )
+            if isinstance(reply, Inventory):
+                shapes = list(reply.shapes)
+            else:
+                reason = f"unexpected reply {type(reply).__name__}"
+        except Fault as fault:
+            reason = fault.reason
+            self.report_fault(worker, generation, fault.reason)
+        lane = self.lane.lane_id
+        self._emit(lambda: WorkerInventory(lane, worker.worker_id, generation, shapes, reason))
+        self._emit(
+            lambda: AdmissionCount(lane, worker.worker_id, generation, worker.admission_count)
+        )
