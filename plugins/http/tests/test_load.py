@@ -146,7 +146,9 @@ def test_load_2000_requests_from_64_clients(
 def test_chaos_a_worker_crash_mid_load_restarts_it_exactly_once(
     serve: Callable[..., Server], anyio_backend: str
 ) -> None:
-    faults = {"reply_delay_s": 0.002, "crash_on_infer": 150, "only_generation": 1}
+    # Early in the load, so that many requests start after the crash was answered
+    # however many the queue bound turns away (at 150 a crowded run crashed last).
+    faults = {"reply_delay_s": 0.002, "crash_on_infer": 20, "only_generation": 1}
     models = [model("load", faults=faults)]
     server = serve(anyio_backend, models, "--api-key", API_KEY, **HOST)
     outcomes = run_load(server.url, requests=REQUESTS // 2)
