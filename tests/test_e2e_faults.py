@@ -12,7 +12,7 @@ import pytest
 
 import synapse_core as synapse
 from synapse_core.residency.supervisor import Supervisor
-from synapse_core.testing import eventually, transport_plugin
+from synapse_core.testing import eventually, pid_exists, transport_plugin
 from synapse_core.testing.fake import FakeTransport
 from synapse_core.testing.fake_worker import fake_vector
 from synapse_core.tokenizer import BasicTokenizer
@@ -43,14 +43,6 @@ def exchange_bound(knob: str) -> float:
 
 def trace_lines(path: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text().splitlines()]
-
-
-def pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 @pytest.mark.parametrize(
@@ -84,7 +76,7 @@ async def test_inference_fault_is_not_replayed_and_recovers(
     lines = trace_lines(trace)
     hellos = [line for line in lines if line["frame"] == "hello"]
     assert [h["generation"] for h in hellos] == [1, 2]
-    assert not any(pid_alive(h["pid"]) for h in hellos)
+    assert not any(pid_exists(h["pid"]) for h in hellos)
     infers = [line for line in lines if line["frame"] == "infer"]
     # One infer per generation: the one that may have run was never replayed.
     assert [i["generation"] for i in infers] == [1, 2]
@@ -170,7 +162,7 @@ async def test_ignore_sigterm_worker_is_killed_and_confirmed(
         assert snap.state == "failed" and "giving up" in snap.reason
         assert host.snapshot().lanes["fake:0"].reserved == 0
     (hello,) = [line for line in trace_lines(trace) if line["frame"] == "hello"]
-    assert not pid_alive(hello["pid"])
+    assert not pid_exists(hello["pid"])
 
 
 async def test_crash_on_admit_restarts_once_then_serves(

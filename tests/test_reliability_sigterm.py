@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from synapse_core.testing import catalog_toml
+from synapse_core.testing import catalog_toml, pid_exists
 
 pytestmark = [
     pytest.mark.subprocess,
@@ -37,14 +37,6 @@ def _frames(trace: Path) -> list[dict[str, object]]:
     if not trace.exists():
         return []
     return [json.loads(line) for line in trace.read_text(encoding="utf-8").splitlines()]
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 def test_sigterm_to_a_one_shot_command_retires_and_confirms_the_busy_worker(
@@ -89,12 +81,12 @@ def test_sigterm_to_a_one_shot_command_retires_and_confirms_the_busy_worker(
         command.send_signal(signal.SIGTERM)
         command.wait(timeout=HANG_GUARD_S)
         # The command confirmed the worker's exit before it exited itself.
-        orphaned = _alive(worker_pid)
+        orphaned = pid_exists(worker_pid)
     finally:
         if command.poll() is None:
             command.kill()
             command.wait()
-        if worker_pid and _alive(worker_pid):
+        if worker_pid and pid_exists(worker_pid):
             os.kill(worker_pid, signal.SIGKILL)  # a failed run must not leave it behind
     assert not orphaned
     assert command.returncode == 1

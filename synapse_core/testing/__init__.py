@@ -13,6 +13,7 @@ under test explicitly with :func:`transport_plugin` and ``open_host(plugins=...)
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable
 from typing import Any
 
@@ -29,6 +30,17 @@ class _TransportPlugin:
     def synapse_register_transports(self, register: Callable[[Transport], None]) -> None:
         for transport in self.transports:
             register(transport)
+
+
+def pid_exists(pid: int) -> bool:
+    """Whether a process ``pid`` exists (a zombie not yet reaped still does)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
 
 
 def transport_plugin(*transports: Transport) -> Any:

@@ -102,7 +102,7 @@ from ..wire import (
     Shape,
     WorkerFrame,
 )
-from . import catalog_toml, transport_plugin
+from . import catalog_toml, pid_exists, transport_plugin
 from .pytest_plugin import BACKENDS, anyio_backend
 
 __all__ = ["Conformance", "Subject", "anyio_backend"]
@@ -247,16 +247,6 @@ def _assert_finite(rows: Sequence[Sequence[float]] | Sequence[float], what: str)
     flat = [v for row in rows for v in (row if isinstance(row, Sequence) else [row])]
     bad = [v for v in flat if not math.isfinite(v)]
     assert not bad, f"{what}: {len(bad)} values are not finite, e.g. {bad[0]!r}"
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 async def _embedded(host: Host, name: str) -> tuple[EmbedResult, Hello]:
@@ -434,7 +424,7 @@ class Conformance:
             pid = host.snapshot().worker(name).pid
             assert pid is not None and pid != os.getpid()
             await host.retire(name)
-            assert not _pid_alive(pid), f"worker {pid} is still running after retire"
+            assert not pid_exists(pid), f"worker {pid} is still running after retire"
             snap = host.snapshot().worker(name)
             assert snap.state == "exited" and snap.pid is None
             lane = next(iter(host.snapshot().lanes.values()))

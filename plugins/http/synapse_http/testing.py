@@ -18,7 +18,7 @@ from typing import Any
 
 import httpx
 
-from synapse_core.testing import catalog_toml
+from synapse_core.testing import catalog_toml, pid_exists
 
 API_KEY = "test-key-1234"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -134,8 +134,4 @@ def metric(text: str, name: str, **labels: str) -> list[float]:
 
 def pid_gone(pid: int) -> bool:
     """True once no process ``pid`` exists (a zombie still counts as existing)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+    return not pid_exists(pid)
