@@ -34,8 +34,8 @@ _EXPORTS = {
     "FakeClock": "deadline",
     "open_host": "host",
     "Host": "host",
-    "EmbedResult": "serving",
-    "RerankResult": "serving",
+    "EmbedResult": "call",
+    "RerankResult": "call",
     "HostSnapshot": "snapshot",
     "hookimpl": "hookspecs",
     "PluginHost": "plugins",
@@ -93,6 +93,7 @@ __getattr__ = lazy_getattr(__name__, __name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:
+    from .call import EmbedResult, RerankResult
     from .config import HostConfig, LaneConfig, ModelSpec, RestartBudget
     from .deadline import Deadline, FakeClock
     from .errors import (
@@ -114,6 +115,5 @@ if TYPE_CHECKING:
     from .hookspecs import hookimpl
     from .host import Host, open_host
     from .plugins import PluginHost
-    from .serving import EmbedResult, RerankResult
     from .snapshot import HostSnapshot
     from .transport import Transport

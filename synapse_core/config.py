@@ -88,6 +88,8 @@ class HostConfig:
     certify_observation: bool = False
     lanes: dict[str, LaneConfig] = attrs.field(factory=dict)
     max_frame_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=_positive)
+    #: serve small embed calls that wait for a busy model together (see coalesce.py)
+    coalesce: bool = False
     source: str = attrs.field(default="<code>", eq=False)
 
     @classmethod

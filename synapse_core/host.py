@@ -9,7 +9,9 @@ from contextlib import asynccontextmanager
 import anyio
 from anyio.abc import TaskGroup
 
+from .call import Call, EmbedResult, RerankResult
 from .catalog import Catalog, Entry, default_config
+from .coalesce import Coalescer
 from .config import HostConfig, Task
 from .deadline import Clock, Deadline, check_deadline, monotonic
 from .errors import HostClosed, Retired
@@ -19,9 +21,11 @@ from .plugins import PluginHost
 from .residency.lane import Lane
 from .residency.supervisor import Backlog, Supervisor
 from .residency.worker import Phase, Worker
-from .serving import Call, CallRunner, EmbedResult, RerankResult
+from .serving import CallRunner
 from .snapshot import HostSnapshot, take
 
+#: most inputs a coalesced call takes before the worker has said its batch size
+COALESCE_BEFORE_HELLO = 32
 #: scheduling slack on top of the bounds a close is made of
 CLOSE_SLACK_S = 1.0
 #: most call runners kept parked for reuse (fewer when max_concurrent is lower)
@@ -54,6 +58,8 @@ class Host:
             config.max_waiting,
         )
         self._runners = _Runners(tg, self._runner, min(config.max_concurrent, IDLE_RUNNERS))
+        #: per model, when ``config.coalesce`` is on
+        self._coalescers: dict[str, Coalescer] = {}
 
     # -- public API -----------------------------------------------------------------
 
@@ -141,6 +147,8 @@ class Host:
         if self._closed:
             return
         self._closed = True  # from now on every method refuses (HostClosed)
+        for model, coalescer in self._coalescers.items():
+            coalescer.close(Retired(f"the host closed before {model!r} answered"))
         config = self.config
         bound = config.exchange_timeout_s + 4 * config.exit_grace_s + CLOSE_SLACK_S
         with anyio.CancelScope(shield=True):
@@ -184,18 +192,39 @@ class Host:
         plan: Plan = plan_call(entry, texts, query, truncate)
         if model in self._retired:
             raise Retired(f"model {model!r} was retired; load it again to serve it")
+        call = Call.new(plan, deadline or Deadline.never(), self._runners.event())
+        if self.config.coalesce and Coalescer.joins(call):
+            self._coalescer(model).submit(call)
+        else:
+            self._launch(call)
+        return call
+
+    def _launch(self, call: Call) -> None:
+        """Start ``call``: its head start now, its detached task next."""
+        model = call.plan.model
         runner = self._runner
         worker = self._workers.get(model)
         if worker is None or worker.phase is Phase.EXITED:
             runner.check_room()  # a refused call leaves no worker record behind
-            worker = self._worker(entry)
+            worker = self._worker(self.catalog.entries[model])
         sup = self.supervisors[worker.lane.info.lane_id]
-        call = Call.new(plan, deadline or Deadline.never(), self._runners.event())
         if not runner.start(call, sup, worker):
             assert call.error is not None
             raise call.error  # before any await, as a refusal of the plan is
         self._runners.submit((call, sup, worker))
-        return call
+
+    def _coalescer(self, model: str) -> Coalescer:
+        coalescer = self._coalescers.get(model)
+        if coalescer is None:
+
+            def batch() -> int:
+                worker = self._workers.get(model)
+                hello = worker.hello if worker is not None else None
+                return hello.max_batch if hello is not None else COALESCE_BEFORE_HELLO
+
+            coalescer = Coalescer(self._launch, self._runners.event, self._runner, batch)
+            self._coalescers[model] = coalescer
+        return coalescer
 
     def _supervisor(self, entry: Entry) -> Supervisor:
         assert entry.lane is not None

@@ -20,10 +20,10 @@ from collections.abc import Sequence
 from typing import cast
 
 import anyio
-import attrs
 
+from .call import Call
 from .channel import Exchange
-from .deadline import Clock, Deadline, wait_bounded
+from .deadline import Clock, wait_bounded
 from .errors import (
     DeadlineExceeded,
     InternalError,
@@ -33,37 +33,11 @@ from .errors import (
     SynapseError,
     WorkerFault,
 )
-from .handoff import OneShot
-from .plan import Group, Item, Plan, group_by_bucket, over_ceiling
+from .plan import Group, Item, group_by_bucket, over_ceiling
 from .plugins import PluginHost
 from .residency.supervisor import Backlog, Fault, Lease, Supervisor
 from .residency.worker import Phase, Selection, Worker
 from .wire import Failure, Frame, Infer, Output, Shape, WireError, check_rows, rows_of
-
-
-@attrs.frozen
-class EmbedResult:
-    model: str
-    #: one row per input, in input order
-    vectors: list[list[float]]
-    #: vector-space identity of the worker that produced the rows
-    identity: str
-    #: indexes of the texts cut to the ceiling (only with ``truncate=True``)
-    truncated: tuple[int, ...] = ()
-    #: tokens embedded, special tokens excluded (after any cut)
-    tokens: int = 0
-
-
-@attrs.frozen
-class RerankResult:
-    model: str
-    #: one score per document, in input order
-    scores: list[float]
-    identity: str
-    #: indexes of the documents cut to fit the ceiling with the query
-    truncated: tuple[int, ...] = ()
-    #: tokens of the documents scored, special tokens and query excluded
-    tokens: int = 0
 
 
 class _Gone(Exception):
@@ -72,46 +46,6 @@ class _Gone(Exception):
 
 def _closing(call: Call) -> Retired:
     return Retired(f"the host closed before {call.plan.model!r} answered")
-
-
-@attrs.define(eq=False)
-class Call:
-    plan: Plan
-    deadline: Deadline
-    rows: list[list[float] | None]
-    done: OneShot
-    error: SynapseError | None = None
-    identity: str = ""
-    #: the caller is gone (cancelled or past its deadline): start nothing new
-    abandoned: bool = False
-    #: what the wait under way ends in at the deadline (default DeadlineExceeded)
-    expiry: SynapseError | None = None
-    # What the call holds, whether the head start or the detached task took it.
-    permit: bool = False
-    #: counted in ``Backlog.waiting`` until it holds the permit
-    queued: bool = False
-    entered: bool = False
-    #: the requests to send: each a batch-sized chunk of one bucket group
-    steps: list[Group] | None = None
-    lease: Lease | None = None
-    #: the first request, begun by the head start and not yet finished
-    begun: tuple[Infer, Exchange] | None = None
-
-    @classmethod
-    def new(cls, plan: Plan, deadline: Deadline, done: OneShot) -> Call:
-        return cls(plan, deadline, [None] * len(plan.items), done)
-
-    def is_abandoned(self) -> bool:
-        """``abandoned``, read after an await (a call, so type checkers do not narrow it)."""
-        return self.abandoned
-
-    def note_expiry(self, error: SynapseError | None) -> None:
-        self.expiry = error
-
-    def fail(self, error: SynapseError) -> None:
-        if not self.done.is_set():
-            self.error = error
-            self.done.set()
 
 
 class CallRunner:
@@ -149,10 +83,10 @@ class CallRunner:
                     DeadlineExceeded(f"deadline passed before {call.plan.model!r} answered"),
                 )
         except DeadlineExceeded as exc:
-            call.abandoned = True  # the detached task drains and releases
+            call.abandon()  # the detached task drains and releases
             raise (call.error or call.expiry or exc) from None
         except BaseException:
-            call.abandoned = True
+            call.abandon()
             raise
         if call.error is not None:
             raise call.error
@@ -204,6 +138,16 @@ class CallRunner:
         (for a caller about to create state for a call, before it does)."""
         if self.backlog.waiting >= self.max_waiting and self.permits.available_tokens < 1:
             raise self._overloaded()
+
+    def enqueue(self) -> None:
+        """Count a call waiting outside the permit's own queue (a coalescing
+        queue), or raise :class:`Overloaded` if ``max_waiting`` calls wait."""
+        if self.backlog.waiting >= self.max_waiting:
+            raise self._overloaded()
+        self.backlog.waiting += 1
+
+    def dequeue(self) -> None:
+        self.backlog.waiting -= 1
 
     def _overloaded(self) -> Overloaded:
         return Overloaded(

@@ -13,7 +13,7 @@ import pytest
 import synapse_core as synapse
 from synapse_core.host import IDLE_RUNNERS, _Slot
 from synapse_core.plan import Plan
-from synapse_core.serving import Call
+from synapse_core.call import Call
 from synapse_core.testing import transport_plugin
 from synapse_core.testing.fake import FakeTransport, InProcessFakeTransport
 

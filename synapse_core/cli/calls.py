@@ -17,13 +17,13 @@ import anyio
 import anyio.abc
 import attrs
 
+from ..call import EmbedResult, RerankResult
 from ..config import HostConfig, Task
 from ..deadline import Deadline
 from ..errors import IdentityChanged, Refused
 from ..host import Host, open_host
 from ..plan import plan_call
 from ..plugins import PluginHost
-from ..serving import EmbedResult, RerankResult
 from .inputs import Inputs
 from .options import deadline_from
 

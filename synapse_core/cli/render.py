@@ -10,10 +10,10 @@ import math
 from collections.abc import Sequence
 from typing import Any
 
+from ..call import EmbedResult, RerankResult
 from ..catalog import Catalog
 from ..config import HostConfig, ModelSpec
 from ..plugins import PluginHost
-from ..serving import EmbedResult, RerankResult
 from ..transport import Transport
 from .inputs import Inputs
 

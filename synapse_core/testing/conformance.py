@@ -80,13 +80,13 @@ import anyio
 import attrs
 import pytest
 
+from ..call import EmbedResult
 from ..channel import FramedChannel
 from ..config import HostConfig, ModelSpec
 from ..errors import OutcomeUnknown, Refused
 from ..hookspecs import hookimpl
 from ..host import Host, open_host
 from ..process import confirm_exit
-from ..serving import EmbedResult
 from ..transport import LaneSession, Launched, LaunchRequest, Transport
 from ..wire import (
     PROTOCOL_VERSION,

@@ -1,0 +1,236 @@
+"""Coalescing: small embed calls that would wait for a busy model share a request.
+
+With ``coalesce = true``, a model serves at most one call of this queue at a
+time. A small embed call arriving while that call runs waits here (counted as
+waiting, so ``max_waiting`` bounds the queue); when the running call ends,
+everything queued starts as one coalesced call whose plan holds every
+waiting caller's inputs, up to the worker's batch size. Each caller then gets
+its own rows, in its own order, or the coalesced call's error: a fault while
+a shared request ran reaches every caller in it as ``OutcomeUnknown`` (each
+of them may have run), and none is replayed.
+
+What stays per caller: refusals (each call is planned, and refused, alone
+before it joins), its deadline (a caller past it gets ``DeadlineExceeded``
+while the others are served; the coalesced call runs to the latest of their
+deadlines), and cancellation (a caller that gives up leaves the queue, and a
+coalesced call all of whose callers gave up starts nothing new).
+
+A call only joins if every input is already encoded (a small call is, at
+planning), so building the shared request cannot fail on one caller's text.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+from .call import Call
+from .deadline import Deadline
+from .errors import Refused, SynapseError
+from .handoff import OneShot
+from .plan import Item, Plan
+
+
+class Line(Protocol):
+    """The host's count of waiting calls (``max_waiting`` bounds it)."""
+
+    def enqueue(self) -> None:
+        """Count one more waiting call, or raise ``Overloaded`` if that is too many."""
+
+    def dequeue(self) -> None:
+        """Count one waiting call less."""
+
+
+class Settle:
+    """The ``done`` event of a call the queue started: setting it also tells
+    the queue, so the next coalesced call starts as this one ends, whichever
+    way it ends (served, failed, or ended by a closing host)."""
+
+    __slots__ = ("_event", "_settled")
+
+    def __init__(self, event: OneShot, settled: Callable[[], None]) -> None:
+        self._event = event
+        self._settled = settled
+
+    def set(self) -> None:
+        if not self._event.is_set():
+            self._event.set()
+            self._settled()
+
+    def is_set(self) -> bool:
+        return self._event.is_set()
+
+    async def wait(self) -> None:
+        await self._event.wait()
+
+
+class Members:
+    """The callers' calls one coalesced call serves, and where each one's rows are."""
+
+    def __init__(self, calls: list[Call]) -> None:
+        self.calls = calls
+        self.gone = 0
+        self.call: Call | None = None  # the coalesced call, once made
+
+    def left(self, call: Call) -> None:
+        self.gone += 1
+        if self.gone == len(self.calls) and self.call is not None:
+            self.call.abandoned = True  # nobody is waiting: start nothing new
+
+    def plan(self) -> Plan:
+        first = self.calls[0].plan
+        items: list[Item] = []
+        for call in self.calls:
+            base = len(items)
+            items.extend(
+                Item(base + item.index, item.text, item.count, item.length, item.ids)
+                for item in call.plan.items
+            )
+        return Plan(first.model, first.task, tuple(items), first.tokenizer)
+
+    def deadline(self) -> Deadline:
+        return max((call.deadline for call in self.calls), key=lambda d: d.when)
+
+    def settle(self, call: Call) -> None:
+        """Give each caller its rows, or the coalesced call's error."""
+        start = 0
+        for member in self.calls:
+            end = start + len(member.rows)
+            if call.error is None:
+                member.rows = call.rows[start:end]
+                member.identity = call.identity
+            else:
+                member.error = call.error
+            member.done.set()
+            start = end
+
+
+class Coalescer:
+    """The queue of one model's small embed calls; see the module docstring.
+
+    ``launch`` starts a call as the host starts any call (raising what the
+    head start raises); ``event`` makes a one-shot event; ``line`` counts
+    queued calls in the host's backlog; ``batch`` is the most inputs one
+    request of the model's worker takes.
+    """
+
+    def __init__(
+        self,
+        launch: Callable[[Call], None],
+        event: Callable[[], OneShot],
+        line: Line,
+        batch: Callable[[], int],
+    ) -> None:
+        self._launch = launch
+        self._event = event
+        self._line = line
+        self._batch = batch
+        self.running: Call | None = None
+        self.queue: list[Call] = []
+        self._dispatching = False
+        self._closed: SynapseError | None = None
+
+    @staticmethod
+    def joins(call: Call) -> bool:
+        """Whether ``call`` may be served with others: an embed call whose
+        inputs are all encoded already."""
+        plan = call.plan
+        return plan.task == "embed" and all(item.ids is not None for item in plan.items)
+
+    def submit(self, call: Call) -> None:
+        """Start ``call`` now if the model has none of this queue running, else
+        queue it (or raise ``Overloaded`` when the backlog is full)."""
+        if self._closed is not None:
+            raise self._closed
+        if self.running is None:
+            self._start(call, [call])
+            if call.error is not None:
+                raise call.error  # refused by the head start, before any await
+            return
+        self._line.enqueue()  # raises Overloaded when max_waiting calls wait
+        call.joined = self
+        self.queue.append(call)
+
+    def left(self, call: Call) -> None:
+        """A queued caller gave up: it leaves the queue and stops waiting."""
+        if call in self.queue:
+            self.queue.remove(call)
+            call.joined = None
+            self._line.dequeue()
+
+    def close(self, error: SynapseError) -> None:
+        """The host is closing: end every queued call with ``error``."""
+        self._closed = error
+        queued, self.queue = self.queue, []
+        for call in queued:
+            call.joined = None
+            self._line.dequeue()
+            call.fail(error)
+
+    def _settled(self) -> None:
+        self.running = None
+        if not self._dispatching:
+            self._dispatch()
+
+    def _dispatch(self) -> None:
+        # A loop, not recursion: a call that fails at once settles (and comes
+        # back here) before _start returns.
+        self._dispatching = True
+        try:
+            while self.running is None and self.queue and self._closed is None:
+                calls = self._take()
+                if len(calls) == 1:
+                    self._start(calls[0], calls)
+                else:
+                    members = Members(calls)
+                    call = members.call = Call.new(
+                        members.plan(), members.deadline(), self._event()
+                    )
+                    for member in calls:
+                        member.joined = members
+                    self._start(call, calls, members)
+        finally:
+            self._dispatching = False
+
+    def _take(self) -> list[Call]:
+        """The longest run of queued calls, oldest first, that fits one request."""
+        room = self._batch()
+        taken = 0
+        size = 0
+        for call in self.queue:
+            size += len(call.plan.items)
+            if taken and size > room:
+                break
+            taken += 1
+        calls, self.queue = self.queue[:taken], self.queue[taken:]
+        for call in calls:
+            call.joined = None
+            self._line.dequeue()
+        return calls
+
+    def _start(self, call: Call, calls: list[Call], members: Members | None = None) -> None:
+        def settled() -> None:
+            if members is not None:
+                if isinstance(call.error, Refused):
+                    # Refused by the worker as a whole (its buckets are smaller
+                    # than declared): nothing ran, so each call starts alone
+                    # and gets its own refusal, naming its own input.
+                    for member in calls:
+                        member.joined = None
+                        self._alone(member)
+                else:
+                    members.settle(call)
+            self._settled()
+
+        call.done = Settle(call.done, settled)
+        self.running = call
+        try:
+            self._launch(call)
+        except SynapseError as exc:
+            call.fail(exc)  # settles: the queue moves on
+
+    def _alone(self, call: Call) -> None:
+        try:
+            self._launch(call)
+        except SynapseError as exc:
+            call.fail(exc)
