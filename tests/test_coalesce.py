@@ -270,3 +270,19 @@ async def test_a_coalesced_call_whose_callers_all_gave_up_starts_nothing_new(
     # "a", then the shared bucket-8 request (drained), never the bucket-16 one.
     assert [frame["shape"][0] for frame in transport.frames("infer")] == [8, 8, 8]
     assert len(transport.launches) == 1
+
+
+async def test_calls_queued_when_their_model_is_retired_are_not_started(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    async def body(held: Held, transport: InProcessFakeTransport) -> None:
+        await held.queue(QUEUED[:2])
+        held.tg.start_soon(held.host.retire, "m")
+        await eventually(lambda: held.host.snapshot().worker("m").state == "retiring")
+        held.release()
+        await eventually(lambda: len(held.results) == 3)
+        assert isinstance(held.results[0], synapse.EmbedResult)  # drained, then answered
+        assert {type(held.results[i]) for i in (1, 2)} == {synapse.Retired}
+
+    transport = await serve_held(make_model, make_config, gate, body)
+    assert len(transport.frames("infer")) == 1
