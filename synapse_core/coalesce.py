@@ -24,6 +24,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+import attrs
+
 from .call import Call
 from .deadline import Deadline
 from .errors import Refused, SynapseError
@@ -105,6 +107,21 @@ class Members:
             start = end
 
 
+@attrs.define(eq=False)
+class Coalesced(Call):
+    """A call serving others' calls: what its waits would end in at the
+    deadline (``CapacityExhausted`` while waiting for lane room, say) is what
+    each of its callers' waits ends in too."""
+
+    members: Members | None = None
+
+    def note_expiry(self, error: SynapseError | None) -> None:
+        self.expiry = error
+        if self.members is not None:
+            for member in self.members.calls:
+                member.expiry = error
+
+
 class Coalescer:
     """The queue of one model's small embed calls; see the module docstring.
 
@@ -183,9 +200,9 @@ class Coalescer:
                     self._start(calls[0], calls)
                 else:
                     members = Members(calls)
-                    call = members.call = Call.new(
-                        members.plan(), members.deadline(), self._event()
-                    )
+                    call = Coalesced.new(members.plan(), members.deadline(), self._event())
+                    call.members = members
+                    members.call = call
                     for member in calls:
                         member.joined = members
                     self._start(call, calls, members)

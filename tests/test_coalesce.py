@@ -286,3 +286,34 @@ async def test_calls_queued_when_their_model_is_retired_are_not_started(
 
     transport = await serve_held(make_model, make_config, gate, body)
     assert len(transport.frames("infer")) == 1
+
+
+async def test_coalesced_callers_out_of_lane_room_get_capacity_exhausted(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    # "a" holds the lane's room while its reply is held; "b" coalesces.
+    transport = InProcessFakeTransport()
+    transport.reply_gate = gate
+    gate.armed = lambda model, frame: model == "a" and isinstance(frame, Infer)
+    lanes = {"fake:0": {"capacity": 20}}
+    cfg = make_config(make_model("a"), make_model("b"), lanes=lanes, coalesce=True)
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.load("b")
+        results: list[object] = []
+
+        async def b(text: str, seconds: float) -> None:
+            try:
+                await host.embed("b", [text], deadline=synapse.Deadline.after(seconds))
+            except synapse.SynapseError as exc:
+                results.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(host.embed, "a", ["x"])
+            await gate.arrived.wait()
+            tg.start_soon(b, "runs first", 0.05)
+            await eventually(lambda: host.backlog.waiting == 1)  # waiting for room
+            tg.start_soon(b, "queued", 0.2)
+            tg.start_soon(b, "queued too", 0.2)
+            await eventually(lambda: len(results) == 3)
+            gate.release.set()
+        assert [type(r) for r in results] == [synapse.CapacityExhausted] * 3
