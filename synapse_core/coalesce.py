@@ -28,7 +28,7 @@ import attrs
 
 from .call import Call
 from .deadline import Deadline
-from .errors import Refused, SynapseError
+from .errors import InternalError, Refused, SynapseError
 from .handoff import OneShot
 from .plan import Item, Plan
 
@@ -234,20 +234,24 @@ class Coalescer:
                     # and gets its own refusal, naming its own input.
                     for member in calls:
                         member.joined = None
-                        self._alone(member)
+                        if not member.abandoned:
+                            self._launch_or_fail(member)
                 else:
                     members.settle(call)
             self._settled()
 
         call.done = Settle(call.done, settled)
         self.running = call
-        try:
-            self._launch(call)
-        except SynapseError as exc:
-            call.fail(exc)  # settles: the queue moves on
+        self._launch_or_fail(call)  # a call that fails settles: the queue moves on
 
-    def _alone(self, call: Call) -> None:
+    def _launch_or_fail(self, call: Call) -> None:
+        # Never raises: this also runs when a call settles, in the detached
+        # task that ended it, where an exception would reach the host's task group.
         try:
             self._launch(call)
         except SynapseError as exc:
             call.fail(exc)
+        except Exception as exc:
+            call.fail(
+                InternalError(f"internal error starting a call of {call.plan.model!r}: {exc!r}")
+            )
