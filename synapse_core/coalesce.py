@@ -28,7 +28,7 @@ import attrs
 
 from .call import Call
 from .deadline import Deadline
-from .errors import InternalError, Refused, SynapseError
+from .errors import InternalError, Refused, SynapseError, WorkerRejected
 from .handoff import OneShot
 from .plan import Item, Plan
 
@@ -228,10 +228,12 @@ class Coalescer:
     def _start(self, call: Call, calls: list[Call], members: Members | None = None) -> None:
         def settled() -> None:
             if members is not None:
-                if isinstance(call.error, Refused):
-                    # Refused by the worker as a whole (its buckets are smaller
-                    # than declared): nothing ran, so each call starts alone
-                    # and gets its own refusal, naming its own input.
+                if isinstance(call.error, Refused | WorkerRejected):
+                    # Refused as a whole (the worker's buckets are smaller than
+                    # declared: nothing was sent), or a shared request rejected
+                    # by the worker (no rows, no fault): either may be down to
+                    # one caller's input, so each call starts alone and gets
+                    # its own outcome, a refusal naming its own input, say.
                     for member in calls:
                         member.joined = None
                         if not member.abandoned:

@@ -83,6 +83,16 @@ class WorkerFault(SynapseError):
     code = "worker-fault"
 
 
+class WorkerRejected(WorkerFault):
+    """The worker answered a request with a failure instead of its rows.
+
+    Not a fault: the worker keeps serving and is not restarted, and nothing
+    of the request was produced. Its input may be the cause (token ids past
+    the model's vocabulary, say), so a coalesced call that ends in it is not
+    passed on to its callers: each of their calls starts alone instead.
+    """
+
+
 class Retired(SynapseError):
     """The model is being retired (or was retired) and takes no new work."""
 

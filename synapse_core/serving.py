@@ -32,6 +32,7 @@ from .errors import (
     Retired,
     SynapseError,
     WorkerFault,
+    WorkerRejected,
 )
 from .plan import Group, Item, group_by_bucket, over_ceiling
 from .plugins import PluginHost
@@ -389,7 +390,7 @@ class CallRunner:
             return reply
         # Not the reply expected: say exactly how.
         if isinstance(reply, Failure) and reply.request_id == request.request_id:
-            raise WorkerFault(f"worker rejected the request: {reply.code}: {reply.message}")
+            raise WorkerRejected(f"worker rejected the request: {reply.code}: {reply.message}")
         if not isinstance(reply, Output):
             raise WireError(f"expected output, got {type(reply).__name__}")
         if reply.request_id != request.request_id:

@@ -353,3 +353,47 @@ async def test_a_coalesced_call_refused_by_its_worker_is_served_call_by_call(
         refused = results[2]
         assert isinstance(refused, synapse.Refused)
         assert (refused.code, refused.index) == ("over-ceiling", 1)  # its own index
+
+
+async def test_a_request_the_worker_rejects_fails_only_the_caller_whose_input_it_was(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    # Token ids reach the worker unchecked; a real worker fails a request holding
+    # an id past its vocabulary (an embedding table lookup out of range).
+    from synapse_core.testing.fake_worker import FakeWorker
+    from synapse_core.tokenizer import VOCAB
+    from synapse_core.transport import Launched, LaunchRequest
+
+    class VocabWorker(FakeWorker):
+        def embed(self, batch: list[list[int]]) -> list[list[float]]:
+            if any(token >= VOCAB for seq in batch for token in seq):
+                raise IndexError("token id out of the vocabulary")
+            return super().embed(batch)
+
+    class VocabTransport(InProcessFakeTransport):
+        async def launch(self, request: LaunchRequest) -> Launched:
+            return self.start_worker(request, VocabWorker, 6_100_000)
+
+    transport = VocabTransport()
+    transport.reply_gate = gate
+    cfg = make_config(make_model("m", max_batch=8), coalesce=True)
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.load("m")
+        gate.armed = lambda model, frame: isinstance(frame, Infer)
+        async with anyio.create_task_group() as tg:
+            held = Held(host, gate, tg)
+            held.call(0, ["a"])
+            await gate.arrived.wait()
+            held.call(1, ["b"])
+            held.call(2, [[VOCAB + 5]])  # type: ignore[list-item]
+            held.call(3, ["c", "d"])
+            await eventually(lambda: host.backlog.waiting == 3)
+            held.release()
+        results = held.results
+        assert isinstance(results[2], synapse.WorkerFault), results[2]
+        for index, texts in ((1, ["b"]), (3, ["c", "d"])):
+            assert isinstance(results[index], synapse.EmbedResult), results[index]
+            assert results[index].vectors == [pytest.approx(expected(t), abs=1e-6) for t in texts]
+        snapshot = host.snapshot().worker("m")
+        assert (snapshot.inflight, snapshot.leases, host.backlog.waiting) == (0, 0, 0)
+        assert snapshot.restarts == 0  # a rejection is not a fault
