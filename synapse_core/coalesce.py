@@ -52,12 +52,16 @@ class Settle:
 
     def __init__(self, event: OneShot, settled: Callable[[], None]) -> None:
         self._event = event
-        self._settled = settled
+        self._settled: Callable[[], None] | None = settled
 
     def set(self) -> None:
-        if not self._event.is_set():
+        settled, self._settled = self._settled, None
+        if settled is not None:
+            # Dropped first: the callback holds the call, whose done this is;
+            # left in place, that cycle would keep the call (texts, plan,
+            # rows) until a full collection instead of freeing it with its caller.
             self._event.set()
-            self._settled()
+            settled()
 
     def is_set(self) -> bool:
         return self._event.is_set()
@@ -90,11 +94,21 @@ class Members:
             )
         return Plan(first.model, first.task, tuple(items), first.tokenizer)
 
+    def unlink(self) -> None:
+        """The coalesced call has ended: drop the links between it, its callers'
+        calls and this (cycles, freed only by a full collection otherwise)."""
+        if isinstance(self.call, Coalesced):
+            self.call.members = None
+        self.call = None
+        for member in self.calls:
+            member.joined = None
+
     def deadline(self) -> Deadline:
         return max((call.deadline for call in self.calls), key=lambda d: d.when)
 
     def settle(self, call: Call) -> None:
         """Give each caller its rows, or the coalesced call's error."""
+        self.unlink()
         start = 0
         for member in self.calls:
             end = start + len(member.rows)
@@ -234,8 +248,8 @@ class Coalescer:
                     # by the worker (no rows, no fault): either may be down to
                     # one caller's input, so each call starts alone and gets
                     # its own outcome, a refusal naming its own input, say.
+                    members.unlink()
                     for member in calls:
-                        member.joined = None
                         if not member.abandoned:
                             self._launch_or_fail(member)
                 else:

@@ -397,3 +397,43 @@ async def test_a_request_the_worker_rejects_fails_only_the_caller_whose_input_it
         snapshot = host.snapshot().worker("m")
         assert (snapshot.inflight, snapshot.leases, host.backlog.waiting) == (0, 0, 0)
         assert snapshot.restarts == 0  # a rejection is not a fault
+
+
+async def test_a_served_call_is_freed_at_once_not_left_to_the_cycle_collector(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    # Without cycles a call (texts, plan, rows) goes as its caller returns; in a
+    # cycle it outlives it until a full collection, which under load is rare.
+    import gc
+    import weakref
+
+    from synapse_core.call import Call
+
+    calls: list[weakref.ref[Call]] = []
+
+    class Tracking(synapse.Host):
+        def _call(self, *args: Any, **kwargs: Any) -> Call:
+            call = super()._call(*args, **kwargs)
+            calls.append(weakref.ref(call))
+            return call
+
+    transport = InProcessFakeTransport()
+    transport.reply_gate = gate
+    cfg = make_config(make_model("m", max_batch=8), coalesce=True)
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        async with synapse.open_host(
+            cfg, plugins=[transport_plugin(transport)], host_class=Tracking
+        ) as host:
+            await host.load("m")
+            gate.armed = lambda model, frame: isinstance(frame, Infer)
+            async with anyio.create_task_group() as tg:
+                held = Held(host, gate, tg)
+                await held.queue(QUEUED)
+                held.release()
+            assert len(calls) == len(QUEUED) + 1
+            assert [ref() for ref in calls] == [None] * len(calls)
+    finally:
+        if enabled:
+            gc.enable()
