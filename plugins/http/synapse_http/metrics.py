@@ -84,7 +84,9 @@ class _HostCollector(Collector):
     def collect(self) -> Iterator[Metric]:
         host = self.service.open
         waiting = GaugeMetricFamily(
-            "synapse_calls_waiting", "Calls waiting for an execution permit."
+            "synapse_calls_waiting",
+            "Calls waiting for an execution permit, for lane room, or queued to be "
+            "coalesced (what max_waiting bounds).",
         )
         waiting.add_metric([], host.backlog.waiting if host else 0)
         yield waiting
