@@ -68,6 +68,9 @@ class Call:
     permit: bool = False
     #: counted in ``Backlog.waiting`` until it holds the permit
     queued: bool = False
+    #: let in past ``max_waiting`` already (queued to be coalesced): a later
+    #: wait is never refused with ``Overloaded``
+    admitted: bool = False
     entered: bool = False
     #: the requests to send: each a batch-sized chunk of one bucket group
     steps: list[Group] | None = None

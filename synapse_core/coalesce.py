@@ -179,6 +179,9 @@ class Coalescer:
                 raise call.error  # refused by the head start, before any await
             return
         self._line.enqueue()  # raises Overloaded when max_waiting calls wait
+        # Let in: when it starts (alone or coalesced, waiting for a permit or
+        # not), it is not refused as Overloaded after all.
+        call.admitted = True
         call.joined = self
         self.queue.append(call)
 
@@ -216,6 +219,7 @@ class Coalescer:
                     members = Members(calls)
                     call = Coalesced.new(members.plan(), members.deadline(), self._event())
                     call.members = members
+                    call.admitted = True
                     members.call = call
                     for member in calls:
                         member.joined = members

@@ -209,7 +209,8 @@ class Host:
         runner = self._runner
         worker = self._workers.get(model)
         if worker is None or worker.phase is Phase.EXITED:
-            runner.check_room()  # a refused call leaves no worker record behind
+            if not call.admitted:
+                runner.check_room()  # a refused call leaves no worker record behind
             worker = self._worker(self.catalog.entries[model])
         sup = self.supervisors[worker.lane.info.lane_id]
         if not runner.start(call, sup, worker):

@@ -110,7 +110,7 @@ class CallRunner:
         try:
             self.permits.acquire_on_behalf_of_nowait(call)
         except anyio.WouldBlock:
-            if self.backlog.waiting >= self.max_waiting:
+            if self.backlog.waiting >= self.max_waiting and not call.admitted:
                 raise self._overloaded() from None
             self.backlog.waiting += 1
             call.queued = True

@@ -437,3 +437,55 @@ async def test_a_served_call_is_freed_at_once_not_left_to_the_cycle_collector(
     finally:
         if enabled:
             gc.enable()
+
+
+async def test_a_call_queued_and_started_alone_again_is_never_refused_as_overloaded(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    # One permit, two waiting calls at most. "bad" and "good" share a request
+    # the worker rejects; both start alone again while two more calls wait.
+    from synapse_core.testing.fake_worker import FakeWorker
+    from synapse_core.tokenizer import VOCAB
+    from synapse_core.transport import Launched, LaunchRequest
+
+    class VocabWorker(FakeWorker):
+        def embed(self, batch: list[list[int]]) -> list[list[float]]:
+            if any(token >= VOCAB for seq in batch for token in seq):
+                raise IndexError("token id out of the vocabulary")
+            return super().embed(batch)
+
+    class VocabTransport(InProcessFakeTransport):
+        async def launch(self, request: LaunchRequest) -> Launched:
+            return self.start_worker(request, VocabWorker, 6_200_000)
+
+    transport = VocabTransport()
+    transport.reply_gate = gate
+    cfg = make_config(
+        make_model("m", max_batch=8), coalesce=True, max_concurrent=1, max_waiting=2
+    )
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.load("m")
+        gate.armed = lambda model, frame: isinstance(frame, Infer)
+        async with anyio.create_task_group() as tg:
+            held = Held(host, gate, tg)
+            held.call(0, ["a"])
+            await gate.arrived.wait()
+            held.call(1, [[VOCAB + 5]])  # type: ignore[list-item]
+            held.call(2, ["good"])
+            await eventually(lambda: host.backlog.waiting == 2)
+            second = type(gate)()  # holds the shared request's reply
+            second.armed = lambda model, frame: isinstance(frame, Infer) and frame.sequences[0][
+                0
+            ] >= VOCAB
+            transport.reply_gate = second
+            held.release()
+            await second.arrived.wait()
+            held.call(3, ["x"])
+            held.call(4, ["y"])
+            await eventually(lambda: host.backlog.waiting == 2)
+            second.release.set()
+        results = held.results
+        assert isinstance(results[1], synapse.WorkerFault), results[1]
+        for index in (0, 2, 3, 4):
+            assert isinstance(results[index], synapse.EmbedResult), (index, results[index])
+        assert host.backlog.waiting == 0
