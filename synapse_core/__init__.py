@@ -46,6 +46,7 @@ _EXPORTS = {
     "DeadlineExceeded": "errors",
     "OutcomeUnknown": "errors",
     "WorkerFault": "errors",
+    "WorkerRejected": "errors",
     "Retired": "errors",
     "LaneLocked": "errors",
     "Overloaded": "errors",
@@ -83,6 +84,7 @@ __all__ = [
     "SynapseError",
     "Transport",
     "WorkerFault",
+    "WorkerRejected",
     "__version__",
     "hookimpl",
     "open_host",
@@ -111,6 +113,7 @@ if TYPE_CHECKING:
         Retired,
         SynapseError,
         WorkerFault,
+        WorkerRejected,
     )
     from .hookspecs import hookimpl
     from .host import Host, open_host
