@@ -11,8 +11,9 @@ import pytest
 import synapse_core as synapse
 from synapse_core.testing import eventually, transport_plugin
 from synapse_core.testing.fake import InProcessFakeTransport
-from synapse_core.testing.fake_worker import fake_vector
-from synapse_core.tokenizer import BasicTokenizer
+from synapse_core.testing.fake_worker import FakeWorker, fake_vector
+from synapse_core.tokenizer import VOCAB, BasicTokenizer
+from synapse_core.transport import Launched, LaunchRequest
 from synapse_core.wire import Infer
 
 pytestmark = pytest.mark.anyio
@@ -23,6 +24,22 @@ QUEUED = [["b"], ["c", "d"], ["e"], ["f", "g"], ["h"]]
 
 def expected(text: str, dims: int = 4) -> list[float]:
     return fake_vector(BasicTokenizer().encode(text), dims)
+
+
+class VocabWorker(FakeWorker):
+    """Fails a request holding a token id past its vocabulary, as a real worker
+    does (an embedding table lookup out of range): the host passes token ids
+    on unchecked."""
+
+    def embed(self, batch: list[list[int]]) -> list[list[float]]:
+        if any(token >= VOCAB for seq in batch for token in seq):
+            raise IndexError("token id out of the vocabulary")
+        return super().embed(batch)
+
+
+class VocabTransport(InProcessFakeTransport):
+    async def launch(self, request: LaunchRequest) -> Launched:
+        return self.start_worker(request, VocabWorker, 6_100_000)
 
 
 class Held:
@@ -322,8 +339,7 @@ async def test_coalesced_callers_out_of_lane_room_get_capacity_exhausted(
 async def test_a_coalesced_call_refused_by_its_worker_is_served_call_by_call(
     make_model: Any, make_config: Any, gate: Any
 ) -> None:
-    from synapse_core.testing.fake_worker import FakeOptions, FakeWorker
-    from synapse_core.transport import Launched, LaunchRequest
+    from synapse_core.testing.fake_worker import FakeOptions
 
     class SmallerWorker(FakeWorker):
         """Runs only bucket 8, though its catalog options declare 8, 16 and 32."""
@@ -358,22 +374,6 @@ async def test_a_coalesced_call_refused_by_its_worker_is_served_call_by_call(
 async def test_a_request_the_worker_rejects_fails_only_the_caller_whose_input_it_was(
     make_model: Any, make_config: Any, gate: Any
 ) -> None:
-    # Token ids reach the worker unchecked; a real worker fails a request holding
-    # an id past its vocabulary (an embedding table lookup out of range).
-    from synapse_core.testing.fake_worker import FakeWorker
-    from synapse_core.tokenizer import VOCAB
-    from synapse_core.transport import Launched, LaunchRequest
-
-    class VocabWorker(FakeWorker):
-        def embed(self, batch: list[list[int]]) -> list[list[float]]:
-            if any(token >= VOCAB for seq in batch for token in seq):
-                raise IndexError("token id out of the vocabulary")
-            return super().embed(batch)
-
-    class VocabTransport(InProcessFakeTransport):
-        async def launch(self, request: LaunchRequest) -> Launched:
-            return self.start_worker(request, VocabWorker, 6_100_000)
-
     transport = VocabTransport()
     transport.reply_gate = gate
     cfg = make_config(make_model("m", max_batch=8), coalesce=True)
@@ -444,25 +444,9 @@ async def test_a_call_queued_and_started_alone_again_is_never_refused_as_overloa
 ) -> None:
     # One permit, two waiting calls at most. "bad" and "good" share a request
     # the worker rejects; both start alone again while two more calls wait.
-    from synapse_core.testing.fake_worker import FakeWorker
-    from synapse_core.tokenizer import VOCAB
-    from synapse_core.transport import Launched, LaunchRequest
-
-    class VocabWorker(FakeWorker):
-        def embed(self, batch: list[list[int]]) -> list[list[float]]:
-            if any(token >= VOCAB for seq in batch for token in seq):
-                raise IndexError("token id out of the vocabulary")
-            return super().embed(batch)
-
-    class VocabTransport(InProcessFakeTransport):
-        async def launch(self, request: LaunchRequest) -> Launched:
-            return self.start_worker(request, VocabWorker, 6_200_000)
-
     transport = VocabTransport()
     transport.reply_gate = gate
-    cfg = make_config(
-        make_model("m", max_batch=8), coalesce=True, max_concurrent=1, max_waiting=2
-    )
+    cfg = make_config(make_model("m", max_batch=8), coalesce=True, max_concurrent=1, max_waiting=2)
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
         await host.load("m")
         gate.armed = lambda model, frame: isinstance(frame, Infer)
@@ -474,9 +458,9 @@ async def test_a_call_queued_and_started_alone_again_is_never_refused_as_overloa
             held.call(2, ["good"])
             await eventually(lambda: host.backlog.waiting == 2)
             second = type(gate)()  # holds the shared request's reply
-            second.armed = lambda model, frame: isinstance(frame, Infer) and frame.sequences[0][
-                0
-            ] >= VOCAB
+            second.armed = lambda model, frame: (
+                isinstance(frame, Infer) and frame.sequences[0][0] >= VOCAB
+            )
             transport.reply_gate = second
             held.release()
             await second.arrived.wait()
