@@ -76,13 +76,16 @@ async def serve_held(
     make_config: Any,
     gate: Any,
     body: Callable[[Held, InProcessFakeTransport], Awaitable[None]],
+    transport: InProcessFakeTransport | None = None,
+    host_class: type[synapse.Host] = synapse.Host,
     **settings: Any,
 ) -> InProcessFakeTransport:
-    transport = InProcessFakeTransport()
+    transport = transport or InProcessFakeTransport()
     transport.reply_gate = gate
     settings.setdefault("coalesce", True)
     cfg = make_config(make_model("m", max_batch=8), **settings)
-    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+    plugins = [transport_plugin(transport)]
+    async with synapse.open_host(cfg, plugins=plugins, host_class=host_class) as host:
         await host.load("m")
         gate.armed = lambda model, frame: isinstance(frame, Infer)
         async with anyio.create_task_group() as tg:
@@ -352,17 +355,11 @@ async def test_a_coalesced_call_refused_by_its_worker_is_served_call_by_call(
         async def launch(self, request: LaunchRequest) -> Launched:
             return self.start_worker(request, SmallerWorker, 6_000_000)
 
-    transport = SmallerTransport()
-    transport.reply_gate = gate
-    cfg = make_config(make_model("m", max_batch=8), coalesce=True)
-    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
-        await host.load("m")
-        gate.armed = lambda model, frame: isinstance(frame, Infer)
-        async with anyio.create_task_group() as tg:
-            held = Held(host, gate, tg)
-            # Ten words fit the declared buckets, not the worker's.
-            await held.queue([["short"], ["fine", "word " * 10], ["also short"]])
-            held.release()
+    async def body(held: Held, transport: InProcessFakeTransport) -> None:
+        # Ten words fit the declared buckets, not the worker's.
+        await held.queue([["short"], ["fine", "word " * 10], ["also short"]])
+        held.release()
+        await eventually(lambda: len(held.results) == 4)
         results = held.results
         assert isinstance(results[1], synapse.EmbedResult)
         assert isinstance(results[3], synapse.EmbedResult)
@@ -370,33 +367,29 @@ async def test_a_coalesced_call_refused_by_its_worker_is_served_call_by_call(
         assert isinstance(refused, synapse.Refused)
         assert (refused.code, refused.index) == ("over-ceiling", 1)  # its own index
 
+    await serve_held(make_model, make_config, gate, body, SmallerTransport())
+
 
 async def test_a_request_the_worker_rejects_fails_only_the_caller_whose_input_it_was(
     make_model: Any, make_config: Any, gate: Any
 ) -> None:
-    transport = VocabTransport()
-    transport.reply_gate = gate
-    cfg = make_config(make_model("m", max_batch=8), coalesce=True)
-    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
-        await host.load("m")
-        gate.armed = lambda model, frame: isinstance(frame, Infer)
-        async with anyio.create_task_group() as tg:
-            held = Held(host, gate, tg)
-            held.call(0, ["a"])
-            await gate.arrived.wait()
-            held.call(1, ["b"])
-            held.call(2, [[VOCAB + 5]])  # type: ignore[list-item]
-            held.call(3, ["c", "d"])
-            await eventually(lambda: host.backlog.waiting == 3)
-            held.release()
+    async def body(held: Held, transport: InProcessFakeTransport) -> None:
+        held.call(0, ["a"])
+        await held.gate.arrived.wait()
+        held.call(1, ["b"])
+        held.call(2, [[VOCAB + 5]])  # type: ignore[list-item]
+        held.call(3, ["c", "d"])
+        await eventually(lambda: held.host.backlog.waiting == 3)
+        held.release()
+        await eventually(lambda: len(held.results) == 4)
         results = held.results
         assert isinstance(results[2], synapse.WorkerFault), results[2]
         for index, texts in ((1, ["b"]), (3, ["c", "d"])):
             assert isinstance(results[index], synapse.EmbedResult), results[index]
             assert results[index].vectors == [pytest.approx(expected(t), abs=1e-6) for t in texts]
-        snapshot = host.snapshot().worker("m")
-        assert (snapshot.inflight, snapshot.leases, host.backlog.waiting) == (0, 0, 0)
-        assert snapshot.restarts == 0  # a rejection is not a fault
+        assert held.host.snapshot().worker("m").restarts == 0  # a rejection is not a fault
+
+    await serve_held(make_model, make_config, gate, body, VocabTransport())
 
 
 async def test_a_served_call_is_freed_at_once_not_left_to_the_cycle_collector(
@@ -417,23 +410,16 @@ async def test_a_served_call_is_freed_at_once_not_left_to_the_cycle_collector(
             calls.append(weakref.ref(call))
             return call
 
-    transport = InProcessFakeTransport()
-    transport.reply_gate = gate
-    cfg = make_config(make_model("m", max_batch=8), coalesce=True)
+    async def body(held: Held, transport: InProcessFakeTransport) -> None:
+        await held.queue(QUEUED)
+        held.release()
+
     enabled = gc.isenabled()
     gc.disable()
     try:
-        async with synapse.open_host(
-            cfg, plugins=[transport_plugin(transport)], host_class=Tracking
-        ) as host:
-            await host.load("m")
-            gate.armed = lambda model, frame: isinstance(frame, Infer)
-            async with anyio.create_task_group() as tg:
-                held = Held(host, gate, tg)
-                await held.queue(QUEUED)
-                held.release()
-            assert len(calls) == len(QUEUED) + 1
-            assert [ref() for ref in calls] == [None] * len(calls)
+        await serve_held(make_model, make_config, gate, body, host_class=Tracking)
+        assert len(calls) == len(QUEUED) + 1
+        assert [ref() for ref in calls] == [None] * len(calls)
     finally:
         if enabled:
             gc.enable()
@@ -444,32 +430,30 @@ async def test_a_call_queued_and_started_alone_again_is_never_refused_as_overloa
 ) -> None:
     # One permit, two waiting calls at most. "bad" and "good" share a request
     # the worker rejects; both start alone again while two more calls wait.
-    transport = VocabTransport()
-    transport.reply_gate = gate
-    cfg = make_config(make_model("m", max_batch=8), coalesce=True, max_concurrent=1, max_waiting=2)
-    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
-        await host.load("m")
-        gate.armed = lambda model, frame: isinstance(frame, Infer)
-        async with anyio.create_task_group() as tg:
-            held = Held(host, gate, tg)
-            held.call(0, ["a"])
-            await gate.arrived.wait()
-            held.call(1, [[VOCAB + 5]])  # type: ignore[list-item]
-            held.call(2, ["good"])
-            await eventually(lambda: host.backlog.waiting == 2)
-            second = type(gate)()  # holds the shared request's reply
-            second.armed = lambda model, frame: (
-                isinstance(frame, Infer) and frame.sequences[0][0] >= VOCAB
-            )
-            transport.reply_gate = second
-            held.release()
-            await second.arrived.wait()
-            held.call(3, ["x"])
-            held.call(4, ["y"])
-            await eventually(lambda: host.backlog.waiting == 2)
-            second.release.set()
+    async def body(held: Held, transport: InProcessFakeTransport) -> None:
+        host = held.host
+        held.call(0, ["a"])
+        await held.gate.arrived.wait()
+        held.call(1, [[VOCAB + 5]])  # type: ignore[list-item]
+        held.call(2, ["good"])
+        await eventually(lambda: host.backlog.waiting == 2)
+        second = type(gate)()  # holds the shared request's reply
+        second.armed = lambda model, frame: (
+            isinstance(frame, Infer) and frame.sequences[0][0] >= VOCAB
+        )
+        transport.reply_gate = second
+        held.release()
+        await second.arrived.wait()
+        held.call(3, ["x"])
+        held.call(4, ["y"])
+        await eventually(lambda: host.backlog.waiting == 2)
+        second.release.set()
+        await eventually(lambda: len(held.results) == 5)
         results = held.results
         assert isinstance(results[1], synapse.WorkerFault), results[1]
         for index in (0, 2, 3, 4):
             assert isinstance(results[index], synapse.EmbedResult), (index, results[index])
-        assert host.backlog.waiting == 0
+
+    await serve_held(
+        make_model, make_config, gate, body, VocabTransport(), max_concurrent=1, max_waiting=2
+    )
