@@ -1,6 +1,7 @@
-"""The residency supervisor of one lane: its worker lifecycle
-(:mod:`.lifecycle`) and admission (:mod:`.admission`), and the few methods
-the host calls to hand it workers and take them back.
+"""The residency supervisor of one lane: its state (:mod:`.state`), the
+exits of its workers (:mod:`.exits`), their lifecycle (:mod:`.lifecycle`) and
+admission (:mod:`.admission`), and the few methods the host calls to hand it
+workers and take them back.
 """
 
 from __future__ import annotations
