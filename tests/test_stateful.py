@@ -27,7 +27,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 
 import synapse_core as synapse
 from synapse_core.residency.lane import Lane
-from synapse_core.residency.supervisor import Supervisor
+from synapse_core.residency.supervisor import Lease, Supervisor
 from synapse_core.residency.worker import Phase
 from synapse_core.serving import CallRunner
 from synapse_core.testing import catalog_toml, transport_plugin
@@ -146,16 +146,31 @@ class ResidencyMachine(RuleBasedStateMachine):
         serving: ContextVar[int] = ContextVar("serving", default=0)
         original_start = CallRunner.start
         original_run = CallRunner.run
-        original_grant = Supervisor._grant
-        original_release = Supervisor.release
 
         def queued() -> int:
             return sum(1 for c in machine.started if c.queued)
 
-        def start(runner: CallRunner, call: Any, *args: Any) -> bool:
+        class Leases:
+            """Counts each call's leases, told by the supervisor as they come and go."""
+
+            def granted(self, lease: Lease) -> None:
+                call = serving.get()
+                machine.leases_by_call[call] += 1
+                machine.max_leases_per_call = max(
+                    machine.max_leases_per_call, machine.leases_by_call[call]
+                )
+                machine.lease_owner[id(lease)] = call
+
+            def released(self, lease: Lease) -> None:
+                machine.leases_by_call[machine.lease_owner.pop(id(lease))] -= 1
+
+        leases = Leases()
+
+        def start(runner: CallRunner, call: Any, sup: Supervisor, *args: Any) -> bool:
+            sup.watch_leases(leases)  # before the call's first lease
             token = serving.set(id(call))
             try:
-                started = original_start(runner, call, *args)
+                started = original_start(runner, call, sup, *args)
             except synapse.Overloaded:
                 machine.overloaded += 1
                 # Refused only when max_waiting calls really wait: for a
@@ -179,33 +194,14 @@ class ResidencyMachine(RuleBasedStateMachine):
             finally:
                 serving.reset(token)
 
-        def grant(sup: Supervisor, *args: Any) -> Any:
-            granted = original_grant(sup, *args)
-            call = serving.get()
-            machine.leases_by_call[call] += 1
-            machine.max_leases_per_call = max(
-                machine.max_leases_per_call, machine.leases_by_call[call]
-            )
-            machine.lease_owner[id(granted)] = call
-            return granted
-
-        def release(sup: Supervisor, granted: Any) -> None:
-            if not granted.released:
-                machine.leases_by_call[machine.lease_owner.pop(id(granted))] -= 1
-            original_release(sup, granted)
-
         self._patches = [
             (Lane, "refund", original_refund),
             (CallRunner, "start", original_start),
             (CallRunner, "run", original_run),
-            (Supervisor, "_grant", original_grant),
-            (Supervisor, "release", original_release),
         ]
         Lane.refund = refund  # type: ignore[method-assign]
         CallRunner.start = start  # type: ignore[method-assign]
         CallRunner.run = run  # type: ignore[method-assign]
-        Supervisor._grant = grant  # type: ignore[method-assign]
-        Supervisor.release = release  # type: ignore[method-assign]
 
     def teardown(self) -> None:
         try:
