@@ -6,6 +6,9 @@ close, checking the residency invariants after every step.
 
 The host lives in an event loop on a blocking portal's thread; each rule is a
 synchronous step that runs to quiescence on that loop. Time is a FakeClock.
+The supervisor is watched through what it offers anyone: its observation
+events (``synapse_observe``) and a lease watch (``watch_leases``); calls are
+told apart by wrapping ``CallRunner.start`` and ``run``.
 On failure hypothesis prints the falsifying steps and a reproduction blob.
 """
 
@@ -26,7 +29,8 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import synapse_core as synapse
-from synapse_core.residency.lane import Lane
+from synapse_core.hookspecs import hookimpl
+from synapse_core.observation import Event, ShapeRefunded
 from synapse_core.residency.supervisor import Lease, Supervisor
 from synapse_core.residency.worker import Phase
 from synapse_core.serving import CallRunner
@@ -90,6 +94,33 @@ class Held:
             await event.wait()
 
 
+class RefundWatch:
+    """Checks every refund as the supervisor reports it (a ``ShapeRefunded``
+    event, emitted as the refund is made)."""
+
+    __name__ = "stateful-refund-watch"
+
+    def __init__(self, machine: ResidencyMachine) -> None:
+        self.machine = machine
+
+    @hookimpl
+    def synapse_observe(self, event: Event) -> None:
+        if not isinstance(event, ShapeRefunded):
+            return
+        worker = next(
+            w
+            for sup in self.machine.host.supervisors.values()
+            for w in sup.workers.values()
+            if w.worker_id == event.worker_id
+        )
+        process = worker.process
+        # A refund while the shape's evict exchange is under way follows the
+        # worker's own word; any other refund must follow a confirmed exit.
+        said_so = event.shape in worker.busy_shapes
+        if not said_so and process is not None and process.returncode is None:
+            self.machine.refunds_before_exit.append(f"{event.worker_id} {event.shape}")
+
+
 class ResidencyMachine(RuleBasedStateMachine):
     backend = "asyncio"
 
@@ -103,7 +134,9 @@ class ResidencyMachine(RuleBasedStateMachine):
         self.held = Held()
         self.transport.reply_gate = self.held
         self.host_cm = synapse.open_host(
-            _config(), plugins=[transport_plugin(self.transport)], clock=self.clock
+            _config(),
+            plugins=[transport_plugin(self.transport), RefundWatch(self)],
+            clock=self.clock,
         )
         self.host_context = self.portal.wrap_async_context_manager(self.host_cm)
         self.host: synapse.Host = self.host_context.__enter__()
@@ -123,24 +156,6 @@ class ResidencyMachine(RuleBasedStateMachine):
 
     def _instrument(self) -> None:
         machine = self
-        original_refund = Lane.refund
-
-        def refund(lane: Lane, worker_id: str, shape: Any) -> int:
-            worker = next(
-                w
-                for sup in machine.host.supervisors.values()
-                for w in sup.workers.values()
-                if w.worker_id == worker_id
-            )
-            process = worker.process
-            # A refund while the shape's evict (or refused admit) exchange is
-            # under way follows the worker's own word; any other refund must
-            # follow a confirmed exit.
-            said_so = shape in worker.busy_shapes
-            if not said_so and process is not None and process.returncode is None:
-                machine.refunds_before_exit.append(f"{worker_id} {shape}")
-            return original_refund(lane, worker_id, shape)
-
         # A call's first lease may be granted in the caller's task (the head
         # start) and the rest in its detached task: leases are counted per call.
         serving: ContextVar[int] = ContextVar("serving", default=0)
@@ -195,11 +210,9 @@ class ResidencyMachine(RuleBasedStateMachine):
                 serving.reset(token)
 
         self._patches = [
-            (Lane, "refund", original_refund),
             (CallRunner, "start", original_start),
             (CallRunner, "run", original_run),
         ]
-        Lane.refund = refund  # type: ignore[method-assign]
         CallRunner.start = start  # type: ignore[method-assign]
         CallRunner.run = run  # type: ignore[method-assign]
 
