@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 import attrs
 
 from .. import checks
-from ..config import FieldInvalid, structure
-from ..errors import ConfigError
+from ..config import structure
+from ..errors import ConfigError, FieldInvalid
 from ..wire import bucket_problem
 
 _O = TypeVar("_O")

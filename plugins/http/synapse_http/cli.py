@@ -9,7 +9,7 @@ from pathlib import Path
 import anyio
 import click
 
-from synapse_core.cli.options import catalog_option, load_config
+from synapse_core.plugin import catalog_option, load_config
 
 from .settings import MIB, ServeSettings
 

@@ -12,7 +12,7 @@ import anyio
 import msgspec
 import pytest
 
-from synapse_core.channel import ChannelClosed
+from synapse_core.errors import ChannelClosed
 from synapse_core.plugin import Reply
 from synapse_core.wire import (
     PROTOCOL_VERSION,
