@@ -15,9 +15,9 @@ import anyio
 import pytest
 
 from synapse_core.channel import Exchange
-from synapse_core.errors import ChannelClosed, ExchangeTimeout, WireError
-from synapse_core.process import confirm_exit
-from synapse_core.wire import Admit, Admitted, Failure, Inventory, Output, Shape
+from synapse_core.errors import ChannelClosed, ExchangeTimeout
+from synapse_core.plugin import Shape, WireError, confirm_exit
+from synapse_core.wire import Admit, Admitted, Failure, Inventory, Output
 
 pytestmark = pytest.mark.anyio
 
