@@ -10,9 +10,9 @@ not pay for the host's modules.
 - Transports: :class:`Transport`, :class:`Availability`, :class:`LaneInfo`,
   :class:`LaneSession`, :class:`LaunchRequest`, :class:`Launched`,
   :class:`WorkerProcess` (:class:`ProcessGroup` for a group leader),
-  :func:`spawn_worker`, :func:`launch_spec`,
-  :func:`confirm_exit`, :data:`hookimpl`, :class:`ModelSpec`, :data:`Task`,
-  tokenizers (:class:`BasicTokenizer` is the default one).
+  :func:`spawn_worker`, :func:`launch_spec`, :func:`confirm_exit`,
+  :data:`hookimpl`, :class:`ModelSpec`, :data:`Task`, tokenizers
+  (:class:`BasicTokenizer` is the default one).
 - Options: :func:`parse_options`, :class:`FieldInvalid`,
   :class:`ConfigError`, :class:`WorkerOptions`, :class:`Faults`, the ready
   validators (:func:`positive`, ...), and :func:`structuring_problems` for a
