@@ -25,8 +25,8 @@ not pay for the host's modules.
   and the :data:`Decision` answers :class:`Wait`, :class:`Evict`,
   :class:`Refuse`.
 - Observers and tools: the supervisor's events (:class:`Event` and its
-  kinds, :data:`AnyEvent`), :class:`Hello`, :class:`Entry` (a model of
-  ``Host.catalog``), :func:`default_config`, :func:`default_catalog_text`
+  kinds, :data:`AnyEvent`), :class:`Hello`, :class:`Entry` (a model as
+  ``Host.catalog`` resolved it), :func:`default_config`, :func:`default_catalog_text`
   and :data:`DEFAULT_CATALOG_SOURCE`, :data:`CLOSE_SLACK_S` (the slack in
   ``Host.aclose``'s bound: the exchange bound, four exit graces, and this).
 - Tests: the in-process helpers (:class:`InProcessWorkers`,
