@@ -97,12 +97,17 @@ def _tokens(entry: Entry, text: str, special: bool) -> list[Token]:
     tokenizer = entry.tokenizer
     ids = tokenizer.encode(text)
     if isinstance(tokenizer, BasicTokenizer):
-        # The default tokenizer's ids are one per match of its word pattern.
+        # The default tokenizer's ids are one per match of its word pattern,
+        # unless lower-casing changed the words (U+0130 does): then ids only.
         spans = tokenizer.spans(text)
-        tokens = [
-            Token(id=i, text=text[a:b], special=False, start=a, stop=b)
-            for i, (a, b) in zip(ids, spans, strict=True)
-        ]
+        tokens = (
+            [
+                Token(id=i, text=text[a:b], special=False, start=a, stop=b)
+                for i, (a, b) in zip(ids, spans, strict=True)
+            ]
+            if len(spans) == len(ids)
+            else [Token(id=i, text="", special=False) for i in ids]
+        )
         if special:
             tokens = [
                 Token(id=tokenizer.CLS, text="[CLS]", special=True),
