@@ -32,6 +32,7 @@ from ..errors import (
     ProtocolError,
     Retired,
     SynapseError,
+    WireError,
     WorkerFault,
 )
 from ..observation import AdmissionCount, ShapeAdmitted, ShapeRefunded, WorkerInventory
@@ -45,7 +46,6 @@ from ..wire import (
     Inventory,
     InventoryRequest,
     Shape,
-    WireError,
 )
 from .lifecycle import CHANNEL_FAULTS, Lifecycle
 from .policy import AdmissionRequest, Refuse, Wait

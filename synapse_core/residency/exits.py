@@ -17,12 +17,11 @@ from functools import partial
 
 import anyio
 
-from ..channel import ChannelClosed
-from ..errors import ExitUnconfirmed
+from ..errors import ChannelClosed, ExitUnconfirmed, WireError
 from ..observation import ShapeRefunded, WorkerExited
 from ..process import confirm_exit, wait_gone
 from ..transport import WorkerProcess
-from ..wire import Shutdown, WireError
+from ..wire import Shutdown
 from .state import SupervisorState
 from .worker import Phase, Worker
 

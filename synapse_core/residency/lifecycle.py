@@ -19,19 +19,22 @@ from __future__ import annotations
 
 import anyio
 
-from ..channel import ChannelClosed, ExchangeTimeout, FramedChannel
+from ..channel import FramedChannel
 from ..deadline import Deadline, wait_bounded
 from ..errors import (
+    ChannelClosed,
     DeadlineExceeded,
+    ExchangeTimeout,
     ExitUnconfirmed,
     LaneLocked,
     ProtocolError,
     Retired,
+    WireError,
     WorkerFault,
 )
 from ..observation import WorkerFaulted, WorkerStarted
 from ..transport import LaunchRequest
-from ..wire import PROTOCOL_VERSION, Codec, Frame, Hello, WireError, WorkerFrame
+from ..wire import PROTOCOL_VERSION, Codec, Frame, Hello, WorkerFrame
 from .exits import Exits
 from .worker import Phase, Worker
 
