@@ -194,3 +194,20 @@ class ChannelClosed(Exception):
 
 class ExchangeTimeout(Exception):
     """No reply arrived within the exchange bound."""
+
+
+class Fault(Exception):
+    """A fault of one worker generation, seen by one exchange (inside the
+    host only: the serving path turns it into ``OutcomeUnknown`` or
+    ``WorkerFault``)."""
+
+    def __init__(self, generation: int, reason: str, written: bool) -> None:
+        super().__init__(reason)
+        self.generation = generation
+        self.reason = reason
+        self.written = written
+
+
+class CallerGone(Exception):
+    """The caller gave up before its call's next request was sent (inside
+    the host only: the call then starts nothing new)."""

@@ -24,7 +24,9 @@ from .call import Call
 from .channel import Exchange
 from .deadline import Clock, wait_bounded
 from .errors import (
+    CallerGone,
     DeadlineExceeded,
+    Fault,
     InternalError,
     OutcomeUnknown,
     Overloaded,
@@ -35,13 +37,9 @@ from .errors import (
 )
 from .plan import Group, group_by_bucket, over_ceiling
 from .plugins import PluginHost
-from .residency.supervisor import Backlog, Fault, Lease, Supervisor
+from .residency.supervisor import Backlog, Lease, Supervisor
 from .residency.worker import Phase, Selection, Worker
 from .wire import Frame, Infer, Output, Shape, expect_output, rows_of
-
-
-class _Gone(Exception):
-    """The caller gave up before its next request could be sent."""
 
 
 def _closing(call: Call) -> Retired:
@@ -319,7 +317,7 @@ class CallRunner:
         request = self._request(call, supervisor, lease, step)
         try:
             call.begun = (request, await self._begin(call, supervisor, lease, request))
-        except _Gone:
+        except CallerGone:
             return False
         return True
 
@@ -381,11 +379,11 @@ class CallRunner:
     ) -> Exchange:
         """Begin ``request`` once the channel is free, within the deadline; the
         call is re-checked when the turn comes, so a caller that gave up while
-        waiting sends nothing (:class:`_Gone`)."""
+        waiting sends nothing (:class:`CallerGone`)."""
 
         def check() -> None:
             if call.abandoned:
-                raise _Gone
+                raise CallerGone
             self._check_deadline(call, "waiting for the worker's channel; nothing was sent")
 
         return await wait_bounded(

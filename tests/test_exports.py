@@ -56,10 +56,6 @@ DEFINED_ELSEWHERE = {
     # a click exception (its exit status and message); errors.py imports
     # nothing, so that worker processes can load it without click
     "synapse_core.cli.report.InputError",
-    # control flow inside the host, never raised out of it: a fault report of
-    # one worker generation, and a caller that left between two requests
-    "synapse_core.residency.admission.Fault",
-    "synapse_core.serving._Gone",
 }
 
 

@@ -29,6 +29,7 @@ from ..deadline import Deadline, wait_bounded
 from ..errors import (
     CapacityExhausted,
     DeadlineExceeded,
+    Fault,
     ProtocolError,
     Retired,
     SynapseError,
@@ -55,16 +56,6 @@ from .worker import Phase, Worker
 
 def _unsendable(exc: WireError) -> ProtocolError:
     return ProtocolError(f"the request cannot be sent: {exc}; send fewer or shorter texts per call")
-
-
-class Fault(Exception):
-    """A fault of one worker generation, seen by one exchange."""
-
-    def __init__(self, generation: int, reason: str, written: bool) -> None:
-        super().__init__(reason)
-        self.generation = generation
-        self.reason = reason
-        self.written = written
 
 
 @attrs.define(eq=False)

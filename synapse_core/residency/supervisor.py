@@ -6,11 +6,11 @@ workers and take them back.
 
 from __future__ import annotations
 
-from .admission import Admission, Fault, Lease, LeaseWatch
+from .admission import Admission, Lease, LeaseWatch
 from .lane import Backlog
 from .worker import Phase, Worker
 
-__all__ = ["Backlog", "Fault", "Lease", "LeaseWatch", "Supervisor"]
+__all__ = ["Backlog", "Lease", "LeaseWatch", "Supervisor"]
 
 
 class Supervisor(Admission):
