@@ -1,4 +1,4 @@
-"""``python -m benchmarks [--quick] [--smoke] [--only GROUP] [--without SHORTCUT] [--output PATH] [--check]``.
+"""``python -m benchmarks [--quick] [--smoke] [--only GROUP] [--without SHORTCUT] [--check]``.
 
 Runs every benchmark group, prints a table and writes the results file
 (``benchmarks/results/latest.json`` unless ``--output`` says otherwise).

@@ -45,12 +45,17 @@ from typing import Any, cast
 import anyio
 from anyio.abc import TaskGroup
 
+from synapse_core.call import Call
+from synapse_core.catalog import Catalog
+from synapse_core.deadline import Deadline
 from synapse_core.handoff import FutureEvent, OneShot, event_factory
 from synapse_core.host import Host, _Runners, open_host
 from synapse_core.plan import plan_call
+from synapse_core.plugins import PluginHost
+from synapse_core.residency.lane import Backlog, Lane
 from synapse_core.residency.worker import Selection, Worker
 from synapse_core.serving import CallRunner
-from synapse_core.wire import Shape
+from synapse_core.wire import Hello, Shape
 
 from . import rig
 from .harness import Figure, Mode, Series, blocked_p50, rotating_p50
@@ -62,6 +67,9 @@ SHORTCUTS = (
     "head_start",
     "direct_bucket_hook",
 )
+#: an A/A pair: both sides are the same path, so its ratio shows what noise
+#: and the sampling order alone make of a whole-call figure
+CONTROL = "control"
 BACKENDS = ("asyncio", "trio")
 #: blocks of calls each side gets per repetition of a whole-call figure
 CALL_BLOCKS = 10
@@ -84,11 +92,13 @@ class Switch:
     """
 
     def __init__(self, name: str, host: Host, worker: Worker) -> None:
-        runners, runner, plugins = host._runners, host._runner, host.plugins
+        runners, runner = host._runners, host._runner
         self.name = name
         self.on: Callable[[], None]
         self.off: Callable[[], None]
-        if name == "future_event":
+        if name == CONTROL:
+            self.on = self.off = lambda: setattr(worker, "selection", worker.selection)
+        elif name == "future_event":
             factory = runners.event
             self.on = lambda: setattr(runners, "event", factory)
             self.off = lambda: setattr(runners, "event", anyio.Event)
@@ -115,9 +125,7 @@ class Switch:
             raise ValueError(f"unknown shortcut {name!r}; one of {', '.join(SHORTCUTS)}")
 
 
-def task_per_call(
-    tg: TaskGroup, runner: CallRunner
-) -> Callable[[tuple[Any, Any, Any]], None]:
+def task_per_call(tg: TaskGroup, runner: CallRunner) -> Callable[[tuple[Any, Any, Any]], None]:
     """``_Runners.submit`` without the pool: a new task for every call."""
 
     def submit(job: tuple[Any, Any, Any]) -> None:
@@ -148,30 +156,40 @@ def through_pluggy(selection: Selection, host: Host) -> Selection:
     return Selection(hello, selection.plugins_version, select, selection.ceiling)
 
 
+def _patch(owner: object, attribute: str, value: object) -> Callable[[], None]:
+    """Set ``owner.attribute`` to ``value``; return what puts it back."""
+    had = attribute in vars(owner)
+    old = vars(owner).get(attribute)
+    setattr(owner, attribute, value)
+
+    def undo() -> None:
+        if had:
+            setattr(owner, attribute, old)
+        else:
+            delattr(owner, attribute)
+
+    return undo
+
+
 @contextmanager
 def switched_off(host: Host, names: Sequence[str]) -> Iterator[None]:
     """Keep ``names`` switched off for every call of ``host`` in the block
     (for the latency group's ``--without``)."""
+    runners, runner = host._runners, host._runner
     saved: list[Callable[[], None]] = []
     for name in names:
         if name == "future_event":
-            saved.append(lambda f=host._runners.event: setattr(host._runners, "event", f))
-            host._runners.event = anyio.Event
+            saved.append(_patch(runners, "event", anyio.Event))
         elif name == "runner_pool":
-            setattr(host._runners, "submit", task_per_call(host._runners.tg, host._runner))
-            saved.append(lambda: delattr(host._runners, "submit"))
+            saved.append(_patch(runners, "submit", task_per_call(runners.tg, runner)))
         elif name == "head_start":
-            setattr(host._runner, "start", no_head_start(host._runner))
-            saved.append(lambda: delattr(host._runner, "start"))
+            saved.append(_patch(runner, "start", no_head_start(runner)))
         elif name == "remembered_buckets":
             # Every worker forgets its choice as soon as it is made.
-            remember = Worker.remember
-            setattr(Worker, "remember", lambda self, selection: selection)
-            saved.append(lambda r=remember: setattr(Worker, "remember", r))
+            saved.append(_patch(Worker, "remember", lambda _worker, selection: selection))
         elif name == "direct_bucket_hook":
             # As if a plugin had its own bucket hook: always ask pluggy.
-            host.plugins._only_default_buckets = False
-            saved.append(lambda: setattr(host.plugins, "_only_default_buckets", None))
+            saved.append(_patch(host.plugins, "_only_default_buckets", False))
         else:
             raise ValueError(f"unknown shortcut {name!r}; one of {', '.join(SHORTCUTS)}")
     try:
@@ -202,11 +220,7 @@ async def handoff_pair(
         for make_event, pool in zip(events, pooled, strict=True):
             runners = _Runners(tg, cast(CallRunner, _Echo()), 64)
             runners.event = make_event
-            submit = (
-                runners.submit
-                if pool
-                else task_per_call(tg, cast(CallRunner, _Echo()))
-            )
+            submit = runners.submit if pool else task_per_call(tg, cast(CallRunner, _Echo()))
             variants.append(_handoffs(runners.event, submit))
         for variant in variants:  # park a runner of each pool before timing
             await variant()
@@ -236,7 +250,7 @@ def future_events() -> Callable[[], OneShot]:
 def steps_pair(samples: int) -> list[float]:
     """p50 (µs) of ``CallRunner._steps`` for one short text, with the worker's
     remembered bucket choice and without it (asked again every call)."""
-    runner, worker, call = _steps_rig()
+    runner, worker, call = steps_rig()
     runner._steps(call, worker)  # remembered from now on
 
     def remembered() -> object:
@@ -253,7 +267,7 @@ def steps_pair(samples: int) -> list[float]:
 def bucket_pair(samples: int) -> list[float]:
     """p50 (µs) of one bucket choice: Synapse's own hook called directly with
     its choice kept per length, and the same hook through pluggy."""
-    runner, worker, call = _steps_rig()
+    runner, worker, call = steps_rig()
     runner._steps(call, worker)
     direct = worker.selection
     assert direct is not None
@@ -267,15 +281,8 @@ def bucket_pair(samples: int) -> list[float]:
     return _sync_pair([lambda: direct.select(length), lambda: hooked(length)], samples)
 
 
-def _steps_rig() -> tuple[CallRunner, Worker, Any]:
+def steps_rig() -> tuple[CallRunner, Worker, Call]:
     """A call runner, a worker that has said hello, and a one-text call."""
-    from synapse_core.call import Call
-    from synapse_core.catalog import Catalog
-    from synapse_core.deadline import Deadline
-    from synapse_core.plugins import PluginHost
-    from synapse_core.residency.lane import Backlog, Lane
-    from synapse_core.wire import Hello
-
     plugins = PluginHost(rig.plugins())
     entry = Catalog(rig.config(), plugins).entry(rig.MODEL, "embed")
     assert entry.lane is not None and entry.transport is not None
@@ -283,8 +290,17 @@ def _steps_rig() -> tuple[CallRunner, Worker, Any]:
         "bench#1", entry.spec, entry.transport.transport, entry.tokenizer, Lane(entry.lane, 1)
     )
     worker.hello = Hello(
-        1, "mock", "0", rig.MODEL, rig.PACKAGE, 1, 1, list(rig.BUCKETS), rig.DIMS,
-        rig.MAX_BATCH, "bench",
+        1,
+        "mock",
+        "0",
+        rig.MODEL,
+        rig.PACKAGE,
+        1,
+        1,
+        list(rig.BUCKETS),
+        rig.DIMS,
+        rig.MAX_BATCH,
+        "bench",
     )
     runner = CallRunner(plugins, time.monotonic, anyio.CapacityLimiter(1), Backlog(), 30.0, 8)
     call = Call.new(plan_call(entry, [rig.SHORT_TEXT]), Deadline.never(), anyio.Event())
@@ -308,9 +324,7 @@ def _sync_pair(calls: Sequence[Callable[[], object]], samples: int) -> list[floa
 # -- whole calls ----------------------------------------------------------------------
 
 
-async def call_pairs(
-    mode: Mode, names: Sequence[str], backend: str
-) -> dict[str, Series]:
+async def call_pairs(mode: Mode, names: Sequence[str], backend: str) -> dict[str, Series]:
     """Per shortcut: host.embed p50 with and without it, and the bare
     exchange beside each side, ``mode.repetitions`` times."""
     found = {name: Series() for name in names}
@@ -410,7 +424,7 @@ def measure(mode: Mode) -> list[Figure]:
                 f"a call's two hand-offs: a task per call / a parked task ({backend})",
             )
         )
-        names = [n for n in SHORTCUTS if applies(n, backend)]
+        names = [CONTROL, *(n for n in SHORTCUTS if applies(n, backend))]
         calls: dict[str, Series] = anyio.run(call_pairs, mode, names, backend, backend=backend)
         for name, series in calls.items():
             figures.append(_call(name, suffix, series, backend))
@@ -428,36 +442,38 @@ async def _handoffs_series(mode: Mode, backend: str) -> Series:
             series.add(future_event_us=future, anyio_event_us=anyio_event)
             series.add(pooled_us=future, task_per_call_us=spawned)
         else:
-            pooled, spawned = await handoff_pair(
-                samples, [anyio.Event, anyio.Event], [True, False]
-            )
+            pooled, spawned = await handoff_pair(samples, [anyio.Event, anyio.Event], [True, False])
             series.add(pooled_us=pooled, task_per_call_us=spawned)
     return series
 
 
-def _piece(
-    name: str, suffix: str, series: Series, without: str, with_: str, what: str
-) -> Figure:
+def _piece(name: str, suffix: str, series: Series, without: str, with_: str, what: str) -> Figure:
     return Figure(
         f"shortcut_{name}_piece_ratio{suffix}",
         "ratio",
         what,
         series.ratio(without, with_),
         None,
-        {**series.medians(without, with_), "gain_us": statistics.median(
-            [a - b for a, b in zip(series[without], series[with_], strict=True)]
-        )},
+        {
+            **series.medians(without, with_),
+            "gain_us": statistics.median(
+                [a - b for a, b in zip(series[without], series[with_], strict=True)]
+            ),
+        },
     )
 
 
 def _call(name: str, suffix: str, series: Series, backend: str) -> Figure:
+    what = (
+        "host.embed p50 of one short text, the same path on both sides (A/A)"
+        if name == CONTROL
+        else f"host.embed p50 of one short text without {name} / with it"
+    )
     return Figure(
         f"shortcut_{name}_call_ratio{suffix}",
         "ratio",
-        f"host.embed p50 of one short text without {name} / with it ({backend})",
+        f"{what} ({backend})",
         series.ratio("off_p50_us", "on_p50_us"),
         None,
-        series.medians(
-            "on_p50_us", "off_p50_us", "gain_us", "on_over_bare", "off_over_bare"
-        ),
+        series.medians("on_p50_us", "off_p50_us", "gain_us", "on_over_bare", "off_over_bare"),
     )
