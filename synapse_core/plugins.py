@@ -223,9 +223,11 @@ class PluginHost:
         """``select_bucket`` for one worker's buckets and model.
 
         With only Synapse's own implementation registered it skips pluggy's
-        dispatch, which costs more than the choice itself on a short call,
-        and remembers each length's bucket: its choice depends on nothing
-        else. A plugin's hook is asked again each time.
+        dispatch, which costs more than the choice itself on a short call
+        (3 µs against 0.2 µs; docs/performance.md), and remembers each
+        length's bucket: its choice depends on nothing else. Any other
+        implementation or wrapper (``get_hookimpls`` lists both) turns that
+        off: the hook is then asked through pluggy for every choice.
         """
         if self._only_default_buckets is None:
             impls = self.pm.hook.synapse_select_bucket.get_hookimpls()
