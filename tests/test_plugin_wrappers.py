@@ -19,7 +19,7 @@ from synapse_core.catalog import Catalog
 from synapse_core.config import HostConfig, ModelSpec
 from synapse_core.hookspecs import hookimpl
 from synapse_core.plugins import PluginHost
-from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core.testing import transport_plugin
 from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.transport import Transport
 
@@ -103,6 +103,7 @@ class Commands:
 
 
 Wrapper = NewStyle | OldStyle
+Spec = Callable[[PluginHost], ModelSpec]
 
 
 @pytest.fixture(params=[NewStyle, OldStyle])
@@ -111,17 +112,11 @@ def wrapper(request: pytest.FixtureRequest) -> Wrapper:
     return made
 
 
-def spec(plugins: PluginHost) -> ModelSpec:
-    model = {
-        "name": "m",
-        "task": "embed",
-        "transport": "fake",
-        "package": "pkg-m",
-        "ceiling": 32,
-        "options": {"buckets": list(BUCKETS), "dims": 4, "max_batch": 2},
-    }
-    config = HostConfig.from_toml_text(catalog_toml(model), source="test catalog")
-    return Catalog(config, plugins).entry("m", "embed").spec
+@pytest.fixture
+def spec(make_config: Callable[..., HostConfig], make_model: Callable[..., Any]) -> Spec:
+    """The spec of a model on the fake transport, read through ``plugins``."""
+    config = make_config(make_model("m"))  # buckets 8, 16, 32
+    return lambda plugins: Catalog(config, plugins).entry("m", "embed").spec
 
 
 def test_a_wrapper_of_the_registration_hook_wraps_each_plugins_call(wrapper: Wrapper) -> None:
@@ -146,7 +141,7 @@ def test_a_wrapper_of_the_commands_hook_runs(wrapper: Wrapper) -> None:
 
 
 def test_a_bucket_wrapper_runs_where_the_default_hook_alone_would_be_called_directly(
-    wrapper: Wrapper,
+    wrapper: Wrapper, spec: Spec
 ) -> None:
     plugins = PluginHost([transport_plugin(InProcessFakeTransport()), wrapper])
     select = plugins.bucket_selector(BUCKETS, spec(plugins))
@@ -156,7 +151,7 @@ def test_a_bucket_wrapper_runs_where_the_default_hook_alone_would_be_called_dire
     assert wrapper.calls == ["synapse_select_bucket"] * 3
 
 
-def test_a_bucket_wrapper_runs_around_a_plugins_own_hook(wrapper: Wrapper) -> None:
+def test_a_bucket_wrapper_runs_around_a_plugins_own_hook(wrapper: Wrapper, spec: Spec) -> None:
     plugins = PluginHost([transport_plugin(InProcessFakeTransport()), Largest(), wrapper])
     select = plugins.bucket_selector(BUCKETS, spec(plugins))
     wrapper.calls.clear()  # the catalog collected transports
@@ -164,7 +159,7 @@ def test_a_bucket_wrapper_runs_around_a_plugins_own_hook(wrapper: Wrapper) -> No
     assert wrapper.calls == ["synapse_select_bucket"] * 2
 
 
-def test_a_wrapper_registered_after_the_selector_was_made_runs_in_a_new_one() -> None:
+def test_a_wrapper_registered_after_the_selector_was_made_runs_in_a_new_one(spec: Spec) -> None:
     plugins = PluginHost([transport_plugin(InProcessFakeTransport())])
     model = spec(plugins)
     assert plugins.bucket_selector(BUCKETS, model)(5) == 8  # the direct path
