@@ -16,6 +16,7 @@ import socket
 import sys
 
 import anyio
+import attrs
 import msgspec
 from starlette.types import ASGIApp, Receive, Scope, Send
 
@@ -41,7 +42,8 @@ def plugins(cpu: bool) -> list[object]:
 
 
 async def main(catalog: str, cpu: bool) -> None:
-    config = HostConfig.from_toml(catalog)
+    # Coalescing on, as ``synapse serve`` has it unless told --no-coalesce.
+    config = attrs.evolve(HostConfig.from_toml(catalog), coalesce=True)
     sock = bind("127.0.0.1", 0)
     async with open_host(config, plugins=plugins(cpu)) as host:
         synapse = create_app(host)

@@ -169,6 +169,10 @@ class Host:
         if self._closed:
             raise HostClosed("the host is closed; open a new one to serve models")
 
+    def _check_not_retired(self, model: str) -> None:
+        if model in self._retired:
+            raise Retired(f"model {model!r} was retired; load it again to serve it")
+
     def _task_of(self, model: str) -> Task:
         entry = self.catalog.entries.get(model)
         return entry.spec.task if entry else "embed"
@@ -190,8 +194,7 @@ class Host:
         check_deadline(deadline)
         entry = self.catalog.entry(model, task)
         plan: Plan = plan_call(entry, texts, query, truncate)
-        if model in self._retired:
-            raise Retired(f"model {model!r} was retired; load it again to serve it")
+        self._check_not_retired(model)
         call = Call.new(plan, deadline or Deadline.never(), self._runners.event())
         if self.config.coalesce and Coalescer.joins(call):
             self._coalescer(model).submit(call)
@@ -202,6 +205,7 @@ class Host:
     def _launch(self, call: Call) -> None:
         """Start ``call``: its head start now, its detached task next."""
         model = call.plan.model
+        self._check_not_retired(model)  # a queued call may start after a retire
         runner = self._runner
         worker = self._workers.get(model)
         if worker is None or worker.phase is Phase.EXITED:

@@ -11,9 +11,9 @@ import anyio
 import pytest
 
 import synapse_core as synapse
+from synapse_core.call import Call
 from synapse_core.host import IDLE_RUNNERS, _Slot
 from synapse_core.plan import Plan
-from synapse_core.call import Call
 from synapse_core.testing import transport_plugin
 from synapse_core.testing.fake import FakeTransport, InProcessFakeTransport
 

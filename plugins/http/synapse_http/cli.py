@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 import anyio
+import attrs
 import click
 
 from synapse_core.cli.options import catalog_option, load_config
@@ -70,6 +71,13 @@ ENV_API_KEY = "SYNAPSE_API_KEY"
     help="Start MODEL's worker before serving (repeat for several models).",
 )
 @click.option(
+    "--coalesce/--no-coalesce",
+    default=True,
+    show_default=True,
+    help="Serve small embed requests that wait for a busy model together, in shared "
+    "batches (overrides the catalog's 'coalesce').",
+)
+@click.option(
     "--backend",
     type=click.Choice(["asyncio", "trio"]),
     default="asyncio",
@@ -88,6 +96,7 @@ def serve_command(
     max_inputs: int,
     shutdown_grace: float,
     preload: tuple[str, ...],
+    coalesce: bool,
     backend: str,
 ) -> None:
     """Serve the catalog's models over HTTP (OpenAI and TEI-compatible routes).
@@ -99,7 +108,7 @@ def serve_command(
     """
     from .server import Listening, serve  # the server's libraries load only here
 
-    config = load_config(catalog)
+    config = attrs.evolve(load_config(catalog), coalesce=coalesce)
     settings = ServeSettings(
         api_key=api_key or None,
         request_timeout_s=request_timeout,

@@ -1,0 +1,288 @@
+"""Coalescing: small embed calls waiting for a busy model share one request."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import anyio
+import pytest
+
+import synapse_core as synapse
+from synapse_core.testing import eventually, transport_plugin
+from synapse_core.testing.fake import InProcessFakeTransport
+from synapse_core.testing.fake_worker import fake_vector
+from synapse_core.tokenizer import BasicTokenizer
+from synapse_core.wire import Infer
+
+pytestmark = pytest.mark.anyio
+
+#: what each queued caller embeds: one or two short texts (all in bucket 8)
+QUEUED = [["b"], ["c", "d"], ["e"], ["f", "g"], ["h"]]
+
+
+def expected(text: str, dims: int = 4) -> list[float]:
+    return fake_vector(BasicTokenizer().encode(text), dims)
+
+
+class Held:
+    """A host whose worker holds the first inference reply until released,
+    so that calls made meanwhile queue behind it."""
+
+    def __init__(self, host: synapse.Host, gate: Any, tg: Any) -> None:
+        self.host, self.gate, self.tg = host, gate, tg
+        self.results: dict[int, Any] = {}
+
+    def call(self, index: int, texts: list[str], **kwargs: Any) -> None:
+        async def run() -> None:
+            try:
+                self.results[index] = await self.host.embed("m", texts, **kwargs)
+            except synapse.SynapseError as exc:
+                self.results[index] = exc
+
+        self.tg.start_soon(run)
+
+    async def queue(self, calls: list[list[str]]) -> None:
+        self.call(0, ["a"])
+        await self.gate.arrived.wait()
+        for index, texts in enumerate(calls, 1):
+            self.call(index, texts)
+        await eventually(lambda: self.host.backlog.waiting == len(calls))
+
+    def release(self) -> None:
+        self.gate.armed = lambda model, frame: False
+        self.gate.release.set()
+
+
+async def serve_held(
+    make_model: Any,
+    make_config: Any,
+    gate: Any,
+    body: Callable[[Held, InProcessFakeTransport], Awaitable[None]],
+    **settings: Any,
+) -> InProcessFakeTransport:
+    transport = InProcessFakeTransport()
+    transport.reply_gate = gate
+    settings.setdefault("coalesce", True)
+    cfg = make_config(make_model("m", max_batch=8), **settings)
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.load("m")
+        gate.armed = lambda model, frame: isinstance(frame, Infer)
+        async with anyio.create_task_group() as tg:
+            await body(Held(host, gate, tg), transport)
+        snapshot = host.snapshot().worker("m")
+        assert (snapshot.inflight, snapshot.leases, host.backlog.waiting) == (0, 0, 0)
+    return transport
+
+
+async def test_queued_calls_share_one_request_and_each_gets_its_own_rows(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    async def body(held: Held, transport: InProcessFakeTransport) -> None:
+        await held.queue(QUEUED)
+        held.release()
+
+    transport = await serve_held(make_model, make_config, gate, body)
+    # The first call alone, then every queued call's texts in one request.
+    assert len(transport.frames("infer")) == 2
+
+
+async def test_each_caller_gets_its_own_rows_in_its_own_order(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    held_box: list[Held] = []
+
+    async def body(held: Held, transport: InProcessFakeTransport) -> None:
+        held_box.append(held)
+        await held.queue(QUEUED)
+        held.release()
+
+    await serve_held(make_model, make_config, gate, body)
+    results = held_box[0].results
+    for index, texts in enumerate(QUEUED, 1):
+        result = results[index]
+        assert result.vectors == [pytest.approx(expected(t), abs=1e-6) for t in texts]
+        assert result.identity == "fake:pkg-m:d4"
+        assert result.tokens == len(texts)
+
+
+async def test_without_coalescing_each_call_is_its_own_request(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    async def body(held: Held, transport: InProcessFakeTransport) -> None:
+        held.call(0, ["a"])
+        await gate.arrived.wait()
+        for index, texts in enumerate(QUEUED, 1):
+            held.call(index, texts)
+        await eventually(lambda: held.host.snapshot().worker("m").inflight == len(QUEUED) + 1)
+        held.release()
+
+    transport = await serve_held(make_model, make_config, gate, body, coalesce=False)
+    assert len(transport.frames("infer")) == len(QUEUED) + 1
+
+
+async def test_a_coalesced_call_takes_at_most_one_batch(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    # Twelve texts wait, the batch is 8: two coalesced calls.
+    calls = [["t"], ["u", "v"], ["w"], ["x", "y"], ["z"], ["q", "r"], ["s"], ["o", "p"]]
+
+    async def body(held: Held, transport: InProcessFakeTransport) -> None:
+        await held.queue(calls)
+        held.release()
+
+    transport = await serve_held(make_model, make_config, gate, body)
+    # (Which calls share a request depends on the order the tasks arrived in.)
+    first, *coalesced = [frame["rows"] for frame in transport.frames("infer")]
+    assert first == 1 and len(coalesced) == 2
+    assert max(coalesced) <= 8 and sum(coalesced) == 12
+
+
+async def test_a_refusal_stays_with_its_caller(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    held_box: list[Held] = []
+
+    async def body(held: Held, transport: InProcessFakeTransport) -> None:
+        held_box.append(held)
+        await held.queue(QUEUED[:2])
+        with pytest.raises(synapse.Refused) as refused:
+            await held.host.embed("m", ["ok", "word " * 300])
+        assert (refused.value.code, refused.value.index) == ("over-ceiling", 1)
+        held.release()
+
+    await serve_held(make_model, make_config, gate, body)
+    assert all(isinstance(r, synapse.EmbedResult) for r in held_box[0].results.values())
+
+
+async def test_a_fault_in_a_shared_request_reaches_every_caller_and_is_not_replayed(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    transport = InProcessFakeTransport()
+    transport.reply_gate = gate
+    # The second inference (the coalesced one) crashes the worker.
+    cfg = make_config(make_model("m", max_batch=8, faults={"crash_on_infer": 2}), coalesce=True)
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.load("m")
+        gate.armed = lambda model, frame: isinstance(frame, Infer)
+        async with anyio.create_task_group() as tg:
+            held = Held(host, gate, tg)
+            await held.queue(QUEUED)
+            held.release()
+        assert isinstance(held.results[0], synapse.EmbedResult)
+        for index in range(1, len(QUEUED) + 1):
+            assert isinstance(held.results[index], synapse.OutcomeUnknown), held.results[index]
+        assert len(transport.frames("infer")) == 2  # nothing was sent again
+        # The next generation serves later calls; exactly one restart.
+        again = await host.embed("m", ["later"])
+        assert again.vectors[0] == pytest.approx(expected("later"), abs=1e-6)
+        assert host.snapshot().worker("m").restarts == 1
+
+
+async def test_a_caller_that_gives_up_leaves_the_queue_and_sends_nothing(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    async def body(held: Held, transport: InProcessFakeTransport) -> None:
+        await held.queue(QUEUED[:1])
+        scope = anyio.CancelScope()
+
+        async def cancelled() -> None:
+            with scope:
+                await held.host.embed("m", ["gone"])
+
+        held.tg.start_soon(cancelled)
+        await eventually(lambda: held.host.backlog.waiting == 2)
+        scope.cancel()
+        await eventually(lambda: held.host.backlog.waiting == 1)
+        # Past its deadline while queued: the same, through the deadline path.
+        with pytest.raises(synapse.DeadlineExceeded):
+            await held.host.embed("m", ["late"], deadline=synapse.Deadline(0.0))
+        assert held.host.backlog.waiting == 1
+        held.release()
+
+    transport = await serve_held(make_model, make_config, gate, body)
+    # "a" alone, then "b": neither "gone" nor "late" reached the worker.
+    assert [frame["rows"] for frame in transport.frames("infer")] == [1, 1]
+
+
+async def test_the_queue_is_bounded_by_max_waiting(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    async def body(held: Held, transport: InProcessFakeTransport) -> None:
+        await held.queue(QUEUED[:2])
+        with pytest.raises(synapse.Overloaded, match="max_waiting = 2"):
+            await held.host.embed("m", ["one too many"])
+        held.release()
+
+    await serve_held(make_model, make_config, gate, body, max_waiting=2)
+
+
+async def test_closing_the_host_ends_queued_calls(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    transport = InProcessFakeTransport()
+    transport.reply_gate = gate
+    cfg = make_config(make_model("m", max_batch=8), coalesce=True, exchange_timeout_s=1.0)
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.load("m")
+        gate.armed = lambda model, frame: isinstance(frame, Infer)
+        async with anyio.create_task_group() as tg:
+            held = Held(host, gate, tg)
+            await held.queue(QUEUED[:2])
+            tg.start_soon(host.aclose)
+            await eventually(lambda: len(held.results) == 2)
+            assert {type(r) for r in held.results.values()} == {synapse.Retired}
+            assert host.backlog.waiting == 0
+            held.release()
+    assert len(transport.frames("infer")) == 1
+
+
+async def test_a_coalesced_call_whose_callers_all_gave_up_starts_nothing_new(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    async def body(held: Held, transport: InProcessFakeTransport) -> None:
+        held.call(0, ["a"])
+        await gate.arrived.wait()
+        scopes = [anyio.CancelScope(), anyio.CancelScope()]
+
+        async def caller(scope: anyio.CancelScope, texts: list[str]) -> None:
+            with scope:
+                await held.host.embed("m", texts)
+
+        # Two buckets between them: the coalesced call has two requests to send.
+        held.tg.start_soon(caller, scopes[0], ["b", "long " * 10])
+        held.tg.start_soon(caller, scopes[1], ["c"])
+        await eventually(lambda: held.host.backlog.waiting == 2)
+        second = type(gate)()  # a gate of its own for the shared request
+        second.armed = lambda model, frame: isinstance(frame, Infer) and frame.shape.bucket == 8
+        transport.reply_gate = second
+        held.release()
+        await second.arrived.wait()  # the shared bucket-8 request is at the worker
+        for scope in scopes:
+            scope.cancel()
+        await eventually(lambda: held.host.backlog.waiting == 0)
+        second.release.set()
+        await eventually(lambda: held.host.snapshot().worker("m").inflight == 0)
+        again = await held.host.embed("m", ["next"])
+        assert again.vectors[0] == pytest.approx(expected("next"), abs=1e-6)
+
+    transport = await serve_held(make_model, make_config, gate, body)
+    # "a", then the shared bucket-8 request (drained), never the bucket-16 one.
+    assert [frame["shape"][0] for frame in transport.frames("infer")] == [8, 8, 8]
+    assert len(transport.launches) == 1
+
+
+async def test_calls_queued_when_their_model_is_retired_are_not_started(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    async def body(held: Held, transport: InProcessFakeTransport) -> None:
+        await held.queue(QUEUED[:2])
+        held.tg.start_soon(held.host.retire, "m")
+        await eventually(lambda: held.host.snapshot().worker("m").state == "retiring")
+        held.release()
+        await eventually(lambda: len(held.results) == 3)
+        assert isinstance(held.results[0], synapse.EmbedResult)  # drained, then answered
+        assert {type(held.results[i]) for i in (1, 2)} == {synapse.Retired}
+
+    transport = await serve_held(make_model, make_config, gate, body)
+    assert len(transport.frames("infer")) == 1
