@@ -216,12 +216,9 @@ async def handoff_pair(
     task and back) with each (event factory, pooled runner) variant,
     alternating call by call. The detached task does nothing but end the call."""
     async with anyio.create_task_group() as tg:
-        variants: list[Callable[[], Awaitable[None]]] = []
-        for make_event, pool in zip(events, pooled, strict=True):
-            runners = _Runners(tg, cast(CallRunner, _Echo()), 64)
-            runners.event = make_event
-            submit = runners.submit if pool else task_per_call(tg, cast(CallRunner, _Echo()))
-            variants.append(_handoffs(runners.event, submit))
+        variants = [
+            handoffs(tg, make_event, pool) for make_event, pool in zip(events, pooled, strict=True)
+        ]
         for variant in variants:  # park a runner of each pool before timing
             await variant()
         times = await rotating_p50(variants, samples)
@@ -229,9 +226,17 @@ async def handoff_pair(
     return [t / PIECE_BATCH for t in times]
 
 
-def _handoffs(
-    make_event: Callable[[], OneShot], submit: Callable[[Any], None]
+def handoffs(
+    tg: TaskGroup, make_event: Callable[[], OneShot], pooled: bool
 ) -> Callable[[], Awaitable[None]]:
+    """``PIECE_BATCH`` calls' hand-offs, each to a detached task that only
+    ends the call: a parked one (``pooled``) or one started for it."""
+    runners = _Runners(tg, cast(CallRunner, _Echo()), 64)
+    runners.event = make_event
+    submit: Callable[[Any], None] = (
+        runners.submit if pooled else task_per_call(tg, cast(CallRunner, _Echo()))
+    )
+
     async def calls() -> None:
         for _ in range(PIECE_BATCH):
             done = make_event()
