@@ -47,6 +47,7 @@ from anyio.abc import TaskGroup
 
 from synapse_core.call import Call
 from synapse_core.catalog import Catalog
+from synapse_core.config import ModelSpec
 from synapse_core.deadline import Deadline
 from synapse_core.handoff import FutureEvent, OneShot, event_factory
 from synapse_core.host import Host, _Runners, open_host
@@ -118,7 +119,7 @@ class Switch:
         elif name == "direct_bucket_hook":
             direct = worker.selection
             assert direct is not None, "warm the worker first"
-            hooked = through_pluggy(direct, host)
+            hooked = through_pluggy(direct, host.plugins, worker.spec)
             self.on = lambda: setattr(worker, "selection", direct)
             self.off = lambda: setattr(worker, "selection", hooked)
         else:
@@ -145,10 +146,9 @@ def no_head_start(runner: CallRunner) -> Callable[..., bool]:
     return start
 
 
-def through_pluggy(selection: Selection, host: Host) -> Selection:
+def through_pluggy(selection: Selection, plugins: PluginHost, spec: ModelSpec) -> Selection:
     """``selection`` with every bucket asked of pluggy's hook caller."""
-    plugins, hello = host.plugins, selection.hello
-    spec = cast(Any, host.catalog.entries[rig.MODEL]).spec
+    hello = selection.hello
 
     def select(length: int) -> int:
         return plugins.select_bucket(length, hello.buckets, spec)
@@ -276,12 +276,7 @@ def bucket_pair(samples: int) -> list[float]:
     runner._steps(call, worker)
     direct = worker.selection
     assert direct is not None
-    spec, hello = worker.spec, direct.hello
-    plugins = runner.plugins
-
-    def hooked(length: int) -> int:
-        return plugins.select_bucket(length, hello.buckets, spec)
-
+    hooked = through_pluggy(direct, runner.plugins, worker.spec).select
     length = call.plan.longest.length
     return _sync_pair([lambda: direct.select(length), lambda: hooked(length)], samples)
 

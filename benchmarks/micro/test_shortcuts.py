@@ -50,14 +50,9 @@ def test_direct_bucket_hook(benchmark: Any, variant: str) -> None:
     benchmark.group = "direct_bucket_hook"
     assert worker.selection is not None and worker.hello is not None
     length = call.plan.longest.length
-    if variant == "with":
-        select = worker.selection.select
-    else:
-        plugins, buckets, spec = runner.plugins, worker.hello.buckets, worker.spec
-
-        def select(length: int) -> int:
-            return plugins.select_bucket(length, buckets, spec)
-
+    select = worker.selection.select
+    if variant == "without":
+        select = shortcuts.through_pluggy(worker.selection, runner.plugins, worker.spec).select
     assert benchmark(select, length) == 16
 
 
