@@ -31,13 +31,14 @@ from .errors import (
     Overloaded,
     Retired,
     SynapseError,
+    WireError,
     WorkerFault,
 )
 from .plan import Group, Item, group_by_bucket, over_ceiling
 from .plugins import PluginHost
 from .residency.supervisor import Backlog, Fault, Lease, Supervisor
 from .residency.worker import Phase, Selection, Worker
-from .wire import Failure, Frame, Infer, Output, Shape, WireError, check_rows, rows_of
+from .wire import Failure, Frame, Infer, Output, Shape, check_rows, rows_of
 
 
 class _Gone(Exception):

@@ -19,19 +19,13 @@ from typing import Literal
 
 import msgspec
 
+from .errors import WireError
+
 PROTOCOL_VERSION = 1
 PREFIX = struct.Struct(">I")
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 
 Task = Literal["embed", "rerank"]
-
-
-class WireError(Exception):
-    """A frame could not be decoded, is too large, or is not expected here.
-
-    Workers raise it too, so it does not depend on the host's error classes;
-    the host re-raises it as :class:`synapse_core.errors.ProtocolError`.
-    """
 
 
 class Frame(msgspec.Struct, tag_field="t", frozen=True, forbid_unknown_fields=False):

@@ -31,6 +31,7 @@ from ..errors import (
     ProtocolError,
     Retired,
     SynapseError,
+    WireError,
     WorkerFault,
 )
 from ..observation import AdmissionCount, ShapeAdmitted, ShapeRefunded, WorkerInventory
@@ -44,7 +45,6 @@ from ..wire import (
     Inventory,
     InventoryRequest,
     Shape,
-    WireError,
 )
 from .lifecycle import CHANNEL_FAULTS, Lifecycle
 from .policy import AdmissionRequest, Refuse, Wait

@@ -29,15 +29,18 @@ from functools import partial
 import anyio
 from anyio.abc import TaskGroup
 
-from ..channel import ChannelClosed, ExchangeTimeout, FramedChannel
+from ..channel import FramedChannel
 from ..config import HostConfig
 from ..deadline import Clock, Deadline, wait_bounded
 from ..errors import (
+    ChannelClosed,
     DeadlineExceeded,
+    ExchangeTimeout,
     ExitUnconfirmed,
     LaneLocked,
     ProtocolError,
     Retired,
+    WireError,
     WorkerFault,
 )
 from ..observation import (
@@ -50,7 +53,7 @@ from ..observation import (
 from ..plugins import PluginHost
 from ..process import confirm_exit, wait_gone
 from ..transport import LaunchRequest, WorkerProcess
-from ..wire import PROTOCOL_VERSION, Codec, Frame, Hello, Shutdown, WireError, WorkerFrame
+from ..wire import PROTOCOL_VERSION, Codec, Frame, Hello, Shutdown, WorkerFrame
 from .lane import Backlog, Lane
 from .worker import Phase, Worker
 
