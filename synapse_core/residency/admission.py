@@ -19,6 +19,7 @@ slip between the re-check and the reservation.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 import anyio
 import attrs
@@ -77,8 +78,25 @@ class Lease:
     released: bool = False
 
 
+class LeaseWatch(Protocol):
+    """Told of every lease of a supervisor as it is granted and as it is
+    released, synchronously, in the task that grants or releases it (so a
+    context variable of that task says on whose behalf). For tests and
+    tracing; it must not raise."""
+
+    def granted(self, lease: Lease) -> None: ...
+
+    def released(self, lease: Lease) -> None: ...
+
+
 class Admission(Lifecycle):
     """Admits shapes on a lane and grants leases on them."""
+
+    _lease_watch: LeaseWatch | None = None
+
+    def watch_leases(self, watch: LeaseWatch | None) -> None:
+        """Tell ``watch`` of every lease from now on (``None``: stop telling)."""
+        self._lease_watch = watch
 
     # -- admission and leases ------------------------------------------------------------
 
@@ -223,12 +241,17 @@ class Admission(Lifecycle):
         assert channel is not None
         worker.leases[shape] += 1
         self.lane.touch(worker.worker_id, shape, self.clock())
-        return Lease(worker, generation, shape, channel)
+        lease = Lease(worker, generation, shape, channel)
+        if self._lease_watch is not None:
+            self._lease_watch.granted(lease)
+        return lease
 
     def release(self, lease: Lease) -> None:
         if lease.released:
             return
         lease.released = True
+        if self._lease_watch is not None:
+            self._lease_watch.released(lease)
         leases = lease.worker.leases
         if lease.generation == lease.worker.generation and leases[lease.shape] > 0:
             leases[lease.shape] -= 1
