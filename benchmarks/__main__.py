@@ -25,6 +25,7 @@ from . import (
     observation,
     report,
     scaling,
+    shortcut_switches,
     shortcuts,
     soak,
     workers,
@@ -66,7 +67,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         "--without",
         action="append",
         default=[],
-        choices=shortcuts.SHORTCUTS,
+        choices=shortcut_switches.SHORTCUTS,
         help="switch a speed shortcut off in the latency groups (repeatable)",
     )
     parser.add_argument("--output", type=Path, default=report.LATEST, help="results file")
@@ -80,7 +81,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     mode = SMOKE if args.smoke else QUICK if args.quick else FULL
-    shortcuts.WITHOUT.update(args.without)
+    shortcut_switches.WITHOUT.update(args.without)
     created = datetime.now(UTC).isoformat(timespec="seconds")
     started = time.perf_counter()
     load_before = machine.load_average()
@@ -93,7 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     duration = time.perf_counter() - started
     described = machine.describe()
     described["load_average"] = {"before": load_before, "after": machine.load_average()}
-    described["shortcuts_off"] = sorted(shortcuts.WITHOUT)
+    described["shortcuts_off"] = sorted(shortcut_switches.WITHOUT)
     doc = report.results(figures, mode, described, created, duration)
     report.write(doc, args.output)
     print(report.table(figures))

@@ -26,7 +26,7 @@ from synapse_core.tokenizer import BasicTokenizer
 from synapse_core.wire import Shape
 from synapse_mock_transport.logic import embed_tokens
 
-from . import rig, shortcuts
+from . import rig, shortcut_switches
 from .harness import Figure, Mode, Series, Target, blocked_p50, rotating_p50
 
 #: pool blocks and host blocks per repetition
@@ -112,7 +112,7 @@ async def _sample(
         anyio.create_task_group() as tg,
     ):
         # ``--without NAME``: the whole group with a speed shortcut switched off.
-        stack.enter_context(shortcuts.switched_off(host, sorted(shortcuts.WITHOUT)))
+        stack.enter_context(shortcut_switches.switched_off(host, sorted(shortcut_switches.WITHOUT)))
         worker = await rig.warm(host)
         assert worker.channel is not None and worker.hello is not None
         bare = rig.BareExchange(worker.channel)

@@ -20,8 +20,10 @@ import anyio
 import attrs
 import pytest
 
+from benchmarks import shortcut_pieces as pieces
 from benchmarks import shortcuts
 from benchmarks.harness import SMOKE
+from benchmarks.shortcut_switches import CONTROL, SHORTCUTS, applies, through_pluggy
 from synapse_core.handoff import OneShot
 
 #: hand-offs per timed round (one is too short to time)
@@ -30,7 +32,7 @@ HANDOFFS = 200
 
 @pytest.mark.parametrize("variant", ["with", "without"])
 def test_remembered_bucket_choice(benchmark: Any, variant: str) -> None:
-    runner, worker, call = shortcuts.steps_rig()
+    runner, worker, call = pieces.steps_rig()
     runner._steps(call, worker)
     benchmark.group = "remembered_buckets"
     forget = variant == "without"
@@ -45,14 +47,14 @@ def test_remembered_bucket_choice(benchmark: Any, variant: str) -> None:
 
 @pytest.mark.parametrize("variant", ["with", "without"])
 def test_direct_bucket_hook(benchmark: Any, variant: str) -> None:
-    runner, worker, call = shortcuts.steps_rig()
+    runner, worker, call = pieces.steps_rig()
     runner._steps(call, worker)
     benchmark.group = "direct_bucket_hook"
     assert worker.selection is not None and worker.hello is not None
     length = call.plan.longest.length
     select = worker.selection.select
     if variant == "without":
-        select = shortcuts.through_pluggy(worker.selection, runner.plugins, worker.spec).select
+        select = through_pluggy(worker.selection, runner.plugins, worker.spec).select
     assert benchmark(select, length) == 16
 
 
@@ -76,14 +78,14 @@ def test_call_handoffs(benchmark: Any, backend: str, shortcut: str, variant: str
     async def handoffs() -> None:
         if shortcut == "future_event":
             event: Callable[[], OneShot] = (
-                shortcuts.future_events() if variant == "with" else anyio.Event
+                pieces.future_events() if variant == "with" else anyio.Event
             )
         else:
-            event = shortcuts.future_events() if backend == "asyncio" else anyio.Event
+            event = pieces.future_events() if backend == "asyncio" else anyio.Event
         pooled = variant == "with" or shortcut != "runner_pool"
         async with anyio.create_task_group() as tg:
-            calls = shortcuts.handoffs(tg, event, pooled)
-            for _ in range(HANDOFFS // shortcuts.PIECE_BATCH):
+            calls = pieces.handoffs(tg, event, pooled)
+            for _ in range(HANDOFFS // pieces.PIECE_BATCH):
                 await calls()
             tg.cancel_scope.cancel()
 
@@ -96,9 +98,9 @@ async def test_whole_calls_with_and_without_each_shortcut(anyio_backend: str) ->
     """Runs the shortcuts group's whole-call pairs (timed by ``python -m
     benchmarks --only shortcuts``), so they keep working on both backends."""
     pytest.importorskip("synapse_mock_transport")
-    names = [n for n in shortcuts.SHORTCUTS if shortcuts.applies(n, anyio_backend)]
+    names = [n for n in SHORTCUTS if applies(n, anyio_backend)]
     found = await shortcuts.call_pairs(
-        attrs.evolve(SMOKE, repetitions=1), [shortcuts.CONTROL, *names], anyio_backend
+        attrs.evolve(SMOKE, repetitions=1), [CONTROL, *names], anyio_backend
     )
     for series in found.values():
         assert all(v > 0 for v in series["on_p50_us"] + series["off_p50_us"])
