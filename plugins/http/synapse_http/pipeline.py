@@ -14,8 +14,7 @@ import sniffio
 from starlette.requests import Request
 from starlette.responses import Response
 
-from synapse_core.deadline import Deadline
-from synapse_core.errors import OutcomeUnknown, Refused, SynapseError, WorkerFault
+from synapse_core import Deadline, OutcomeUnknown, Refused, SynapseError, WorkerFault
 
 from .errors import HTTPError, from_synapse, invalid, malformed, too_large, unexpected
 from .schemas import ErrorBody

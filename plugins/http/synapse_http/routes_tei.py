@@ -10,19 +10,17 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from synapse_core.catalog import Entry
-from synapse_core.errors import Refused
-from synapse_core.tokenizer import _WORDS, CLS, SEP, BasicTokenizer
+from synapse_core import Refused
+from synapse_core.plugin import BasicTokenizer, Entry
 
 from .errors import invalid
-from .inputs import check_dimensions, inputs_of, normalized, sigmoid
+from .inputs import check_dimensions, inputs_of, normalized, sigmoid, truncation
 from .pipeline import (
     check_count,
     deadline_of,
     json_response,
     model_of,
     post,
-    refuse_direction,
     service_of,
     truncated_header,
 )
@@ -45,12 +43,14 @@ async def embed(request: Request, service: Service, body: EmbedRequest) -> Respo
     inputs = inputs_of(body.inputs, "$.inputs")
     check_count(len(inputs), service.settings.max_inputs, "inputs")
     _no_prompts(body.prompt_name)
-    refuse_direction(body.truncation_direction)
     host = service.host
     model = model_of(request, None, service, "embed")
     check_dimensions(host, model, body.dimensions, None)
     result = await host.embed(
-        model, inputs, deadline=deadline_of(request, service), truncate=bool(body.truncate)
+        model,
+        inputs,
+        deadline=deadline_of(request, service),
+        truncate=truncation(body.truncate, body.truncation_direction),
     )
     check_dimensions(host, model, body.dimensions, len(result.vectors[0]))
     vectors = normalized(result.vectors) if body.normalize else result.vectors
@@ -62,14 +62,13 @@ async def rerank(request: Request, service: Service, body: RerankRequest) -> Res
     """Ranks best first, each with its input ``index``; scores pass through a
     sigmoid unless ``raw_scores`` (as TEI does for a classifier's logit)."""
     check_count(len(body.texts), service.settings.max_inputs, "texts")
-    refuse_direction(body.truncation_direction)
     model = model_of(request, None, service, "rerank")
     result = await service.host.rerank(
         model,
         body.query,
         body.texts,
         deadline=deadline_of(request, service),
-        truncate=bool(body.truncate),
+        truncate=truncation(body.truncate, body.truncation_direction),
     )
     ranks = [
         Rank(
@@ -98,17 +97,22 @@ def _tokens(entry: Entry, text: str, special: bool) -> list[Token]:
     tokenizer = entry.tokenizer
     ids = tokenizer.encode(text)
     if isinstance(tokenizer, BasicTokenizer):
-        # The default tokenizer's ids are one per match of its word pattern.
-        spans = [m.span() for m in _WORDS.finditer(text)]
-        tokens = [
-            Token(id=i, text=text[a:b], special=False, start=a, stop=b)
-            for i, (a, b) in zip(ids, spans, strict=True)
-        ]
+        # The default tokenizer's ids are one per match of its word pattern,
+        # unless lower-casing changed the words (U+0130 does): then ids only.
+        spans = tokenizer.spans(text)
+        tokens = (
+            [
+                Token(id=i, text=text[a:b], special=False, start=a, stop=b)
+                for i, (a, b) in zip(ids, spans, strict=True)
+            ]
+            if len(spans) == len(ids)
+            else [Token(id=i, text="", special=False) for i in ids]
+        )
         if special:
             tokens = [
-                Token(id=CLS, text="[CLS]", special=True),
+                Token(id=tokenizer.CLS, text="[CLS]", special=True),
                 *tokens,
-                Token(id=SEP, text="[SEP]", special=True),
+                Token(id=tokenizer.SEP, text="[SEP]", special=True),
             ]
         return tokens
     # Another tokenizer says only its ids (and adds its special tokens itself).

@@ -19,7 +19,7 @@ import openai
 import pytest
 
 import synapse_core as synapse
-from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core.plugin import catalog_toml, transport_plugin
 from synapse_http.testing import API_KEY, AUTH, Server, metric, model, start_server
 from synapse_mock_transport.transport import MockTransport
 
@@ -152,6 +152,11 @@ def test_tokenize_info_and_health(http: httpx.Client, server: Server) -> None:
     assert [t["text"] for t in tokens[0]] == ["[CLS]", "Hello", ",", "world", "[SEP]"]
     assert [t["special"] for t in tokens[0]] == [True, False, False, False, True]
     assert (tokens[0][1]["start"], tokens[0][1]["stop"]) == (0, 5)
+    # Lower-casing U+0130 makes two tokens of one character: ids, without spans.
+    dotted = http.post("/tokenize", json={"inputs": "\u0130stanbul"})
+    assert dotted.status_code == 200
+    middle = dotted.json()[0][1:-1]
+    assert len(middle) == 3 and all(t.get("start") is None for t in middle)
     info = http.get("/info").json()
     assert info["model_id"] == "e" and info["model_type"] == {"embedding": {"pooling": "mean"}}
     assert info["max_input_length"] == 16 and info["max_client_batch_size"] == 8
@@ -221,6 +226,18 @@ def test_truncate_true_cuts_and_reports_indexes_refusal_stays_default(
     assert ranked.json()["truncated"] == [1] and ranked.headers["x-synapse-truncated"] == "1"
     tei = http.post("/rerank", json={"query": "q", "texts": [long, "d"], "truncate": True})
     assert tei.status_code == 200 and tei.headers["x-synapse-truncated"] == "0"
+    # TEI's truncation_direction "Left" cuts at the start: the last 14 words stay.
+    left = http.post(
+        "/embed", json={"inputs": inputs, "truncate": True, "truncation_direction": "Left"}
+    )
+    assert left.status_code == 200 and left.headers["x-synapse-truncated"] == "1,3"
+    last14 = " ".join(f"w{i}" for i in range(16, 30))
+    assert rows_close([left.json()[1]], host_embed([last14]))
+    # Without truncate, the direction changes nothing: still refused.
+    assert (
+        http.post("/embed", json={"inputs": inputs, "truncation_direction": "Left"}).status_code
+        == 422
+    )
 
 
 # -- metrics -------------------------------------------------------------------------------------
