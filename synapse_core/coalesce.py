@@ -10,7 +10,9 @@ a shared request ran reaches every caller in it as ``OutcomeUnknown`` (each
 of them may have run), and none is replayed.
 
 What stays per caller: refusals (each call is planned, and refused, alone
-before it joins), its deadline (a caller past it gets ``DeadlineExceeded``
+before it joins; a coalesced call refused or rejected by the worker as a
+whole starts each of its calls alone, so the outcome reaches only the
+caller whose input caused it), its deadline (a caller past it gets ``DeadlineExceeded``
 while the others are served; the coalesced call runs to the latest of their
 deadlines), and cancellation (a caller that gives up leaves the queue, and a
 coalesced call all of whose callers gave up starts nothing new).
