@@ -8,6 +8,10 @@ import pytest
 
 from synapse_core import HostConfig
 from synapse_core.testing import catalog_toml
+from synapse_core.testing.fake import InProcessFakeTransport
+from synapse_core.testing.fake_worker import FakeWorker
+from synapse_core.tokenizer import VOCAB
+from synapse_core.transport import Launched, LaunchRequest
 
 
 def model(
@@ -62,3 +66,26 @@ class Gate:
 @pytest.fixture
 def gate() -> Gate:
     return Gate()
+
+
+class VocabWorker(FakeWorker):
+    """Fails a request holding a token id past its vocabulary, as a real worker
+    does (an embedding table lookup out of range): the host passes token ids
+    on unchecked."""
+
+    def embed(self, batch: list[list[int]]) -> list[list[float]]:
+        if any(token >= VOCAB for seq in batch for token in seq):
+            raise IndexError("token id out of the vocabulary")
+        return super().embed(batch)
+
+
+class VocabTransport(InProcessFakeTransport):
+    """The in-process fake transport, running :class:`VocabWorker`."""
+
+    async def launch(self, request: LaunchRequest) -> Launched:
+        return self.start_worker(request, VocabWorker, 6_100_000)
+
+
+@pytest.fixture
+def vocab_transport() -> type[InProcessFakeTransport]:
+    return VocabTransport

@@ -26,22 +26,6 @@ def expected(text: str, dims: int = 4) -> list[float]:
     return fake_vector(BasicTokenizer().encode(text), dims)
 
 
-class VocabWorker(FakeWorker):
-    """Fails a request holding a token id past its vocabulary, as a real worker
-    does (an embedding table lookup out of range): the host passes token ids
-    on unchecked."""
-
-    def embed(self, batch: list[list[int]]) -> list[list[float]]:
-        if any(token >= VOCAB for seq in batch for token in seq):
-            raise IndexError("token id out of the vocabulary")
-        return super().embed(batch)
-
-
-class VocabTransport(InProcessFakeTransport):
-    async def launch(self, request: LaunchRequest) -> Launched:
-        return self.start_worker(request, VocabWorker, 6_100_000)
-
-
 class Held:
     """A host whose worker holds the first inference reply until released,
     so that calls made meanwhile queue behind it."""
@@ -371,7 +355,7 @@ async def test_a_coalesced_call_refused_by_its_worker_is_served_call_by_call(
 
 
 async def test_a_request_the_worker_rejects_fails_only_the_caller_whose_input_it_was(
-    make_model: Any, make_config: Any, gate: Any
+    make_model: Any, make_config: Any, gate: Any, vocab_transport: Any
 ) -> None:
     async def body(held: Held, transport: InProcessFakeTransport) -> None:
         held.call(0, ["a"])
@@ -389,7 +373,7 @@ async def test_a_request_the_worker_rejects_fails_only_the_caller_whose_input_it
             assert results[index].vectors == [pytest.approx(expected(t), abs=1e-6) for t in texts]
         assert held.host.snapshot().worker("m").restarts == 0  # a rejection is not a fault
 
-    await serve_held(make_model, make_config, gate, body, VocabTransport())
+    await serve_held(make_model, make_config, gate, body, vocab_transport())
 
 
 async def test_a_served_call_is_freed_at_once_not_left_to_the_cycle_collector(
@@ -426,7 +410,7 @@ async def test_a_served_call_is_freed_at_once_not_left_to_the_cycle_collector(
 
 
 async def test_a_call_queued_and_started_alone_again_is_never_refused_as_overloaded(
-    make_model: Any, make_config: Any, gate: Any
+    make_model: Any, make_config: Any, gate: Any, vocab_transport: Any
 ) -> None:
     # One permit, two waiting calls at most. "bad" and "good" share a request
     # the worker rejects; both start alone again while two more calls wait.
@@ -455,5 +439,5 @@ async def test_a_call_queued_and_started_alone_again_is_never_refused_as_overloa
             assert isinstance(results[index], synapse.EmbedResult), (index, results[index])
 
     await serve_held(
-        make_model, make_config, gate, body, VocabTransport(), max_concurrent=1, max_waiting=2
+        make_model, make_config, gate, body, vocab_transport(), max_concurrent=1, max_waiting=2
     )

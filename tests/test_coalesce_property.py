@@ -16,14 +16,14 @@ from typing import Any
 import anyio
 import attrs
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import synapse_core as synapse
 from synapse_core.testing import catalog_toml, eventually, transport_plugin
 from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.testing.fake_worker import fake_vector
-from synapse_core.tokenizer import BasicTokenizer
+from synapse_core.tokenizer import VOCAB, BasicTokenizer
 
 DIMS = 4
 #: errors a caller may end in here, besides its rows
@@ -35,6 +35,8 @@ class Caller:
     texts: tuple[str, ...]
     #: "stay", "cancel" (after the wave started) or "late" (deadline already past)
     leaves: str
+    #: also sends token ids past the vocabulary, which the worker rejects
+    bad: bool = False
 
 
 def callers() -> st.SearchStrategy[list[Caller]]:
@@ -44,6 +46,7 @@ def callers() -> st.SearchStrategy[list[Caller]]:
         Caller,
         st.lists(text, min_size=1, max_size=3).map(tuple),
         st.sampled_from(["stay", "stay", "stay", "cancel", "late"]),
+        st.sampled_from([False, False, True]),
     )
     return st.lists(caller, min_size=1, max_size=24)
 
@@ -52,7 +55,12 @@ def expected(text: str) -> list[float]:
     return fake_vector(BasicTokenizer().encode(text), DIMS)
 
 
-async def wave(wave_callers: list[Caller], crash_on: int | None, max_waiting: int) -> None:
+async def wave(
+    wave_callers: list[Caller],
+    crash_on: int | None,
+    max_waiting: int,
+    transport_class: type[InProcessFakeTransport],
+) -> None:
     faults = {} if crash_on is None else {"crash_on_infer": crash_on, "only_generation": 1}
     model = {
         "name": "m",
@@ -66,7 +74,7 @@ async def wave(wave_callers: list[Caller], crash_on: int | None, max_waiting: in
         model, coalesce=True, max_concurrent=2, max_waiting=max_waiting, exit_grace_s=5.0
     )
     config = synapse.HostConfig.from_toml_text(text)
-    transport = InProcessFakeTransport()
+    transport = transport_class()
     outcomes: dict[int, Any] = {}
     async with synapse.open_host(config, plugins=[transport_plugin(transport)]) as host:
         await host.load("m")
@@ -74,9 +82,10 @@ async def wave(wave_callers: list[Caller], crash_on: int | None, max_waiting: in
 
         async def call(index: int, caller: Caller) -> None:
             deadline = synapse.Deadline(0.0) if caller.leaves == "late" else None
+            inputs: list[str | list[int]] = [*caller.texts, *([[VOCAB + 1]] if caller.bad else [])]
             with scopes[index]:
                 try:
-                    outcomes[index] = await host.embed("m", list(caller.texts), deadline=deadline)
+                    outcomes[index] = await host.embed("m", inputs, deadline=deadline)
                 except synapse.SynapseError as exc:
                     outcomes[index] = exc
                 return
@@ -93,7 +102,11 @@ async def wave(wave_callers: list[Caller], crash_on: int | None, max_waiting: in
         assert sorted(outcomes) == list(range(len(wave_callers)))
         for index, caller in enumerate(wave_callers):
             outcome = outcomes[index]
-            if isinstance(outcome, synapse.EmbedResult):
+            if isinstance(outcome, synapse.WorkerFault) and "rejected" in str(outcome):
+                # Another caller's input must not fail this one.
+                assert caller.bad and isinstance(outcome, synapse.WorkerRejected), (index, outcome)
+            elif isinstance(outcome, synapse.EmbedResult):
+                assert not caller.bad, index
                 assert outcome.vectors == [
                     pytest.approx(expected(t), abs=1e-6) for t in caller.texts
                 ], index
@@ -115,12 +128,26 @@ async def wave(wave_callers: list[Caller], crash_on: int | None, max_waiting: in
     deadline=None,
     suppress_health_check=[HealthCheck.too_slow, HealthCheck.function_scoped_fixture],
 )
+@example(  # a rejected input shares a request with others' (always tried)
+    wave_callers=[
+        Caller(("alpha",), "stay"),
+        Caller(("beta",), "stay", bad=True),
+        Caller(("gamma",), "stay"),
+        Caller(("delta",), "stay"),
+    ],
+    crash_on=None,
+    max_waiting=16,
+)
 @given(
     wave_callers=callers(),
     crash_on=st.none() | st.integers(min_value=1, max_value=4),
     max_waiting=st.integers(min_value=1, max_value=16),
 )
 def test_every_caller_ends_once_with_its_own_rows_or_a_documented_error(
-    backend: str, wave_callers: list[Caller], crash_on: int | None, max_waiting: int
+    backend: str,
+    wave_callers: list[Caller],
+    crash_on: int | None,
+    max_waiting: int,
+    vocab_transport: type[InProcessFakeTransport],
 ) -> None:
-    anyio.run(wave, wave_callers, crash_on, max_waiting, backend=backend)
+    anyio.run(wave, wave_callers, crash_on, max_waiting, vocab_transport, backend=backend)
