@@ -19,8 +19,8 @@ from starlette.types import Receive, Scope, Send
 from synapse_core.deadline import Deadline
 from synapse_core.errors import OutcomeUnknown, Refused, SynapseError, WorkerFault
 
+from .body import ClientGone, read_body
 from .errors import HTTPError, from_synapse, invalid, malformed, too_large, unexpected
-from .schemas import ErrorBody
 from .service import Service
 
 T = TypeVar("T")
@@ -67,52 +67,6 @@ def json_response(
     payload: object, status: int = 200, headers: dict[str, str] | None = None
 ) -> Response:
     return Response(_encoder.encode(payload), status, headers, media_type=JSON)
-
-
-async def read_body(
-    receive: Receive, declared: bytes | None, limit: int, timeout_s: float
-) -> bytes:
-    """The body, refused with 413 once it passes ``limit`` bytes (before reading
-    any of it when Content-Length, ``declared``, already says so). Raises
-    :class:`ClientGone` if the client goes away first."""
-    if declared is not None and declared.isdigit() and int(declared) > limit:
-        raise _body_too_large(int(declared), limit)
-    chunks, size = [], 0
-    # Bounded: a client that stops sending mid-body (or a server that stops
-    # passing it on while shutting down) must not hold the request forever.
-    with anyio.move_on_after(timeout_s) as waited:
-        more = True
-        while more:
-            message = await receive()
-            if message["type"] != "http.request":
-                raise ClientGone
-            chunk = message.get("body", b"")
-            size += len(chunk)
-            if size > limit:
-                raise _body_too_large(size, limit)
-            chunks.append(chunk)
-            more = message.get("more_body", False)
-    if waited.cancelled_caught:
-        raise HTTPError(
-            408,
-            ErrorBody(
-                error=f"the request body did not arrive within {timeout_s:g} s",
-                error_type="body-timeout",
-            ),
-        )
-    return chunks[0] if len(chunks) == 1 else b"".join(chunks)
-
-
-class ClientGone(Exception):
-    """The client disconnected before its request was read."""
-
-
-def _body_too_large(size: int, limit: int) -> HTTPError:
-    return too_large(
-        f"request body of {size} bytes or more is over the limit of {limit} bytes "
-        "(--max-body-bytes); send fewer inputs per request",
-        "payload-too-large",
-    )
 
 
 def decode(body: bytes, schema: type[T]) -> T:
