@@ -3,14 +3,11 @@ the call (cancelled if the client goes away), the answer or the error."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
-import anyio
 import msgspec
-import sniffio
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
@@ -20,6 +17,7 @@ from synapse_core.deadline import Deadline
 from synapse_core.errors import OutcomeUnknown, Refused, SynapseError, WorkerFault
 
 from .body import ClientGone, read_body
+from .disconnect import until_disconnect
 from .errors import HTTPError, from_synapse, invalid, malformed, too_large, unexpected
 from .service import Service
 
@@ -130,58 +128,6 @@ def refuse_direction(direction: str) -> None:
             "$.truncation_direction: 'Left' is not supported; Synapse cuts at the end of a text",
             "$.truncation_direction",
         )
-
-
-async def until_disconnect(receive: Receive, work: Callable[[], Awaitable[T]]) -> T | None:
-    """Run ``work``; if the client disconnects first, cancel it and return None.
-
-    A cancelled call is abandoned by its caller only: the host drains the
-    worker's reply and lets go of everything, as for any cancelled caller.
-    """
-    if sniffio.current_async_library() == "asyncio":
-        return await _until_disconnect_asyncio(receive, work)
-    outcome: list[T] = []
-    failure: list[Exception] = []
-
-    async def watch() -> None:
-        await _disconnected(receive)
-        tg.cancel_scope.cancel()
-
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(watch)
-        try:
-            outcome.append(await work())
-        except Exception as exc:  # raised as is, not in a group
-            failure.append(exc)
-        tg.cancel_scope.cancel()
-    if failure:
-        raise failure[0]
-    return outcome[0] if outcome else None
-
-
-async def _until_disconnect_asyncio(receive: Receive, work: Callable[[], Awaitable[T]]) -> T | None:
-    """The same on asyncio, with a bare watcher task: a task group per
-    request costs several event-loop passes more, on every request."""
-    scope = anyio.CancelScope()
-
-    def gone(task: asyncio.Task[None]) -> None:
-        if not task.cancelled():
-            task.exception()  # a broken receive counts as a disconnect; retrieved here
-            scope.cancel()
-
-    watcher = asyncio.get_running_loop().create_task(_disconnected(receive))
-    watcher.add_done_callback(gone)
-    try:
-        with scope:
-            return await work()
-        return None  # cancelled: the client went away
-    finally:
-        watcher.cancel()
-
-
-async def _disconnected(receive: Receive) -> None:
-    while (await receive())["type"] != "http.disconnect":
-        pass
 
 
 Handler = Callable[[Incoming, Service, T], Awaitable[Response]]

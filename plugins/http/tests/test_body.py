@@ -33,17 +33,20 @@ async def app(timeout_s: float = 30.0) -> AsyncIterator[ASGIApp]:
         yield create_app(host, ServeSettings(request_timeout_s=timeout_s))
 
 
-async def post(app: ASGIApp, receive: Receive, length: int | None = len(BODY)) -> tuple[int, Any]:
-    """POST /embed with ``receive``; the status and the decoded body answered."""
+async def post(
+    app: ASGIApp, receive: Receive, length: int | None = len(BODY), path: str = "/embed"
+) -> tuple[int, Any]:
+    """POST ``path`` with ``receive``; the status and the decoded body answered."""
+    path, _, query = path.partition("?")
     headers = [(b"content-type", b"application/json")]
     if length is not None:
         headers.append((b"content-length", str(length).encode()))
     scope = {
         "type": "http",
         "method": "POST",
-        "path": "/embed",
+        "path": path,
         "root_path": "",
-        "query_string": b"",
+        "query_string": query.encode(),
         "headers": headers,
         "http_version": "1.1",
         "asgi": {"version": "3.0"},
