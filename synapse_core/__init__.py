@@ -27,6 +27,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "HostConfig": "config",
+    "default_config": "catalog",
     "ModelSpec": "config",
     "LaneConfig": "config",
     "RestartBudget": "config",
@@ -84,6 +85,7 @@ __all__ = [
     "Transport",
     "WorkerFault",
     "__version__",
+    "default_config",
     "hookimpl",
     "open_host",
 ]
@@ -94,6 +96,7 @@ __getattr__ = lazy_getattr(__name__, __name__, _EXPORTS, globals())
 
 if TYPE_CHECKING:
     from .call import EmbedResult, RerankResult
+    from .catalog import default_config
     from .config import HostConfig, LaneConfig, ModelSpec, RestartBudget
     from .deadline import Deadline, FakeClock
     from .errors import (

@@ -7,7 +7,7 @@ is a call whose plan holds the inputs of several callers' calls.
 
 from __future__ import annotations
 
-from typing import Protocol
+from typing import Protocol, Self
 
 import attrs
 
@@ -78,7 +78,7 @@ class Call:
     joined: Joined | None = None
 
     @classmethod
-    def new(cls, plan: Plan, deadline: Deadline, done: OneShot) -> Call:
+    def new(cls, plan: Plan, deadline: Deadline, done: OneShot) -> Self:
         return cls(plan, deadline, [None] * len(plan.items), done)
 
     def is_abandoned(self) -> bool:

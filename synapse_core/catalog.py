@@ -18,16 +18,27 @@ from .transport import LaneInfo
 from .wire import bucket_problem
 
 DEFAULT_CATALOG = "default_catalog.toml"
+#: where errors in the shipped catalog say they are (its ``HostConfig.source``)
+DEFAULT_CATALOG_SOURCE = f"synapse_core/{DEFAULT_CATALOG}"
+
+
+def default_catalog_text() -> str:
+    """The TOML text of the catalog shipped with synapse-core, for a tool
+    that hands a catalog's text on (to another machine) rather than a config."""
+    return resources.files("synapse_core").joinpath(DEFAULT_CATALOG).read_text(encoding="utf-8")
 
 
 def default_config() -> HostConfig:
     """The catalog shipped with synapse-core (mock models that work out of the box)."""
-    text = resources.files("synapse_core").joinpath(DEFAULT_CATALOG).read_text(encoding="utf-8")
-    return HostConfig.from_toml_text(text, source=f"synapse_core/{DEFAULT_CATALOG}")
+    return HostConfig.from_toml_text(default_catalog_text(), source=DEFAULT_CATALOG_SOURCE)
 
 
 @attrs.frozen
 class Entry:
+    """A catalog model as the host resolved it (``Host.catalog.entries[name]``):
+    its spec, its transport and lane, its tokenizer, and why it cannot run
+    here when it cannot."""
+
     spec: ModelSpec
     transport: TransportInfo | None
     lane: LaneInfo | None

@@ -20,20 +20,13 @@ from collections.abc import Awaitable, Callable
 import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
-from .wire import PREFIX, Codec, Frame, WireError, stray_text
+from .errors import ChannelClosed, ExchangeTimeout, WireError
+from .wire import PREFIX, Codec, Frame, stray_text
 
 _STREAM_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 _READ_SIZE = 65536
 #: the most one read asks for: a huge frame arrives in pipe-sized pieces anyway
 _MAX_READ = 1 << 20
-
-
-class ChannelClosed(Exception):
-    """The peer closed the channel or the underlying stream failed."""
-
-
-class ExchangeTimeout(Exception):
-    """No reply arrived within the exchange bound."""
 
 
 class Exchange:
@@ -285,4 +278,4 @@ class FramedChannel:
                     await stream.aclose()
 
 
-__all__ = ["ChannelClosed", "Exchange", "ExchangeTimeout", "FramedChannel", "WireError"]
+__all__ = ["Exchange", "FramedChannel"]

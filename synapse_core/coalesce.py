@@ -24,9 +24,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
+import attrs
+
 from .call import Call
 from .deadline import Deadline
-from .errors import Refused, SynapseError
+from .errors import InternalError, Refused, SynapseError
 from .handoff import OneShot
 from .plan import Item, Plan
 
@@ -103,6 +105,21 @@ class Members:
                 member.error = call.error
             member.done.set()
             start = end
+
+
+@attrs.define(eq=False)
+class Coalesced(Call):
+    """A call serving others' calls: what its waits would end in at the
+    deadline (``CapacityExhausted`` while waiting for lane room, say) is what
+    each of its callers' waits ends in too."""
+
+    members: Members | None = None
+
+    def note_expiry(self, error: SynapseError | None) -> None:
+        self.expiry = error
+        if self.members is not None:
+            for member in self.members.calls:
+                member.expiry = error
 
 
 class Coalescer:
@@ -183,9 +200,9 @@ class Coalescer:
                     self._start(calls[0], calls)
                 else:
                     members = Members(calls)
-                    call = members.call = Call.new(
-                        members.plan(), members.deadline(), self._event()
-                    )
+                    call = Coalesced.new(members.plan(), members.deadline(), self._event())
+                    call.members = members
+                    members.call = call
                     for member in calls:
                         member.joined = members
                     self._start(call, calls, members)
@@ -217,20 +234,24 @@ class Coalescer:
                     # and gets its own refusal, naming its own input.
                     for member in calls:
                         member.joined = None
-                        self._alone(member)
+                        if not member.abandoned:
+                            self._launch_or_fail(member)
                 else:
                     members.settle(call)
             self._settled()
 
         call.done = Settle(call.done, settled)
         self.running = call
-        try:
-            self._launch(call)
-        except SynapseError as exc:
-            call.fail(exc)  # settles: the queue moves on
+        self._launch_or_fail(call)  # a call that fails settles: the queue moves on
 
-    def _alone(self, call: Call) -> None:
+    def _launch_or_fail(self, call: Call) -> None:
+        # Never raises: this also runs when a call settles, in the detached
+        # task that ended it, where an exception would reach the host's task group.
         try:
             self._launch(call)
         except SynapseError as exc:
             call.fail(exc)
+        except Exception as exc:
+            call.fail(
+                InternalError(f"internal error starting a call of {call.plan.model!r}: {exc!r}")
+            )

@@ -16,18 +16,10 @@ from typing import Any, TypeVar
 import attrs
 import cattrs
 
-from .errors import ConfigError
+from .errors import ConfigError, FieldInvalid
 from .wire import Task as Task  # the one literal; config re-exports it
 
 _T = TypeVar("_T")
-
-
-class FieldInvalid(ValueError):
-    """Raised by validators: names the field, and its message is shown as is."""
-
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(message)
-        self.field = field
 
 
 def _positive(instance: object, attribute: attrs.Attribute[Any], value: float) -> None:
@@ -179,11 +171,14 @@ def structure(data: Any, cls: type[_T], source: str, root: str = "") -> _T:
     try:
         return _converter.structure(data, cls)
     except Exception as exc:  # cattrs raises ExceptionGroups and plain errors
-        raise ConfigError(source, describe(exc, root)) from None
+        raise ConfigError(source, structuring_problems(exc, root)) from None
 
 
-def describe(exc: BaseException, root: str = "") -> list[str]:
-    """Turn a cattrs structuring error into ``path: problem`` lines."""
+def structuring_problems(exc: BaseException, root: str = "") -> list[str]:
+    """Turn a cattrs structuring error into ``path: problem`` lines, worded as
+    the catalog's errors are (a :class:`FieldInvalid` names its own field);
+    ``root`` is put in front of every path. For a plugin with a converter of
+    its own: ``raise ConfigError(source, structuring_problems(exc))``."""
     lines: list[str] = []
     for message in cattrs.transform_error(exc, format_exception=_format):
         match = _PATH.match(message)

@@ -2,6 +2,11 @@
 
 Each carries a stable ``code`` so programs can branch on it and the CLI can map
 it to an exit status without parsing messages.
+
+The last section holds the exceptions that never reach a host API caller as
+they are: what plugins raise (:class:`FieldInvalid`, :class:`Declined`) and
+what the wire and channel raise inside the host, which turns them into the
+errors above. This module imports nothing, so worker processes load it too.
 """
 
 from __future__ import annotations
@@ -146,3 +151,63 @@ class IdentityChanged(SynapseError):
     """Two batches of one command came from different vector spaces."""
 
     code = "identity-changed"
+
+
+# -- raised by plugins, or by the wire and channel under the host --------------
+
+
+class FieldInvalid(ValueError):
+    """Raised by validators: names the field, and its message is shown as is."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
+class Declined(Exception):
+    """Raise from a :class:`~synapse_core.plugin.ModelWorker` method to decline one request.
+
+    The host gets a ``failure`` frame with ``code`` and the message (the
+    caller sees a ``WorkerFault``) and the worker keeps serving. For a worker
+    that is broken, exit instead (``raise SystemExit(1)``): the host restarts it.
+    """
+
+    code = "declined"
+
+    def __init__(self, message: str, code: str | None = None) -> None:
+        super().__init__(message)
+        if code is not None:
+            self.code = code
+
+
+class WireError(Exception):
+    """A frame could not be decoded, is too large, or is not expected here.
+
+    Workers raise it too, so it does not derive from the host's error classes;
+    the host re-raises it as :class:`ProtocolError`.
+    """
+
+
+class ChannelClosed(Exception):
+    """The peer closed the channel or the underlying stream failed."""
+
+
+class ExchangeTimeout(Exception):
+    """No reply arrived within the exchange bound."""
+
+
+class Fault(Exception):
+    """A fault of one worker generation, seen by one exchange (inside the
+    host only: the serving path turns it into ``OutcomeUnknown`` or
+    ``WorkerFault``)."""
+
+    def __init__(self, generation: int, reason: str, written: bool) -> None:
+        super().__init__(reason)
+        self.generation = generation
+        self.reason = reason
+        self.written = written
+
+
+class CallerGone(Exception):
+    """The caller gave up before its call's next request was sent (inside
+    the host only: the call then starts nothing new)."""

@@ -47,12 +47,12 @@ def synapse_register_transports(register: Callable[[Transport], None]) -> None:
     """Register the transports this plugin provides.
 
     Called once when a host (or the CLI) collects plugins. Call ``register``
-    with an instance of a :class:`synapse_core.transport.Transport` subclass
+    with an instance of a :class:`synapse_core.plugin.Transport` subclass
     for each transport. A transport:
 
     - has a ``name``, which catalog entries use (``transport = "mock"``);
     - answers ``availability()`` with an
-      :class:`~synapse_core.transport.Availability` whose ``reason`` tells a
+      :class:`~synapse_core.plugin.Availability` whose ``reason`` tells a
       user why it cannot run here (wrong OS, missing framework...);
     - may ship models through ``catalog_models()`` and check a model's
       ``options`` in ``validate_model()`` (raise ``ConfigError`` naming the
@@ -61,17 +61,17 @@ def synapse_register_transports(register: Callable[[Transport], None]) -> None:
       the catalog knows the effective ceiling (``min(ceiling, largest
       bucket)``) and refuses longer inputs before any worker starts;
     - says which lane a model runs on with ``lane_for()``: a
-      :class:`~synapse_core.transport.LaneInfo` with a lane id such as
+      :class:`~synapse_core.plugin.LaneInfo` with a lane id such as
       ``"ane:0"``, a default capacity in reservation units, and whether the
       lane needs a cross-process hardware lock (then ``open_lane()`` is awaited
       once, before the lane's first launch, and its ``pass_fds`` are
       inherited by every worker launched on the lane);
     - starts a worker with ``async launch(request)`` and returns a
-      :class:`~synapse_core.transport.Launched`: the host's ends of a byte
-      channel (speaking :mod:`synapse_core.wire`, the worker sends ``Hello``
+      :class:`~synapse_core.plugin.Launched`: the host's ends of a byte
+      channel (speaking Synapse's worker protocol, the worker sends ``Hello``
       first) and a process whose ``wait()`` returns only once the process is
       reaped; a process that leads a process group also subclasses
-      :class:`~synapse_core.transport.ProcessGroup`, so its exit is confirmed
+      :class:`~synapse_core.plugin.ProcessGroup`, so its exit is confirmed
       only once the whole group is gone.
       :func:`synapse_core.plugin.spawn_worker` does all of this for a
       :class:`~synapse_core.plugin.ModelWorker` subclass.
@@ -110,12 +110,12 @@ def synapse_admission_cost(
 def synapse_lane_full(request: AdmissionRequest, lane: LaneView) -> Decision | None:
     """Decide what to do when ``request.units`` do not fit on ``lane``.
 
-    Return one of :class:`~synapse_core.residency.policy.Wait` (wait for a
+    Return one of :class:`~synapse_core.plugin.Wait` (wait for a
     refund, within the caller's deadline; then ``CapacityExhausted``),
-    :class:`~synapse_core.residency.policy.Evict` naming an *unleased*
+    :class:`~synapse_core.plugin.Evict` naming an *unleased*
     reservation of ``lane.reservations`` whose ``evictable`` is true (the
     host evicts it, refunds it, and decides again), or
-    :class:`~synapse_core.residency.policy.Refuse`. Stops at the first
+    :class:`~synapse_core.plugin.Refuse`. Stops at the first
     non-``None`` result. The default evicts the least recently used evictable
     reservation and waits when there is none.
 
@@ -149,13 +149,13 @@ def synapse_select_bucket(length: int, buckets: Sequence[int], model: ModelSpec)
 
 @hookspec
 def synapse_observe(event: Event) -> None:
-    """Receive a supervisor event (see :mod:`synapse_core.observation`).
+    """Receive a supervisor event (:class:`synapse_core.plugin.Event`).
 
     Called synchronously on the serving path: record and return quickly; do
     not block or raise. Every implementation is called. When no plugin
     implements this hook the supervisor builds no events at all.
 
-    :param event: one of the tagged structs of ``synapse_core.observation``.
+    :param event: one of the event kinds of ``synapse_core.plugin`` (``AnyEvent``).
     """
 
 

@@ -196,73 +196,92 @@ def plan_call(
         what = "documents" if query is not None else "texts"
         raise Refused("empty-input", f"no {what} given; pass at least one", model=model)
     tokenizer = entry.tokenizer
-    query_ids: list[int] | None = None
-    if query is not None:
-        try:
-            query_ids = tokenizer.encode(query)
-        except Exception as exc:
-            raise tokenizer_failed(model, "the query", exc) from exc
-        if not query_ids:
-            raise Refused("empty-sequence", "the query is empty; give it some text", model=model)
-    query_count = None if query_ids is None else len(query_ids)
+    query_ids = None if query is None else _query_ids(model, tokenizer, query)
+    counting = _counting(tokenizer, len(texts))
     ceiling = entry.ceiling
-    # Counting is enough to refuse: a large call's ids are then encoded chunk
-    # by chunk, while earlier chunks run. A small call is encoded at once
-    # (counting first would only add a pass), and so is every call of a
-    # tokenizer that cannot count.
-    counting = (
-        cast(CountingTokenizer, tokenizer)
-        if len(texts) > EAGER_TEXTS
-        and hasattr(tokenizer, "count")
-        and hasattr(tokenizer, "positions")
-        else None
-    )
     items = []
     cut: list[int] = []
     # Each input is checked as soon as it is sized, so the first bad input is
     # the one reported, whatever is wrong with later ones.
-    noun = "document" if query is not None else "input"
-    ids: list[int] | None
     for index, given in enumerate(texts):
-        token_ids = not isinstance(given, str) and _token_ids(given)
-        if (
-            not token_ids
-            and not (isinstance(given, str) and given.isascii())
-            and (refusal := invalid_text(model, given, f"{noun} {index}", index))
-        ):
-            raise refusal
-        text = given if isinstance(given, str) else ""
-        try:
-            if not isinstance(given, str):
-                ids = list(given)
-                n = len(ids)
-                length = tokenizer.sequence_length(ids, query_ids)
-            elif counting is not None:
-                ids = None
-                n = counting.count(text)
-                length = counting.positions(n, query_count)
-            else:
-                ids = tokenizer.encode(text)
-                n = len(ids)
-                length = tokenizer.sequence_length(ids, query_ids)
-        except Exception as exc:
-            raise tokenizer_failed(model, f"input {index}", exc) from exc
-        if not n:
-            raise Refused(
-                "empty-sequence",
-                f"{'document' if query is not None else 'input'} {index} is empty; "
-                "remove it or give it text",
-                model=model,
-                index=index,
-            )
-        item = Item(index, text, n, length, ids)
-        if length > ceiling:
+        item = _sized(model, tokenizer, counting, query_ids, index, given)
+        if item.length > ceiling:
             if not truncate:
                 raise over_ceiling(model, item, ceiling, pair=query is not None)
             item = truncated_item(model, tokenizer, item, ceiling, query_ids)
             cut.append(index)
         items.append(item)
     return Plan(model, entry.spec.task, tuple(items), tokenizer, query_ids, tuple(cut))
+
+
+def _query_ids(model: str, tokenizer: Tokenizer, query: str) -> list[int]:
+    """The query's token ids; refused when it has none."""
+    try:
+        query_ids = tokenizer.encode(query)
+    except Exception as exc:
+        raise tokenizer_failed(model, "the query", exc) from exc
+    if not query_ids:
+        raise Refused("empty-sequence", "the query is empty; give it some text", model=model)
+    return query_ids
+
+
+def _counting(tokenizer: Tokenizer, texts: int) -> CountingTokenizer | None:
+    """``tokenizer`` when the inputs of a call of ``texts`` are to be counted
+    now and encoded later; ``None`` when they are encoded now.
+
+    Counting is enough to refuse: a large call's ids are then encoded chunk
+    by chunk, while earlier chunks run. A small call is encoded at once
+    (counting first would only add a pass), and so is every call of a
+    tokenizer that cannot count.
+    """
+    if texts > EAGER_TEXTS and hasattr(tokenizer, "count") and hasattr(tokenizer, "positions"):
+        return cast(CountingTokenizer, tokenizer)
+    return None
+
+
+def _sized(
+    model: str,
+    tokenizer: Tokenizer,
+    counting: CountingTokenizer | None,
+    query_ids: list[int] | None,
+    index: int,
+    given: str | Sequence[int],
+) -> Item:
+    """Input ``index`` sized (``counting``: counted, not encoded); refused if
+    it is neither valid text nor token ids, or if it is empty."""
+    noun = "document" if query_ids is not None else "input"
+    token_ids = not isinstance(given, str) and _token_ids(given)
+    if (
+        not token_ids
+        and not (isinstance(given, str) and given.isascii())
+        and (refusal := invalid_text(model, given, f"{noun} {index}", index))
+    ):
+        raise refusal
+    text = given if isinstance(given, str) else ""
+    ids: list[int] | None
+    try:
+        if not isinstance(given, str):
+            ids = list(given)
+            n = len(ids)
+            length = tokenizer.sequence_length(ids, query_ids)
+        elif counting is not None:
+            ids = None
+            n = counting.count(text)
+            length = counting.positions(n, None if query_ids is None else len(query_ids))
+        else:
+            ids = tokenizer.encode(text)
+            n = len(ids)
+            length = tokenizer.sequence_length(ids, query_ids)
+    except Exception as exc:
+        raise tokenizer_failed(model, f"input {index}", exc) from exc
+    if not n:
+        raise Refused(
+            "empty-sequence",
+            f"{noun} {index} is empty; remove it or give it text",
+            model=model,
+            index=index,
+        )
+    return Item(index, text, n, length, ids)
 
 
 def group_by_bucket(items: Sequence[Item], select: Callable[[int], int], batch: int) -> list[Group]:

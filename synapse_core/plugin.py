@@ -1,25 +1,39 @@
-"""Everything a transport or tool plugin may import from Synapse.
+"""The plugin API: everything a transport, observer or tool plugin may import
+from Synapse.
 
-Import from here, never from ``synapse_core``'s other modules: those are
-internal and change without notice, while these names are the plugin API.
+Import from here (and, for tools that drive a host, from the host API of
+``synapse_core`` itself), never from ``synapse_core``'s other modules: those
+are internal and change without notice, while these names are the plugin API.
 Names load on first use, so a worker process importing ``ModelWorker`` does
 not pay for the host's modules.
 
 - Transports: :class:`Transport`, :class:`Availability`, :class:`LaneInfo`,
   :class:`LaneSession`, :class:`LaunchRequest`, :class:`Launched`,
-  :class:`WorkerProcess`, :func:`spawn_worker`, :func:`launch_spec`,
-  :func:`confirm_exit`, :data:`hookimpl`, :class:`ModelSpec`, tokenizers.
+  :class:`WorkerProcess` (:class:`ProcessGroup` for a group leader),
+  :func:`spawn_worker`, :func:`launch_spec`, :func:`confirm_exit`,
+  :data:`hookimpl`, :class:`ModelSpec`, :data:`Task`, tokenizers
+  (:class:`BasicTokenizer` is the default one).
 - Options: :func:`parse_options`, :class:`FieldInvalid`,
-  :class:`ConfigError`, :class:`WorkerOptions`, :class:`Faults`.
+  :class:`ConfigError`, :class:`WorkerOptions`, :class:`Faults`, the ready
+  validators (:func:`positive`, ...), and :func:`structuring_problems` for a
+  plugin that structures its own settings with cattrs.
 - Workers: :class:`ModelWorker`, :class:`Declined`, :func:`worker_main`,
   :class:`Shape`, :class:`LaunchSpec`; for hand-written test workers the
-  frame-level :class:`WorkerLogic` and its actions.
+  frame-level :class:`WorkerLogic`, its actions and :class:`WireError`.
+- Residency policy (the ``synapse_admission_cost`` and ``synapse_lane_full``
+  hooks): :class:`LaneView`, :class:`Reservation`, :class:`AdmissionRequest`
+  and the :data:`Decision` answers :class:`Wait`, :class:`Evict`,
+  :class:`Refuse`.
 - Observers and tools: the supervisor's events (:class:`Event` and its
-  kinds, :data:`AnyEvent`), :class:`Hello`, :func:`default_config`.
+  kinds, :data:`AnyEvent`), :class:`Hello`, :class:`Entry` (a model as
+  ``Host.catalog`` resolved it), :func:`default_config`, :func:`default_catalog_text`
+  and :data:`DEFAULT_CATALOG_SOURCE`, :data:`CLOSE_SLACK_S` (the slack in
+  ``Host.aclose``'s bound: the exchange bound, four exit graces, and this).
 - Tests: the in-process helpers (:class:`InProcessWorkers`,
   :class:`InProcessProcess`, :class:`LaunchRecord`), :func:`transport_plugin`,
-  :func:`catalog_toml`, :func:`eventually`, :func:`make_cli` (the
-  ``synapse`` command over chosen plugins).
+  :func:`catalog_toml`, :func:`eventually`, :func:`pid_exists`,
+  :func:`make_cli` (the ``synapse`` command over chosen plugins), and the
+  conformance suite (:class:`Conformance`, :class:`Subject`).
 - Plugin commands: :data:`catalog_option` and :func:`load_config`
   (``--catalog``, ``SYNAPSE_CATALOG``), :func:`installed_plugins`,
   :func:`unwrap` (the error out of a task group's exception group).
@@ -37,6 +51,7 @@ _EXPORTS = {
     "LaneInfo": "transport",
     "LaneSession": "transport",
     "LaunchRequest": "transport",
+    "ProcessGroup": "transport",
     "Launched": "transport",
     "Transport": "transport",
     "WorkerProcess": "transport",
@@ -45,6 +60,7 @@ _EXPORTS = {
     "spawn_worker": "process",
     "hookimpl": "hookspecs",
     "ModelSpec": "config",
+    "Task": "wire",
     "BasicTokenizer": "tokenizer",
     "CountingTokenizer": "tokenizer",
     "Tokenizer": "tokenizer",
@@ -52,7 +68,7 @@ _EXPORTS = {
     "SynapseError": "errors",
     # options
     "ConfigError": "errors",
-    "FieldInvalid": "config",
+    "FieldInvalid": "errors",
     "Faults": "worker",
     "WorkerOptions": "worker",
     "parse_options": "worker",
@@ -62,8 +78,9 @@ _EXPORTS = {
     "validator": "worker",
     "positive": "worker",
     "seconds": "worker",
+    "structuring_problems": "config",
     # workers
-    "Declined": "worker",
+    "Declined": "errors",
     "ModelWorker": "worker",
     "Rows": "worker",
     "Scores": "worker",
@@ -71,7 +88,7 @@ _EXPORTS = {
     "Frame": "wire",
     "LaunchSpec": "wire",
     "Shape": "wire",
-    "Task": "wire",
+    "WireError": "errors",
     "Action": "worker",
     "Crash": "worker",
     "Hang": "worker",
@@ -79,6 +96,14 @@ _EXPORTS = {
     "Reply": "worker",
     "Stop": "worker",
     "WorkerLogic": "worker",
+    # residency policy
+    "AdmissionRequest": "residency.policy",
+    "Decision": "residency.policy",
+    "Evict": "residency.policy",
+    "LaneView": "residency.policy",
+    "Refuse": "residency.policy",
+    "Reservation": "residency.policy",
+    "Wait": "residency.policy",
     # observers and tools
     "AdmissionCount": "observation",
     "AnyEvent": "observation",
@@ -90,33 +115,47 @@ _EXPORTS = {
     "WorkerInventory": "observation",
     "WorkerStarted": "observation",
     "Hello": "wire",
+    "Entry": "catalog",
+    "DEFAULT_CATALOG_SOURCE": "catalog",
+    "default_catalog_text": "catalog",
     "default_config": "catalog",
+    "CLOSE_SLACK_S": "host",
     # tests
     "InProcessProcess": "inprocess",
     "InProcessWorkers": "inprocess",
     "LaunchRecord": "inprocess",
     "catalog_toml": "testing",
+    "eventually": "testing",
+    "pid_exists": "testing",
+    "transport_plugin": "testing",
+    "Conformance": "testing.conformance",
+    "Subject": "testing.conformance",
     "make_cli": "cli",
     # plugin commands
     "catalog_option": "cli",
     "installed_plugins": "cli",
     "load_config": "cli",
     "unwrap": "cli",
-    "eventually": "testing",
-    "transport_plugin": "testing",
 }
 
 __all__ = [
+    "CLOSE_SLACK_S",
+    "DEFAULT_CATALOG_SOURCE",
     "Action",
     "AdmissionCount",
+    "AdmissionRequest",
     "AnyEvent",
     "Availability",
     "BasicTokenizer",
     "ConfigError",
+    "Conformance",
     "CountingTokenizer",
     "Crash",
+    "Decision",
     "Declined",
+    "Entry",
     "Event",
+    "Evict",
     "Faults",
     "FieldInvalid",
     "Frame",
@@ -127,24 +166,31 @@ __all__ = [
     "LaneInfo",
     "LaneLocked",
     "LaneSession",
+    "LaneView",
     "LaunchRecord",
     "LaunchRequest",
     "LaunchSpec",
     "Launched",
     "ModelSpec",
     "ModelWorker",
+    "ProcessGroup",
     "RawReply",
+    "Refuse",
     "Reply",
+    "Reservation",
     "Rows",
     "Scores",
     "Shape",
     "ShapeAdmitted",
     "ShapeRefunded",
     "Stop",
+    "Subject",
     "SynapseError",
     "Task",
     "Tokenizer",
     "Transport",
+    "Wait",
+    "WireError",
     "WorkerExited",
     "WorkerFaulted",
     "WorkerInventory",
@@ -158,6 +204,7 @@ __all__ = [
     "catalog_toml",
     "confirm_exit",
     "count",
+    "default_catalog_text",
     "default_config",
     "eventually",
     "hookimpl",
@@ -166,9 +213,11 @@ __all__ = [
     "load_config",
     "make_cli",
     "parse_options",
+    "pid_exists",
     "positive",
     "seconds",
     "spawn_worker",
+    "structuring_problems",
     "transport_plugin",
     "unwrap",
     "validator",
@@ -178,11 +227,12 @@ __all__ = [
 __getattr__ = lazy_getattr(__name__, "synapse_core", _EXPORTS, globals())
 
 if TYPE_CHECKING:
-    from .catalog import default_config
+    from .catalog import DEFAULT_CATALOG_SOURCE, Entry, default_catalog_text, default_config
     from .cli import catalog_option, installed_plugins, load_config, make_cli, unwrap
-    from .config import FieldInvalid, ModelSpec
-    from .errors import ConfigError, LaneLocked, SynapseError
+    from .config import ModelSpec, structuring_problems
+    from .errors import ConfigError, Declined, FieldInvalid, LaneLocked, SynapseError, WireError
     from .hookspecs import hookimpl
+    from .host import CLOSE_SLACK_S
     from .inprocess import InProcessProcess, InProcessWorkers, LaunchRecord
     from .observation import (
         AdmissionCount,
@@ -196,7 +246,17 @@ if TYPE_CHECKING:
         WorkerStarted,
     )
     from .process import confirm_exit, launch_spec, spawn_worker
-    from .testing import catalog_toml, eventually, transport_plugin
+    from .residency.policy import (
+        AdmissionRequest,
+        Decision,
+        Evict,
+        LaneView,
+        Refuse,
+        Reservation,
+        Wait,
+    )
+    from .testing import catalog_toml, eventually, pid_exists, transport_plugin
+    from .testing.conformance import Conformance, Subject
     from .tokenizer import BasicTokenizer, CountingTokenizer, Tokenizer
     from .transport import (
         Availability,
@@ -204,6 +264,7 @@ if TYPE_CHECKING:
         LaneSession,
         Launched,
         LaunchRequest,
+        ProcessGroup,
         Transport,
         WorkerProcess,
     )
@@ -211,7 +272,6 @@ if TYPE_CHECKING:
     from .worker import (
         Action,
         Crash,
-        Declined,
         Faults,
         Hang,
         ModelWorker,

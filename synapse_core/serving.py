@@ -16,7 +16,6 @@ compute instead of delaying the request.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
 from typing import cast
 
 import anyio
@@ -25,23 +24,22 @@ from .call import Call
 from .channel import Exchange
 from .deadline import Clock, wait_bounded
 from .errors import (
+    CallerGone,
     DeadlineExceeded,
+    Fault,
     InternalError,
     OutcomeUnknown,
     Overloaded,
     Retired,
     SynapseError,
+    WireError,
     WorkerFault,
 )
-from .plan import Group, Item, group_by_bucket, over_ceiling
+from .plan import Group, group_by_bucket, over_ceiling
 from .plugins import PluginHost
-from .residency.supervisor import Backlog, Fault, Lease, Supervisor
+from .residency.supervisor import Backlog, Lease, Supervisor
 from .residency.worker import Phase, Selection, Worker
-from .wire import Failure, Frame, Infer, Output, Shape, WireError, check_rows, rows_of
-
-
-class _Gone(Exception):
-    """The caller gave up before its next request could be sent."""
+from .wire import Frame, Infer, Output, Shape, expect_output, rows_of
 
 
 def _closing(call: Call) -> Retired:
@@ -109,9 +107,7 @@ class CallRunner:
         try:
             self.permits.acquire_on_behalf_of_nowait(call)
         except anyio.WouldBlock:
-            if self.backlog.waiting >= self.max_waiting:
-                raise self._overloaded() from None
-            self.backlog.waiting += 1
+            self.enqueue()  # or Overloaded, before the call holds anything
             call.queued = True
             return True
         call.permit = True
@@ -262,9 +258,9 @@ class CallRunner:
         )
 
     async def _serve(self, call: Call, supervisor: Supervisor, worker: Worker) -> None:
-        # One function, not a begin and a finish helper: each step of every
-        # call would pay two more coroutine frames, and the latency targets
-        # are at their edge. Fault handling, off the hot path, is apart.
+        """Each step in turn: begin its request (unless the head start did),
+        then finish it and check the reply; the rows are stored while the next
+        request runs."""
         plan = call.plan
         if call.steps is None:
             await supervisor.wait_ready(worker, call.deadline)
@@ -276,55 +272,79 @@ class CallRunner:
         checked: tuple[Group, Output] | None = None  # rows checked but not yet stored
         for index, step in enumerate(steps):
             # The request under way is kept in ``call.begun`` until its reply
-            # is awaited, so whatever happens in between lets go of it.
-            if call.begun is not None:
-                # Begun by the head start: drained even if the caller is gone.
-                lease = call.lease
-                assert lease is not None
-            else:
-                shape = self._shape(worker, step)
-                lease = call.lease
-                if lease is not None and lease.shape != shape:
-                    supervisor.release(lease)  # one lease at a time
-                    lease = call.lease = None
-                if call.abandoned:
-                    return
-                self._check_deadline(call, "before the next group started")
-                if lease is None:
-                    lease = call.lease = await supervisor.lease(
-                        worker, shape, call.deadline, call.note_expiry
-                    )
-                    self._check_deadline(call, "during admission; no inference was sent")
-                    if call.is_abandoned():
-                        return
-                request = self._request(call, supervisor, lease, step)
-                try:
-                    call.begun = (request, await self._begin(call, supervisor, lease, request))
-                except _Gone:
-                    return
+            # is awaited, so whatever happens in between lets go of it. One
+            # begun by the head start is drained even if the caller is gone.
+            if call.begun is None and not await self._begin_step(call, supervisor, worker, step):
+                return  # the caller is gone: start nothing new
+            lease, begun = call.lease, call.begun
+            assert lease is not None and begun is not None
             # While this request runs: store the last reply's rows, encode the next.
             if checked is not None:
                 self._store(call, *checked)
                 checked = None
             if index + 1 < len(steps):
                 plan.encode_ahead(steps[index + 1].items)
-            fault = None
-            (request, exchange), call.begun = call.begun, None
+            (request, exchange), call.begun = begun, None
             try:
-                reply = await supervisor.finish(lease, exchange)
-                output = self._validate(reply, request, step.items, width)
+                reply: Frame | Fault = await supervisor.finish(lease, exchange)
             except Fault as exc:
-                fault = exc
-            except WireError as exc:
-                fault = Fault(lease.generation, f"malformed reply: {exc}", written=True)
-            if fault is not None:
-                raise self._faulted(call, supervisor, worker, lease, fault)
-            # A reply that arrives after the deadline is drained but discarded.
-            self._check_deadline(call, "while the worker was answering; its reply was discarded")
-            checked = (step, output)
+                reply = exc
+            checked = (step, self._finish_step(call, supervisor, worker, request, reply, width))
         if checked is not None:
             self._store(call, *checked)
         call.identity = hello.identity
+
+    async def _begin_step(
+        self, call: Call, supervisor: Supervisor, worker: Worker, step: Group
+    ) -> bool:
+        """Lease ``step``'s shape (one lease at a time) and begin its request,
+        within the deadline; False if the caller gave up before it was sent."""
+        shape = self._shape(worker, step)
+        lease = call.lease
+        if lease is not None and lease.shape != shape:
+            supervisor.release(lease)  # one lease at a time
+            lease = call.lease = None
+        if call.abandoned:
+            return False
+        self._check_deadline(call, "before the next group started")
+        if lease is None:
+            lease = call.lease = await supervisor.lease(
+                worker, shape, call.deadline, call.note_expiry
+            )
+            self._check_deadline(call, "during admission; no inference was sent")
+            if call.is_abandoned():
+                return False
+        request = self._request(call, supervisor, lease, step)
+        try:
+            call.begun = (request, await self._begin(call, supervisor, lease, request))
+        except CallerGone:
+            return False
+        return True
+
+    def _finish_step(
+        self,
+        call: Call,
+        supervisor: Supervisor,
+        worker: Worker,
+        request: Infer,
+        reply: Frame | Fault,
+        width: int,
+    ) -> Output:
+        """The reply to ``request``, checked; a fault, a malformed reply or one
+        that came after the deadline ends the call instead."""
+        lease = call.lease
+        assert lease is not None
+        if isinstance(reply, Fault):
+            raise self._faulted(call, supervisor, worker, lease, reply)
+        try:
+            output = expect_output(reply, request, len(request.sequences), width)
+        except WireError as exc:
+            fault = Fault(lease.generation, f"malformed reply: {exc}", written=True)
+        else:
+            # A reply that arrives after the deadline is drained but discarded.
+            self._check_deadline(call, "while the worker was answering; its reply was discarded")
+            return output
+        raise self._faulted(call, supervisor, worker, lease, fault)
 
     @staticmethod
     def _faulted(
@@ -359,11 +379,11 @@ class CallRunner:
     ) -> Exchange:
         """Begin ``request`` once the channel is free, within the deadline; the
         call is re-checked when the turn comes, so a caller that gave up while
-        waiting sends nothing (:class:`_Gone`)."""
+        waiting sends nothing (:class:`CallerGone`)."""
 
         def check() -> None:
             if call.abandoned:
-                raise _Gone
+                raise CallerGone
             self._check_deadline(call, "waiting for the worker's channel; nothing was sent")
 
         return await wait_bounded(
@@ -376,31 +396,3 @@ class CallRunner:
     def _check_deadline(self, call: Call, when: str) -> None:
         if call.deadline.expired(self.clock):
             raise DeadlineExceeded(f"deadline passed {when}")
-
-    def _validate(self, reply: Frame, request: Infer, chunk: Sequence[Item], width: int) -> Output:
-        if (
-            type(reply) is Output
-            and reply.request_id == request.request_id
-            and reply.shape == request.shape
-            and reply.rows == len(chunk)
-            and reply.dims == width
-        ):
-            check_rows(reply)
-            return reply
-        # Not the reply expected: say exactly how.
-        if isinstance(reply, Failure) and reply.request_id == request.request_id:
-            raise WorkerFault(f"worker rejected the request: {reply.code}: {reply.message}")
-        if not isinstance(reply, Output):
-            raise WireError(f"expected output, got {type(reply).__name__}")
-        if reply.request_id != request.request_id:
-            raise WireError(
-                f"reply is for request {reply.request_id}, expected {request.request_id}"
-            )
-        if reply.shape != request.shape:
-            raise WireError(f"reply shape {reply.shape} differs from request shape {request.shape}")
-        if reply.rows != len(chunk) or reply.dims != width:
-            raise WireError(
-                f"reply has {reply.rows}x{reply.dims} values, expected {len(chunk)}x{width}"
-            )
-        check_rows(reply)
-        return reply

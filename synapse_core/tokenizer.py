@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 import zlib
-from typing import Protocol
+from typing import ClassVar, Protocol
 
 _WORDS = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 VOCAB = 30_000
@@ -58,6 +58,16 @@ def words(text: str) -> list[str]:
 
 
 class BasicTokenizer:
+    #: the ids of the special tokens a sequence is framed with (``[CLS] ids [SEP]``)
+    CLS: ClassVar[int] = CLS
+    SEP: ClassVar[int] = SEP
+
+    def spans(self, text: str) -> list[tuple[int, int]]:
+        """The ``(start, stop)`` character span in ``text`` of each word and
+        punctuation mark: one per id :meth:`encode` gives, unless lower-casing
+        turns a character into a word character plus a mark (U+0130 does)."""
+        return [m.span() for m in _WORDS.finditer(text)]
+
     def encode(self, text: str) -> list[int]:
         crc32, span = zlib.crc32, VOCAB - SPECIAL
         if text.isascii():

@@ -19,19 +19,13 @@ from typing import Literal
 
 import msgspec
 
+from .errors import WireError, WorkerFault
+
 PROTOCOL_VERSION = 1
 PREFIX = struct.Struct(">I")
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 
 Task = Literal["embed", "rerank"]
-
-
-class WireError(Exception):
-    """A frame could not be decoded, is too large, or is not expected here.
-
-    Workers raise it too, so it does not depend on the host's error classes;
-    the host re-raises it as :class:`synapse_core.errors.ProtocolError`.
-    """
 
 
 class Frame(msgspec.Struct, tag_field="t", frozen=True, forbid_unknown_fields=False):
@@ -253,3 +247,31 @@ def _floats(data: bytes) -> list[float]:
     flat = array("f", data)
     flat.byteswap()
     return flat.tolist()
+
+
+def expect_output(reply: Frame, request: Infer, rows: int, width: int) -> Output:
+    """``reply`` if it is the checked :class:`Output` of ``request`` with
+    ``rows`` rows of ``width`` values; else :class:`WorkerFault` for a
+    failure the worker reported, :class:`WireError` for anything else."""
+    if (
+        type(reply) is Output
+        and reply.request_id == request.request_id
+        and reply.shape == request.shape
+        and reply.rows == rows
+        and reply.dims == width
+    ):
+        check_rows(reply)
+        return reply
+    # Not the reply expected: say exactly how.
+    if isinstance(reply, Failure) and reply.request_id == request.request_id:
+        raise WorkerFault(f"worker rejected the request: {reply.code}: {reply.message}")
+    if not isinstance(reply, Output):
+        raise WireError(f"expected output, got {type(reply).__name__}")
+    if reply.request_id != request.request_id:
+        raise WireError(f"reply is for request {reply.request_id}, expected {request.request_id}")
+    if reply.shape != request.shape:
+        raise WireError(f"reply shape {reply.shape} differs from request shape {request.shape}")
+    if reply.rows != rows or reply.dims != width:
+        raise WireError(f"reply has {reply.rows}x{reply.dims} values, expected {rows}x{width}")
+    check_rows(reply)
+    return reply

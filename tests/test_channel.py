@@ -11,7 +11,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from synapse_core.channel import ChannelClosed, Exchange, ExchangeTimeout, FramedChannel
+from synapse_core.channel import Exchange, FramedChannel
+from synapse_core.errors import ChannelClosed, ExchangeTimeout, WireError
 from synapse_core.memory import MemoryByteSendStream, byte_pipe
 from synapse_core.process import PipeReceive, PipeSend
 from synapse_core.wire import (
@@ -26,7 +27,6 @@ from synapse_core.wire import (
     InventoryRequest,
     Shape,
     Shutdown,
-    WireError,
     WorkerFrame,
 )
 

@@ -286,3 +286,70 @@ async def test_calls_queued_when_their_model_is_retired_are_not_started(
 
     transport = await serve_held(make_model, make_config, gate, body)
     assert len(transport.frames("infer")) == 1
+
+
+async def test_coalesced_callers_out_of_lane_room_get_capacity_exhausted(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    # "a" holds the lane's room while its reply is held; "b" coalesces.
+    transport = InProcessFakeTransport()
+    transport.reply_gate = gate
+    gate.armed = lambda model, frame: model == "a" and isinstance(frame, Infer)
+    lanes = {"fake:0": {"capacity": 20}}
+    cfg = make_config(make_model("a"), make_model("b"), lanes=lanes, coalesce=True)
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.load("b")
+        results: list[object] = []
+
+        async def b(text: str, seconds: float) -> None:
+            try:
+                await host.embed("b", [text], deadline=synapse.Deadline.after(seconds))
+            except synapse.SynapseError as exc:
+                results.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(host.embed, "a", ["x"])
+            await gate.arrived.wait()
+            tg.start_soon(b, "runs first", 0.05)
+            await eventually(lambda: host.backlog.waiting == 1)  # waiting for room
+            tg.start_soon(b, "queued", 0.2)
+            tg.start_soon(b, "queued too", 0.2)
+            await eventually(lambda: len(results) == 3)
+            gate.release.set()
+        assert [type(r) for r in results] == [synapse.CapacityExhausted] * 3
+
+
+async def test_a_coalesced_call_refused_by_its_worker_is_served_call_by_call(
+    make_model: Any, make_config: Any, gate: Any
+) -> None:
+    from synapse_core.testing.fake_worker import FakeOptions, FakeWorker
+    from synapse_core.transport import Launched, LaunchRequest
+
+    class SmallerWorker(FakeWorker):
+        """Runs only bucket 8, though its catalog options declare 8, 16 and 32."""
+
+        def load(self, options: FakeOptions) -> None:
+            super().load(options)
+            self.buckets = (8,)
+
+    class SmallerTransport(InProcessFakeTransport):
+        async def launch(self, request: LaunchRequest) -> Launched:
+            return self.start_worker(request, SmallerWorker, 6_000_000)
+
+    transport = SmallerTransport()
+    transport.reply_gate = gate
+    cfg = make_config(make_model("m", max_batch=8), coalesce=True)
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.load("m")
+        gate.armed = lambda model, frame: isinstance(frame, Infer)
+        async with anyio.create_task_group() as tg:
+            held = Held(host, gate, tg)
+            # Ten words fit the declared buckets, not the worker's.
+            await held.queue([["short"], ["fine", "word " * 10], ["also short"]])
+            held.release()
+        results = held.results
+        assert isinstance(results[1], synapse.EmbedResult)
+        assert isinstance(results[3], synapse.EmbedResult)
+        refused = results[2]
+        assert isinstance(refused, synapse.Refused)
+        assert (refused.code, refused.index) == ("over-ceiling", 1)  # its own index

@@ -10,6 +10,7 @@ import pytest
 from synapse_core.catalog import Catalog, default_config
 from synapse_core.config import HostConfig, LaneConfig, ModelSpec, RestartBudget
 from synapse_core.errors import ConfigError
+from synapse_core.plugin import DEFAULT_CATALOG_SOURCE, default_catalog_text
 from synapse_core.plugins import PluginHost
 from synapse_core.testing import catalog_toml, transport_plugin
 from synapse_core.testing.fake import FakeTransport
@@ -75,7 +76,8 @@ def test_settings_and_lanes_are_read() -> None:
 
 def test_the_shipped_default_catalog_loads() -> None:
     config = default_config()
-    assert config.source.endswith("default_catalog.toml")
+    assert config.source == DEFAULT_CATALOG_SOURCE == "synapse_core/default_catalog.toml"
+    assert config == HostConfig.from_toml_text(default_catalog_text())
     names = [m.name for m in config.models]
     assert names == ["minilm", "minilm-rerank", "mini-a", "mini-b", "rr"]
     # Two entries of one package: two separate workers.

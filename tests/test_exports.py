@@ -4,7 +4,9 @@ lazy export map, and the imports type checkers read must agree."""
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
+import pkgutil
 from types import ModuleType
 
 import pytest
@@ -47,3 +49,33 @@ def test_every_error_a_caller_can_see_is_exported() -> None:
     # Raised only inside the host or the CLI, never to a host API caller.
     internal = {"ExitUnconfirmed", "IdentityChanged"}
     assert public - internal <= set(synapse_core.__all__)
+
+
+#: exception classes defined beside the code that raises them, and why
+DEFINED_ELSEWHERE = {
+    # a click exception (its exit status and message); errors.py imports
+    # nothing, so that worker processes can load it without click
+    "synapse_core.cli.report.InputError",
+}
+
+
+def _modules() -> list[str]:
+    names = [synapse_core.__name__]
+    for info in pkgutil.walk_packages(synapse_core.__path__, "synapse_core."):
+        if not info.name.endswith("__main__"):  # importing those would run them
+            names.append(info.name)
+    return names
+
+
+def test_every_exception_class_is_defined_in_errors() -> None:
+    found = set()
+    for name in _modules():
+        for value in vars(importlib.import_module(name)).values():
+            if (
+                isinstance(value, type)
+                and issubclass(value, BaseException)
+                and value.__module__ == name
+                and name != errors.__name__
+            ):
+                found.add(f"{name}.{value.__qualname__}")
+    assert found == DEFINED_ELSEWHERE

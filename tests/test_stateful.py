@@ -6,6 +6,9 @@ close, checking the residency invariants after every step.
 
 The host lives in an event loop on a blocking portal's thread; each rule is a
 synchronous step that runs to quiescence on that loop. Time is a FakeClock.
+The supervisor is watched through what it offers anyone: its observation
+events (``synapse_observe``) and a lease watch (``watch_leases``); calls are
+told apart by wrapping ``CallRunner.start`` and ``run``.
 On failure hypothesis prints the falsifying steps and a reproduction blob.
 """
 
@@ -26,8 +29,9 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import synapse_core as synapse
-from synapse_core.residency.lane import Lane
-from synapse_core.residency.supervisor import Supervisor
+from synapse_core.hookspecs import hookimpl
+from synapse_core.observation import Event, ShapeRefunded
+from synapse_core.residency.supervisor import Lease, Supervisor
 from synapse_core.residency.worker import Phase
 from synapse_core.serving import CallRunner
 from synapse_core.testing import catalog_toml, transport_plugin
@@ -90,6 +94,33 @@ class Held:
             await event.wait()
 
 
+class RefundWatch:
+    """Checks every refund as the supervisor reports it (a ``ShapeRefunded``
+    event, emitted as the refund is made)."""
+
+    __name__ = "stateful-refund-watch"
+
+    def __init__(self, machine: ResidencyMachine) -> None:
+        self.machine = machine
+
+    @hookimpl
+    def synapse_observe(self, event: Event) -> None:
+        if not isinstance(event, ShapeRefunded):
+            return
+        worker = next(
+            w
+            for sup in self.machine.host.supervisors.values()
+            for w in sup.workers.values()
+            if w.worker_id == event.worker_id
+        )
+        process = worker.process
+        # A refund while the shape's evict exchange is under way follows the
+        # worker's own word; any other refund must follow a confirmed exit.
+        said_so = event.shape in worker.busy_shapes
+        if not said_so and process is not None and process.returncode is None:
+            self.machine.refunds_before_exit.append(f"{event.worker_id} {event.shape}")
+
+
 class ResidencyMachine(RuleBasedStateMachine):
     backend = "asyncio"
 
@@ -103,7 +134,9 @@ class ResidencyMachine(RuleBasedStateMachine):
         self.held = Held()
         self.transport.reply_gate = self.held
         self.host_cm = synapse.open_host(
-            _config(), plugins=[transport_plugin(self.transport)], clock=self.clock
+            _config(),
+            plugins=[transport_plugin(self.transport), RefundWatch(self)],
+            clock=self.clock,
         )
         self.host_context = self.portal.wrap_async_context_manager(self.host_cm)
         self.host: synapse.Host = self.host_context.__enter__()
@@ -123,39 +156,36 @@ class ResidencyMachine(RuleBasedStateMachine):
 
     def _instrument(self) -> None:
         machine = self
-        original_refund = Lane.refund
-
-        def refund(lane: Lane, worker_id: str, shape: Any) -> int:
-            worker = next(
-                w
-                for sup in machine.host.supervisors.values()
-                for w in sup.workers.values()
-                if w.worker_id == worker_id
-            )
-            process = worker.process
-            # A refund while the shape's evict (or refused admit) exchange is
-            # under way follows the worker's own word; any other refund must
-            # follow a confirmed exit.
-            said_so = shape in worker.busy_shapes
-            if not said_so and process is not None and process.returncode is None:
-                machine.refunds_before_exit.append(f"{worker_id} {shape}")
-            return original_refund(lane, worker_id, shape)
-
         # A call's first lease may be granted in the caller's task (the head
         # start) and the rest in its detached task: leases are counted per call.
         serving: ContextVar[int] = ContextVar("serving", default=0)
         original_start = CallRunner.start
         original_run = CallRunner.run
-        original_grant = Supervisor._grant
-        original_release = Supervisor.release
 
         def queued() -> int:
             return sum(1 for c in machine.started if c.queued)
 
-        def start(runner: CallRunner, call: Any, *args: Any) -> bool:
+        class Leases:
+            """Counts each call's leases, told by the supervisor as they come and go."""
+
+            def granted(self, lease: Lease) -> None:
+                call = serving.get()
+                machine.leases_by_call[call] += 1
+                machine.max_leases_per_call = max(
+                    machine.max_leases_per_call, machine.leases_by_call[call]
+                )
+                machine.lease_owner[id(lease)] = call
+
+            def released(self, lease: Lease) -> None:
+                machine.leases_by_call[machine.lease_owner.pop(id(lease))] -= 1
+
+        leases = Leases()
+
+        def start(runner: CallRunner, call: Any, sup: Supervisor, *args: Any) -> bool:
+            sup.watch_leases(leases)  # before the call's first lease
             token = serving.set(id(call))
             try:
-                started = original_start(runner, call, *args)
+                started = original_start(runner, call, sup, *args)
             except synapse.Overloaded:
                 machine.overloaded += 1
                 # Refused only when max_waiting calls really wait: for a
@@ -179,33 +209,12 @@ class ResidencyMachine(RuleBasedStateMachine):
             finally:
                 serving.reset(token)
 
-        def grant(sup: Supervisor, *args: Any) -> Any:
-            granted = original_grant(sup, *args)
-            call = serving.get()
-            machine.leases_by_call[call] += 1
-            machine.max_leases_per_call = max(
-                machine.max_leases_per_call, machine.leases_by_call[call]
-            )
-            machine.lease_owner[id(granted)] = call
-            return granted
-
-        def release(sup: Supervisor, granted: Any) -> None:
-            if not granted.released:
-                machine.leases_by_call[machine.lease_owner.pop(id(granted))] -= 1
-            original_release(sup, granted)
-
         self._patches = [
-            (Lane, "refund", original_refund),
             (CallRunner, "start", original_start),
             (CallRunner, "run", original_run),
-            (Supervisor, "_grant", original_grant),
-            (Supervisor, "release", original_release),
         ]
-        Lane.refund = refund  # type: ignore[method-assign]
         CallRunner.start = start  # type: ignore[method-assign]
         CallRunner.run = run  # type: ignore[method-assign]
-        Supervisor._grant = grant  # type: ignore[method-assign]
-        Supervisor.release = release  # type: ignore[method-assign]
 
     def teardown(self) -> None:
         try:

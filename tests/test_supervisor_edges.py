@@ -352,3 +352,27 @@ async def test_a_reply_to_another_request_is_a_fault_not_a_refusal(
         assert (await host.embed("m", ["x"])).vectors
         snap = host.snapshot().worker("m")
         assert (snap.generation, snap.restarts) == (2, 1)
+
+
+async def test_a_lease_watch_is_told_of_each_lease_once(make_model: Any, make_config: Any) -> None:
+    seen: list[tuple[str, int]] = []
+
+    class Watch:
+        def granted(self, lease: Any) -> None:
+            seen.append(("granted", lease.shape.bucket))
+
+        def released(self, lease: Any) -> None:
+            seen.append(("released", lease.shape.bucket))
+
+    cfg = make_config(make_model("m", buckets=[8, 16]))
+    transport = InProcessFakeTransport()
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.load("m")
+        supervisor = host.supervisors["fake:0"]
+        supervisor.watch_leases(Watch())
+        await host.embed("m", ["short", "a longer text " * 3])
+        # One lease at a time, smallest bucket first, each released once.
+        assert seen == [("granted", 8), ("released", 8), ("granted", 16), ("released", 16)]
+        supervisor.watch_leases(None)
+        await host.embed("m", ["short"])
+        assert len(seen) == 4

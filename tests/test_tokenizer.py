@@ -21,3 +21,11 @@ def test_sequence_length_adds_the_special_tokens() -> None:
     assert TOKENIZER.sequence_length([7, 8, 9]) == TOKENIZER.positions(3) == 5  # CLS text SEP
     # CLS query SEP text SEP
     assert TOKENIZER.sequence_length([7, 8, 9], pair=[5, 6]) == TOKENIZER.positions(3, 2) == 8
+
+
+def test_spans_locate_each_token_in_the_text() -> None:
+    text = "Hello, wörld  again!"
+    spans = TOKENIZER.spans(text)
+    assert len(spans) == len(TOKENIZER.encode(text))
+    assert [text[a:b] for a, b in spans] == ["Hello", ",", "wörld", "again", "!"]
+    assert (BasicTokenizer.CLS, BasicTokenizer.SEP) == (1, 2)

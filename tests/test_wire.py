@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from synapse_core.errors import WireError
 from synapse_core.wire import (
     PREFIX,
     PROTOCOL_VERSION,
@@ -29,7 +30,6 @@ from synapse_core.wire import (
     Output,
     Shape,
     Shutdown,
-    WireError,
     WorkerFrame,
     pack_rows,
     unpack_rows,

@@ -19,7 +19,8 @@ import pytest
 
 import synapse_core as synapse
 from synapse_core.catalog import Catalog
-from synapse_core.channel import ChannelClosed, FramedChannel
+from synapse_core.channel import FramedChannel
+from synapse_core.errors import ChannelClosed
 from synapse_core.plugin import (
     InProcessWorkers,
     LaneInfo,

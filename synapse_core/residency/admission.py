@@ -19,6 +19,7 @@ slip between the re-check and the reservation.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 import anyio
 import attrs
@@ -28,9 +29,11 @@ from ..deadline import Deadline, wait_bounded
 from ..errors import (
     CapacityExhausted,
     DeadlineExceeded,
+    Fault,
     ProtocolError,
     Retired,
     SynapseError,
+    WireError,
     WorkerFault,
 )
 from ..observation import AdmissionCount, ShapeAdmitted, ShapeRefunded, WorkerInventory
@@ -44,7 +47,6 @@ from ..wire import (
     Inventory,
     InventoryRequest,
     Shape,
-    WireError,
 )
 from .lifecycle import CHANNEL_FAULTS, Lifecycle
 from .policy import AdmissionRequest, Refuse, Wait
@@ -54,16 +56,6 @@ from .worker import Phase, Worker
 
 def _unsendable(exc: WireError) -> ProtocolError:
     return ProtocolError(f"the request cannot be sent: {exc}; send fewer or shorter texts per call")
-
-
-class Fault(Exception):
-    """A fault of one worker generation, seen by one exchange."""
-
-    def __init__(self, generation: int, reason: str, written: bool) -> None:
-        super().__init__(reason)
-        self.generation = generation
-        self.reason = reason
-        self.written = written
 
 
 @attrs.define(eq=False)
@@ -77,8 +69,25 @@ class Lease:
     released: bool = False
 
 
+class LeaseWatch(Protocol):
+    """Told of every lease of a supervisor as it is granted and as it is
+    released, synchronously, in the task that grants or releases it (so a
+    context variable of that task says on whose behalf). For tests and
+    tracing; it must not raise."""
+
+    def granted(self, lease: Lease) -> None: ...
+
+    def released(self, lease: Lease) -> None: ...
+
+
 class Admission(Lifecycle):
     """Admits shapes on a lane and grants leases on them."""
+
+    _lease_watch: LeaseWatch | None = None
+
+    def watch_leases(self, watch: LeaseWatch | None) -> None:
+        """Tell ``watch`` of every lease from now on (``None``: stop telling)."""
+        self._lease_watch = watch
 
     # -- admission and leases ------------------------------------------------------------
 
@@ -223,12 +232,17 @@ class Admission(Lifecycle):
         assert channel is not None
         worker.leases[shape] += 1
         self.lane.touch(worker.worker_id, shape, self.clock())
-        return Lease(worker, generation, shape, channel)
+        lease = Lease(worker, generation, shape, channel)
+        if self._lease_watch is not None:
+            self._lease_watch.granted(lease)
+        return lease
 
     def release(self, lease: Lease) -> None:
         if lease.released:
             return
         lease.released = True
+        if self._lease_watch is not None:
+            self._lease_watch.released(lease)
         leases = lease.worker.leases
         if lease.generation == lease.worker.generation and leases[lease.shape] > 0:
             leases[lease.shape] -= 1

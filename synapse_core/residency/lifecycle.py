@@ -1,8 +1,8 @@
-"""A lane supervisor's worker lifecycle: boot, connect, watch, recover, stop, retire.
+"""A lane supervisor's worker lifecycle: boot, connect, watch, recover, retire.
 
-:class:`Lifecycle` holds the supervisor's state; :class:`~.admission.Admission`
-adds leases on top of it. Only these two modules (and ``Supervisor``'s own
-methods) assign to a supervisor or to a :class:`~.worker.Worker`.
+:class:`Lifecycle` starts workers and keeps them running on top of
+:class:`~.exits.Exits` (stopping a process and confirming its exit);
+:class:`~.admission.Admission` adds leases on top of it.
 
 # Invariant: ``worker.generation`` only grows, by one per connected launch;
 #   ``channel``, ``process`` and ``hello`` belong to that generation.
@@ -11,86 +11,38 @@ methods) assign to a supervisor or to a :class:`~.worker.Worker`.
 #   READY, FAILED, EXITED or EXIT_UNCONFIRMED), also on cancellation.
 # Invariant: once ``retiring`` is set it stays set, no new lease is granted
 #   and no replacement generation connects.
-# Invariant: a worker's reservations are refunded only once the exit of the
-#   process that held them is confirmed (``_refund_all``); a process whose exit
-#   could not be confirmed is ``lingering`` and keeps them charged.
-# Invariant: a worker in phase EXITED holds no reservation on its lane.
 # Invariant: at most one recovery runs per generation (``report_fault`` starts
 #   it only from READY, for the current generation).
 """
 
 from __future__ import annotations
 
-import contextlib
-import itertools
-from collections.abc import Callable
-from functools import partial
-
 import anyio
-from anyio.abc import TaskGroup
 
-from ..channel import ChannelClosed, ExchangeTimeout, FramedChannel
-from ..config import HostConfig
-from ..deadline import Clock, Deadline, wait_bounded
+from ..channel import FramedChannel
+from ..deadline import Deadline, wait_bounded
 from ..errors import (
+    ChannelClosed,
     DeadlineExceeded,
+    ExchangeTimeout,
     ExitUnconfirmed,
     LaneLocked,
     ProtocolError,
     Retired,
+    WireError,
     WorkerFault,
 )
-from ..observation import (
-    Event,
-    ShapeRefunded,
-    WorkerExited,
-    WorkerFaulted,
-    WorkerStarted,
-)
-from ..plugins import PluginHost
-from ..process import confirm_exit, wait_gone
-from ..transport import LaunchRequest, WorkerProcess
-from ..wire import PROTOCOL_VERSION, Codec, Frame, Hello, Shutdown, WireError, WorkerFrame
-from .lane import Backlog, Lane
+from ..observation import WorkerFaulted, WorkerStarted
+from ..transport import LaunchRequest
+from ..wire import PROTOCOL_VERSION, Codec, Frame, Hello, WorkerFrame
+from .exits import Exits
 from .worker import Phase, Worker
 
 CHANNEL_FAULTS = (ChannelClosed, ExchangeTimeout, WireError)
 
 
-class Lifecycle:
-    """Starts, watches, recovers and stops the workers of one lane."""
-
-    def __init__(
-        self,
-        lane: Lane,
-        plugins: PluginHost,
-        config: HostConfig,
-        clock: Clock,
-        task_group: TaskGroup,
-        backlog: Backlog,
-    ) -> None:
-        self.lane = lane
-        self.plugins = plugins
-        self.config = config
-        self.clock = clock
-        self.tg = task_group
-        self.backlog = backlog
-        self.workers: dict[str, Worker] = {}
-        self.admissions = 0
-        self._ids = itertools.count(1)
-        self._observe = plugins.observer()
-        self._certify = config.certify_observation and self._observe is not None
-        self._lane_opening: anyio.Lock = anyio.Lock()
-
-    # -- events ------------------------------------------------------------------
-
-    def _emit(self, make: Callable[[], Event]) -> None:
-        # Events are built only when someone listens: serving pays nothing otherwise.
-        if self._observe is not None:
-            try:
-                self._observe(make())
-            except Exception as exc:  # a broken sink must not take serving down
-                self.plugins.problems.append(f"synapse_observe failed: {exc!r}")
+class Lifecycle(Exits):
+    """Starts, watches, recovers and retires the workers of one lane."""
 
     # -- start and readiness ----------------------------------------------------------
 
@@ -224,59 +176,6 @@ class Lifecycle:
         if worker.generation == generation and not worker.retiring:
             self.report_fault(worker, generation, f"worker exited on its own with status {status}")
 
-    async def _confirm_or_flag(self, worker: Worker, process: WorkerProcess) -> None:
-        """Confirm a never-connected process's exit; if that fails, say so
-        until it is gone (:meth:`_confirm_late` keeps watching it)."""
-        if not await confirm_exit(process, self.config.exit_grace_s):
-            self._linger(worker, process, charged=False)
-            raise ExitUnconfirmed(
-                f"a worker process (pid {process.pid}) that never connected did not exit "
-                "after SIGTERM and SIGKILL; it may still hold the device until it is gone"
-            )
-
-    def _linger(self, worker: Worker, process: WorkerProcess, *, charged: bool) -> None:
-        """Keep watching a process whose exit could not be confirmed."""
-        worker.lingering = process
-        self.tg.start_soon(
-            self._confirm_late,
-            worker,
-            worker.generation,
-            process,
-            charged,
-            name=f"confirm exit {worker.worker_id}",
-        )
-
-    async def _confirm_late(
-        self, worker: Worker, generation: int, process: WorkerProcess, charged: bool
-    ) -> None:
-        """Once a process whose exit could not be confirmed is gone (it and
-        its group), confirm it: refund what it held and let the worker move on.
-
-        ``charged``: the process is the worker's connected generation, whose
-        reservations stayed charged; otherwise it never connected.
-        """
-        await wait_gone(process, self.config.exit_grace_s)
-        if worker.lingering is not process:
-            return
-        worker.lingering = None
-        if charged:
-            self._emit(lambda: WorkerExited(self.lane.lane_id, worker.worker_id, generation, True))
-            self._refund_all(worker)
-        if worker.phase is not Phase.EXIT_UNCONFIRMED:
-            return
-        if worker.retiring:
-            worker.phase = Phase.EXITED
-        elif charged:
-            # Its recovery stopped at the unconfirmed exit: carry on from there.
-            worker.phase = Phase.RECOVERING
-            worker.notify()
-            await self._recover(worker, generation, "its exit was confirmed late", stopped=True)
-            return
-        else:
-            worker.phase = Phase.FAILED
-            worker.reason = f"worker failed to start; its process (pid {process.pid}) is now gone"
-        worker.notify()
-
     def _check_hello(self, worker: Worker, frame: Frame, generation: int) -> None:
         if not isinstance(frame, Hello):
             raise ProtocolError(f"expected a hello frame, got {type(frame).__name__}")
@@ -316,66 +215,6 @@ class Lifecycle:
             self._recover, worker, generation, reason, name=f"recover {worker.worker_id}"
         )
         return True
-
-    async def _stop_process(self, worker: Worker, polite: bool) -> bool:
-        """Close the channel and confirm the worker's exit; refund only if confirmed."""
-        generation = worker.generation
-        channel, process = worker.channel, worker.process
-        if channel is not None:
-            if polite:
-                with (
-                    anyio.move_on_after(self.config.exit_grace_s, shield=True),
-                    contextlib.suppress(ChannelClosed, WireError),
-                ):
-                    await channel.send(Shutdown())
-            await channel.aclose()
-        confirmed = True
-        if process is not None:
-            if polite:
-                with anyio.move_on_after(self.config.exit_grace_s, shield=True):
-                    await process.wait()
-            confirmed = await confirm_exit(process, self.config.exit_grace_s)
-        self._emit(lambda: WorkerExited(self.lane.lane_id, worker.worker_id, generation, confirmed))
-        if not confirmed:
-            assert process is not None
-            worker.phase = Phase.EXIT_UNCONFIRMED
-            worker.reason = (
-                f"worker pid {process.pid} did not exit after SIGTERM and SIGKILL; its "
-                "reservations stay charged until it is gone"
-            )
-            self._linger(worker, process, charged=True)
-            worker.notify()
-            return False
-        self._refund_all(worker)
-        return True
-
-    def _refund_all(self, worker: Worker) -> None:
-        """Refund ``worker``'s reservations: its process is confirmed gone."""
-        for shape, charge in self.lane.worker_charges(worker.worker_id):
-            units = self.lane.refund(worker.worker_id, shape)
-            self._emit(
-                partial(
-                    ShapeRefunded,
-                    self.lane.lane_id,
-                    worker.worker_id,
-                    charge.generation,
-                    shape,
-                    units,
-                )
-            )
-        worker.shapes.clear()
-        worker.channel = None
-        worker.process = None
-
-    async def stop_now(self, worker: Worker) -> None:
-        """Stop ``worker`` without waiting for its calls (a close that ran out of
-        time); its reservations are refunded only once its exit is confirmed."""
-        worker.retiring = True
-        if worker.phase in (Phase.EXITED, Phase.EXIT_UNCONFIRMED):
-            return
-        if await self._stop_process(worker, polite=False):
-            worker.phase = Phase.EXITED
-        worker.notify()
 
     async def _recover(
         self, worker: Worker, generation: int, reason: str, *, stopped: bool = False

@@ -1,15 +1,16 @@
-"""The residency supervisor of one lane: its worker lifecycle
-(:mod:`.lifecycle`) and admission (:mod:`.admission`), and the few methods
-the host calls to hand it workers and take them back.
+"""The residency supervisor of one lane: its state (:mod:`.state`), the
+exits of its workers (:mod:`.exits`), their lifecycle (:mod:`.lifecycle`) and
+admission (:mod:`.admission`), and the few methods the host calls to hand it
+workers and take them back.
 """
 
 from __future__ import annotations
 
-from .admission import Admission, Fault, Lease
+from .admission import Admission, Lease, LeaseWatch
 from .lane import Backlog
 from .worker import Phase, Worker
 
-__all__ = ["Backlog", "Fault", "Lease", "Supervisor"]
+__all__ = ["Backlog", "Lease", "LeaseWatch", "Supervisor"]
 
 
 class Supervisor(Admission):

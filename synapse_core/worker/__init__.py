@@ -8,7 +8,7 @@ stays free of host imports.
 from .entry import worker_main
 from .faults import MALFORMED, FaultInjector, Faults, WorkerOptions
 from .loop import Action, Crash, Hang, RawReply, Reply, Stop, WorkerLogic, host_codec, serve_streams
-from .model import Declined, ModelLogic, ModelWorker, Rows, Scores, build_logic
+from .model import ModelLogic, ModelWorker, Rows, Scores, build_logic
 from .options import (
     appendable_file,
     bucket_sizes,
@@ -24,7 +24,6 @@ __all__ = [
     "MALFORMED",
     "Action",
     "Crash",
-    "Declined",
     "FaultInjector",
     "Faults",
     "Hang",

@@ -18,7 +18,8 @@ from typing import BinaryIO, Protocol
 
 import attrs
 
-from ..wire import PREFIX, Codec, Frame, Hello, HostFrame, WireError
+from ..errors import WireError
+from ..wire import PREFIX, Codec, Frame, Hello, HostFrame
 
 
 @attrs.frozen

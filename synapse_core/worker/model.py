@@ -21,6 +21,7 @@ from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
+from ..errors import Declined
 from ..wire import (
     PROTOCOL_VERSION,
     Admit,
@@ -50,22 +51,6 @@ Rows = Any
 #: What ``rerank`` returns: one score per document, as a sequence of floats
 #: or a 1-D numpy array.
 Scores = Any
-
-
-class Declined(Exception):
-    """Raise from a :class:`ModelWorker` method to decline one request.
-
-    The host gets a ``failure`` frame with ``code`` and the message (the
-    caller sees a ``WorkerFault``) and the worker keeps serving. For a worker
-    that is broken, exit instead (``raise SystemExit(1)``): the host restarts it.
-    """
-
-    code = "declined"
-
-    def __init__(self, message: str, code: str | None = None) -> None:
-        super().__init__(message)
-        if code is not None:
-            self.code = code
 
 
 class ModelWorker:

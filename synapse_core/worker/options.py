@@ -1,7 +1,7 @@
 """Structuring a model's catalog options into a transport's options class.
 
 Values are checked by attrs validators that raise
-:class:`~synapse_core.config.FieldInvalid`; :func:`parse_options` runs them
+:class:`~synapse_core.errors.FieldInvalid`; :func:`parse_options` runs them
 after structuring, so every bad value is reported at once, each with its path.
 The ready validators wrap the checks of :mod:`synapse_core.checks`.
 """
@@ -14,8 +14,8 @@ from typing import Any, TypeVar
 import attrs
 
 from .. import checks
-from ..config import FieldInvalid, structure
-from ..errors import ConfigError
+from ..config import structure
+from ..errors import ConfigError, FieldInvalid
 from ..wire import bucket_problem
 
 _O = TypeVar("_O")

@@ -19,7 +19,7 @@ from synapse_ane_direct.hardware import HardwareDevice
 from synapse_ane_direct.inprocess import InProcessAneWorker
 from synapse_ane_direct.options import AneOptions
 from synapse_ane_direct.worker import AneWorker, device_kind, open_device
-from synapse_core.plugin import Reply, Stop
+from synapse_core.plugin import LaunchSpec, Reply, Shape, Stop, WorkerLogic
 from synapse_core.wire import (
     Admit,
     Admitted,
@@ -29,13 +29,11 @@ from synapse_core.wire import (
     Infer,
     Inventory,
     InventoryRequest,
-    LaunchSpec,
     Output,
-    Shape,
     Shutdown,
     unpack_rows,
 )
-from synapse_core.worker import WorkerLogic, build_logic
+from synapse_core.worker import build_logic
 
 S16 = Shape(16, 2)
 

@@ -22,7 +22,7 @@ from synapse_ane_direct.lanelock import (
     private_dir,
     system_temp_dir,
 )
-from synapse_core.errors import LaneLocked
+from synapse_core import LaneLocked
 
 LANE = "ane:0"
 
@@ -152,7 +152,7 @@ def test_runtime_dir_symlink_is_refused(tmp_path: Path) -> None:
 
 
 def test_lane_lock_is_a_lane_session_passing_its_descriptor(tmp_path: Path) -> None:
-    from synapse_core.transport import LaneSession
+    from synapse_core.plugin import LaneSession
 
     with acquire(LANE, tmp_path) as lock:
         assert isinstance(lock, LaneSession)

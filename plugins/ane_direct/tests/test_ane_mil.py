@@ -216,7 +216,7 @@ def test_host_ids_through_the_simulated_device_give_the_reference_vector(
     from synapse_ane_direct.model_files import ModelTokenizer
     from synapse_ane_direct.programs import simulated_program_device
     from synapse_ane_direct.transport import SHIPPED_MODELS, AneDirectTransport
-    from synapse_core.wire import Shape
+    from synapse_core.plugin import Shape
 
     tokenizer = AneDirectTransport().tokenizer(SHIPPED_MODELS[0])
     assert isinstance(tokenizer, ModelTokenizer)

@@ -18,14 +18,14 @@ from synapse_core import (
     Deadline,
     DeadlineExceeded,
     FakeClock,
+    Host,
     HostConfig,
     LaneLocked,
     SynapseError,
     open_host,
 )
-from synapse_core.host import Host
+from synapse_core.plugin import catalog_toml, transport_plugin
 from synapse_core.snapshot import ShapeSnapshot
-from synapse_core.testing import catalog_toml, transport_plugin
 from synapse_core.wire import Admit, Infer
 
 pytestmark = pytest.mark.anyio

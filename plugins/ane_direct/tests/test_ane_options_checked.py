@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from synapse_ane_direct.options import parse_options
-from synapse_core.errors import ConfigError
+from synapse_core import ConfigError
 
 
 def test_a_trace_path_that_is_a_directory_is_refused(tmp_path: Path) -> None:

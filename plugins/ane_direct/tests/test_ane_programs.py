@@ -27,7 +27,7 @@ from synapse_ane_direct.programs import (
     ProgramDevice,
     simulated_program_device,
 )
-from synapse_core.wire import Shape
+from synapse_core.plugin import Shape
 
 
 class CountingExecutor(InterpreterExecutor):

@@ -9,7 +9,7 @@ import pytest
 
 from synapse_ane_direct import lanelock
 from synapse_ane_direct.lanelock import acquire, default_runtime_dir, system_temp_dir
-from synapse_core.errors import LaneLocked
+from synapse_core import LaneLocked
 
 
 @pytest.mark.parametrize("value", ["run", "./run", "run/user/1000", "~/run"])

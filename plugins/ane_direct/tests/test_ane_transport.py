@@ -10,13 +10,9 @@ import pytest
 from synapse_ane_direct.hardware import FRAMEWORK, probe
 from synapse_ane_direct.options import AneOptions, parse_options
 from synapse_ane_direct.transport import LANE, AneDirectTransport, held_lane
-from synapse_core import HostConfig, Refused, open_host
+from synapse_core import ConfigError, HostConfig, ModelSpec, PluginHost, Refused, open_host
 from synapse_core.catalog import Catalog
-from synapse_core.config import ModelSpec
-from synapse_core.errors import ConfigError
-from synapse_core.plugins import PluginHost
-from synapse_core.testing import catalog_toml, transport_plugin
-from synapse_core.transport import LaunchRequest
+from synapse_core.plugin import LaunchRequest, catalog_toml, transport_plugin
 
 linux_only = pytest.mark.skipif(sys.platform == "darwin", reason="the refusal is for non-macOS")
 

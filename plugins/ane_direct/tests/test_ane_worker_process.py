@@ -13,8 +13,7 @@ from synapse_ane_direct.device import embed_tokens, rerank_score
 from synapse_ane_direct.lanelock import acquire
 from synapse_ane_direct.transport import AneDirectTransport
 from synapse_core import HostConfig, LaneLocked, open_host
-from synapse_core.testing import catalog_toml, transport_plugin
-from synapse_core.tokenizer import BasicTokenizer
+from synapse_core.plugin import BasicTokenizer, catalog_toml, transport_plugin
 
 pytestmark = [pytest.mark.anyio, pytest.mark.subprocess]
 

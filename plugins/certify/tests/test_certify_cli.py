@@ -14,19 +14,20 @@ from synapse_certify import plugin as certify_plugin
 from synapse_certify import read_stream
 from synapse_certify.cli import make_group
 from synapse_certify.stream import dumps
-from synapse_core.cli import make_cli
-from synapse_core.observation import (
+from synapse_core import PluginHost
+from synapse_core.plugin import (
     AdmissionCount,
+    Shape,
     ShapeAdmitted,
     ShapeRefunded,
     WorkerExited,
     WorkerInventory,
     WorkerStarted,
+    catalog_toml,
+    make_cli,
+    transport_plugin,
 )
-from synapse_core.plugins import PluginHost
-from synapse_core.testing import catalog_toml, transport_plugin
 from synapse_core.testing.fake import InProcessFakeTransport
-from synapse_core.wire import Shape
 
 CHECKPOINT = hashlib.sha256(b"weights").hexdigest()
 S16, S32 = Shape(16, 1), Shape(32, 1)

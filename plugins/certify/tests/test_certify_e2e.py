@@ -9,11 +9,14 @@ import pytest
 
 from synapse_certify import Recorder, check, read_stream
 from synapse_certify import plugin as certify_plugin
-from synapse_core.config import HostConfig
-from synapse_core.host import open_host
-from synapse_core.observation import AdmissionCount, ShapeAdmitted, WorkerInventory
-from synapse_core.plugins import PluginHost
-from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core import HostConfig, PluginHost, open_host
+from synapse_core.plugin import (
+    AdmissionCount,
+    ShapeAdmitted,
+    WorkerInventory,
+    catalog_toml,
+    transport_plugin,
+)
 from synapse_core.testing.fake import InProcessFakeTransport
 
 MODEL = {

@@ -12,8 +12,8 @@ import synapse_core
 from synapse_certify import Approval, CertifiedIdentity, IdentityMismatch, VectorSpace
 from synapse_certify import plugin as certify_plugin
 from synapse_certify.identity import installed_identity, serving_plugins
-from synapse_core.plugins import PluginHost
-from synapse_core.testing import transport_plugin
+from synapse_core import PluginHost
+from synapse_core.plugin import transport_plugin
 from synapse_core.testing.fake import InProcessFakeTransport
 
 CHECKPOINT = hashlib.sha256(b"checkpoint").hexdigest()

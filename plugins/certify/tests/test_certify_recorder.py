@@ -9,9 +9,11 @@ import pytest
 
 from synapse_certify import Recorder, RecordingError, StreamError, read_stream
 from synapse_certify.stream import dumps, loads
-from synapse_core.observation import (
+from synapse_core import PluginHost
+from synapse_core.plugin import (
     AdmissionCount,
     Event,
+    Shape,
     ShapeAdmitted,
     ShapeRefunded,
     WorkerExited,
@@ -19,8 +21,6 @@ from synapse_core.observation import (
     WorkerInventory,
     WorkerStarted,
 )
-from synapse_core.plugins import PluginHost
-from synapse_core.wire import Shape
 
 EVERY_KIND: list[Event] = [
     WorkerStarted("mock:0", "m#1", 1, "m", None),

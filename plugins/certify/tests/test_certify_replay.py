@@ -15,7 +15,7 @@ import pytest
 from synapse_certify import StreamError, check, read_stream
 from synapse_certify.stream import dumps
 from synapse_core import observation as ev
-from synapse_core.wire import Shape
+from synapse_core.plugin import Shape
 
 LANE = "mock:0"
 W = "mini-a#1"

@@ -8,13 +8,16 @@ from typing import Any
 import pytest
 
 from synapse_certify import Recorder, check
-from synapse_core.config import HostConfig
-from synapse_core.errors import OutcomeUnknown
-from synapse_core.host import open_host
-from synapse_core.observation import ShapeRefunded, WorkerExited, WorkerStarted
-from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core import HostConfig, OutcomeUnknown, open_host
+from synapse_core.plugin import (
+    LaneInfo,
+    ShapeRefunded,
+    WorkerExited,
+    WorkerStarted,
+    catalog_toml,
+    transport_plugin,
+)
 from synapse_core.testing.fake import InProcessFakeTransport
-from synapse_core.transport import LaneInfo
 
 pytestmark = pytest.mark.anyio
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from synapse_certify import check
 from synapse_core import observation as ev
-from synapse_core.wire import Shape
+from synapse_core.plugin import Shape
 
 LANE, W = "mock:0", "m#1"
 SHAPES = [Shape(b, 2) for b in (8, 16, 32, 64)]

@@ -10,20 +10,22 @@ import pytest
 
 from synapse_certify import Recorder, check, read_stream
 from synapse_certify.stream import dumps, loads
-from synapse_core.config import HostConfig
-from synapse_core.host import open_host
-from synapse_core.observation import (
+from synapse_core import HostConfig, open_host
+from synapse_core.plugin import (
     AdmissionCount,
     Event,
+    Frame,
+    Shape,
     ShapeAdmitted,
     ShapeRefunded,
     WorkerExited,
     WorkerInventory,
     WorkerStarted,
+    catalog_toml,
+    transport_plugin,
 )
-from synapse_core.testing import catalog_toml, transport_plugin
 from synapse_core.testing.fake import InProcessFakeTransport
-from synapse_core.wire import Frame, InventoryRequest, Shape
+from synapse_core.wire import InventoryRequest
 
 LANE = "mock:0"
 WORKER = "mini-a#1"

@@ -18,8 +18,7 @@ import pytest
 
 import synapse_core as synapse
 import synapse_cpu.plugin
-from synapse_core.plugin import Shape
-from synapse_core.testing import catalog_toml
+from synapse_core.plugin import Shape, catalog_toml
 from synapse_cpu import costs, files, runtime
 from synapse_cpu.tokenizer import HFTokenizer
 

@@ -18,10 +18,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from synapse_core.config import HostConfig
-from synapse_core.errors import SynapseError
-from synapse_core.host import Host
-from synapse_core.plugins import PluginHost
+from synapse_core import Host, HostConfig, PluginHost, SynapseError
 
 from . import routes_openai, routes_rerank, routes_tei
 from .errors import HTTPError, unexpected

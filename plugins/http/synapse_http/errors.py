@@ -15,7 +15,7 @@ import uuid
 
 import msgspec
 
-from synapse_core.errors import (
+from synapse_core import (
     DeadlineExceeded,
     OutcomeUnknown,
     Overloaded,

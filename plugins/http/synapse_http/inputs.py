@@ -9,7 +9,7 @@ from array import array
 from collections.abc import Sequence
 from typing import cast
 
-from synapse_core.host import Host
+from synapse_core import Host
 
 from .errors import invalid
 from .schemas import Inputs

@@ -13,8 +13,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from synapse_core.deadline import Deadline
-from synapse_core.errors import OutcomeUnknown, Refused, SynapseError, WorkerFault
+from synapse_core import Deadline, OutcomeUnknown, Refused, SynapseError, WorkerFault
 
 from .body import ClientGone, read_body
 from .disconnect import until_disconnect

@@ -10,9 +10,8 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from synapse_core.catalog import Entry
-from synapse_core.errors import Refused
-from synapse_core.tokenizer import _WORDS, CLS, SEP, BasicTokenizer
+from synapse_core import Refused
+from synapse_core.plugin import BasicTokenizer, Entry
 
 from .errors import invalid
 from .inputs import check_dimensions, inputs_of, normalized, sigmoid
@@ -99,17 +98,22 @@ def _tokens(entry: Entry, text: str, special: bool) -> list[Token]:
     tokenizer = entry.tokenizer
     ids = tokenizer.encode(text)
     if isinstance(tokenizer, BasicTokenizer):
-        # The default tokenizer's ids are one per match of its word pattern.
-        spans = [m.span() for m in _WORDS.finditer(text)]
-        tokens = [
-            Token(id=i, text=text[a:b], special=False, start=a, stop=b)
-            for i, (a, b) in zip(ids, spans, strict=True)
-        ]
+        # The default tokenizer's ids are one per match of its word pattern,
+        # unless lower-casing changed the words (U+0130 does): then ids only.
+        spans = tokenizer.spans(text)
+        tokens = (
+            [
+                Token(id=i, text=text[a:b], special=False, start=a, stop=b)
+                for i, (a, b) in zip(ids, spans, strict=True)
+            ]
+            if len(spans) == len(ids)
+            else [Token(id=i, text="", special=False) for i in ids]
+        )
         if special:
             tokens = [
-                Token(id=CLS, text="[CLS]", special=True),
+                Token(id=tokenizer.CLS, text="[CLS]", special=True),
                 *tokens,
-                Token(id=SEP, text="[SEP]", special=True),
+                Token(id=tokenizer.SEP, text="[SEP]", special=True),
             ]
         return tokens
     # Another tokenizer says only its ids (and adds its special tokens itself).

@@ -21,9 +21,7 @@ import anyio
 import attrs
 from starlette.types import ASGIApp
 
-from synapse_core.config import HostConfig
-from synapse_core.host import Host, open_host
-from synapse_core.plugins import PluginHost
+from synapse_core import Host, HostConfig, PluginHost, open_host
 
 from .app import create_app
 from .service import Service, preload

@@ -5,11 +5,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 
-from synapse_core.config import HostConfig, Task
-from synapse_core.deadline import Deadline
-from synapse_core.errors import Refused
-from synapse_core.host import Host, open_host
-from synapse_core.plugins import PluginHost
+from synapse_core import Deadline, Host, HostConfig, PluginHost, Refused, open_host
+from synapse_core.plugin import Task
 
 from .errors import HTTPError
 from .metrics import Metrics

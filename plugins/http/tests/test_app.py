@@ -13,8 +13,7 @@ import pytest
 from starlette.applications import Starlette
 
 import synapse_core as synapse
-from synapse_core.testing import catalog_toml, transport_plugin
-from synapse_core.tokenizer import BasicTokenizer
+from synapse_core.plugin import BasicTokenizer, catalog_toml, transport_plugin
 from synapse_http import ServeSettings, create_app
 from synapse_http.testing import model
 from synapse_mock_transport.inprocess import InProcessTransport

@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 import synapse_core as synapse
-from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core.plugin import catalog_toml, transport_plugin
 from synapse_http.testing import API_KEY, AUTH, Server, metric, model, pid_gone
 from synapse_mock_transport.transport import MockTransport
 

@@ -19,7 +19,7 @@ import openai
 import pytest
 
 import synapse_core as synapse
-from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core.plugin import catalog_toml, transport_plugin
 from synapse_http.testing import API_KEY, AUTH, Server, metric, model, start_server
 from synapse_mock_transport.transport import MockTransport
 
@@ -152,6 +152,11 @@ def test_tokenize_info_and_health(http: httpx.Client, server: Server) -> None:
     assert [t["text"] for t in tokens[0]] == ["[CLS]", "Hello", ",", "world", "[SEP]"]
     assert [t["special"] for t in tokens[0]] == [True, False, False, False, True]
     assert (tokens[0][1]["start"], tokens[0][1]["stop"]) == (0, 5)
+    # Lower-casing U+0130 makes two tokens of one character: ids, without spans.
+    dotted = http.post("/tokenize", json={"inputs": "\u0130stanbul"})
+    assert dotted.status_code == 200
+    middle = dotted.json()[0][1:-1]
+    assert len(middle) == 3 and all(t.get("start") is None for t in middle)
     info = http.get("/info").json()
     assert info["model_id"] == "e" and info["model_type"] == {"embedding": {"pooling": "mean"}}
     assert info["max_input_length"] == 16 and info["max_client_batch_size"] == 8

@@ -19,21 +19,20 @@ import anyio
 import attrs
 import pytest
 
+from synapse_core import ModelSpec
 from synapse_core.channel import Exchange, FramedChannel
-from synapse_core.config import ModelSpec
-from synapse_core.process import confirm_exit, spawn_worker
-from synapse_core.transport import Launched, LaunchRequest, WorkerProcess
-from synapse_core.wire import (
-    Admit,
-    Codec,
+from synapse_core.plugin import (
     Frame,
     Hello,
-    Infer,
-    InventoryRequest,
+    Launched,
+    LaunchRequest,
     Shape,
     Task,
-    WorkerFrame,
+    WorkerProcess,
+    confirm_exit,
+    spawn_worker,
 )
+from synapse_core.wire import Admit, Codec, Infer, InventoryRequest, WorkerFrame
 from synapse_mock_transport.inprocess import InProcessTransport
 from synapse_mock_transport.transport import LANE, MockTransport
 

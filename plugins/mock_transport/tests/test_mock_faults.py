@@ -14,9 +14,10 @@ from typing import Any
 import anyio
 import pytest
 
-from synapse_core.channel import ChannelClosed, Exchange, ExchangeTimeout
-from synapse_core.process import confirm_exit
-from synapse_core.wire import Admit, Admitted, Failure, Inventory, Output, Shape, WireError
+from synapse_core.channel import Exchange
+from synapse_core.errors import ChannelClosed, ExchangeTimeout
+from synapse_core.plugin import Shape, WireError, confirm_exit
+from synapse_core.wire import Admit, Admitted, Failure, Inventory, Output
 
 pytestmark = pytest.mark.anyio
 

@@ -12,22 +12,10 @@ from typing import Any
 
 import pytest
 
-from synapse_core.errors import ConfigError
-from synapse_core.plugin import Reply
-from synapse_core.wire import (
-    PROTOCOL_VERSION,
-    Admit,
-    Admitted,
-    Failure,
-    Frame,
-    Hello,
-    Infer,
-    LaunchSpec,
-    Output,
-    Shape,
-    unpack_rows,
-)
-from synapse_core.worker import WorkerLogic, build_logic
+from synapse_core import ConfigError
+from synapse_core.plugin import Frame, Hello, LaunchSpec, Reply, Shape, WorkerLogic
+from synapse_core.wire import PROTOCOL_VERSION, Admit, Admitted, Failure, Infer, Output, unpack_rows
+from synapse_core.worker import build_logic
 from synapse_mock_transport import Faults, MockOptions, parse_options
 from synapse_mock_transport.logic import embed_tokens
 from synapse_mock_transport.worker import IMPLEMENTATION, MockWorker

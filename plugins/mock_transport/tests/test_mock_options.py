@@ -9,12 +9,9 @@ from typing import Any
 import pytest
 from click.testing import CliRunner
 
-from synapse_core import HostConfig
+from synapse_core import ConfigError, HostConfig, PluginHost
 from synapse_core.catalog import Catalog
-from synapse_core.cli import make_cli
-from synapse_core.errors import ConfigError
-from synapse_core.plugins import PluginHost
-from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core.plugin import catalog_toml, make_cli, transport_plugin
 from synapse_mock_transport import parse_options
 from synapse_mock_transport.inprocess import InProcessTransport
 from synapse_mock_transport.transport import MockTransport

@@ -12,8 +12,8 @@ import anyio
 import msgspec
 import pytest
 
-from synapse_core.channel import ChannelClosed
-from synapse_core.plugin import Reply
+from synapse_core.errors import ChannelClosed
+from synapse_core.plugin import LaunchSpec, Reply, Shape
 from synapse_core.wire import (
     PROTOCOL_VERSION,
     Admit,
@@ -23,9 +23,7 @@ from synapse_core.wire import (
     Failure,
     Infer,
     Inventory,
-    LaunchSpec,
     Output,
-    Shape,
     Shutdown,
     unpack_rows,
 )

@@ -9,7 +9,6 @@ argument's name.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +16,14 @@ import attrs
 import cattrs
 
 from synapse_core import ConfigError, HostConfig
-from synapse_core.catalog import DEFAULT_CATALOG
-from synapse_core.config import FieldInvalid, _positive, describe  # the core's wording
-from synapse_core.host import CLOSE_SLACK_S
+from synapse_core.plugin import (
+    CLOSE_SLACK_S,
+    DEFAULT_CATALOG_SOURCE,
+    FieldInvalid,
+    default_catalog_text,
+    positive,
+    structuring_problems,
+)
 from synapse_http.settings import ServeSettings
 
 #: the custom Ray resource a node declares once per device lane it can host
@@ -50,7 +54,7 @@ class Settings:
     #: the HTTP app's: clients must send ``Authorization: Bearer <api_key>``
     api_key: str | None = None
     #: the HTTP app's: the longest a call may take
-    request_timeout_s: float = attrs.field(default=30.0, validator=_positive)
+    request_timeout_s: float = attrs.field(default=30.0, validator=positive)
 
     def http(self) -> ServeSettings:
         """The settings of the HTTP app each replica serves."""
@@ -85,7 +89,7 @@ def settings_from_args(args: Mapping[str, Any]) -> Settings:
     try:
         return _converter.structure(dict(args), Settings)
     except Exception as exc:
-        raise ConfigError("synapse_ray:app arguments", describe(exc)) from None
+        raise ConfigError("synapse_ray:app arguments", structuring_problems(exc)) from None
 
 
 @attrs.frozen
@@ -103,8 +107,7 @@ def read_catalog(settings: Settings) -> tuple[Catalog, HostConfig]:
     """Read and check the catalog where the deployment is built, so a bad
     catalog fails ``serve run`` at once instead of every replica later."""
     if settings.catalog is None:
-        shipped = resources.files("synapse_core").joinpath(DEFAULT_CATALOG)
-        catalog = Catalog(shipped.read_text(encoding="utf-8"), f"synapse_core/{DEFAULT_CATALOG}")
+        catalog = Catalog(default_catalog_text(), DEFAULT_CATALOG_SOURCE)
         return catalog, catalog.config()
     path = Path(settings.catalog)
     try:

@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from synapse_core.testing import catalog_toml
+from synapse_core.plugin import catalog_toml
 
 from .settings import LANE_RESOURCE
 

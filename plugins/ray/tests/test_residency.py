@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from synapse_core import HostConfig, Refused, Retired
-from synapse_core.testing import catalog_toml
+from synapse_core.plugin import catalog_toml
 from synapse_ray.replica_host import ReplicaHost
 from synapse_ray.residency import (
     RESIDENCY_ATTEMPTS,
