@@ -214,6 +214,9 @@ async def _uvicorn(
         timeout_graceful_shutdown=grace,  # type: ignore[arg-type]
         log_level="warning",
         access_log=False,
+        # Nothing reads the client's address or scheme, so rewriting them from
+        # X-Forwarded-* headers (uvicorn's default) would cost every request for nothing.
+        proxy_headers=False,
     )
     server = Server(config)
 
