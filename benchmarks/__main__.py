@@ -1,4 +1,4 @@
-"""``python -m benchmarks [--quick] [--smoke] [--only GROUP] [--output PATH] [--check]``.
+"""``python -m benchmarks [--quick] [--smoke] [--only GROUP] [--without SHORTCUT] [--check]``.
 
 Runs every benchmark group, prints a table and writes the results file
 (``benchmarks/results/latest.json`` unless ``--output`` says otherwise).
@@ -25,6 +25,8 @@ from . import (
     observation,
     report,
     scaling,
+    shortcut_switches,
+    shortcuts,
     soak,
     workers,
 )
@@ -43,6 +45,7 @@ GROUPS: dict[str, Group] = {
     "scaling": scaling.measure,
     "soak": soak.measure,
     "cpu": cpu.measure,
+    "shortcuts": shortcuts.measure,
 }
 # synapse serve's figures, when the synapse-http plugin is installed.
 if importlib.util.find_spec("synapse_http") is not None:
@@ -60,6 +63,13 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--only", action="append", choices=sorted(GROUPS), help="run only this group (repeatable)"
     )
+    parser.add_argument(
+        "--without",
+        action="append",
+        default=[],
+        choices=shortcut_switches.SHORTCUTS,
+        help="switch a speed shortcut off in the latency groups (repeatable)",
+    )
     parser.add_argument("--output", type=Path, default=report.LATEST, help="results file")
     parser.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
     parser.add_argument(
@@ -71,6 +81,7 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     mode = SMOKE if args.smoke else QUICK if args.quick else FULL
+    shortcut_switches.WITHOUT.update(args.without)
     created = datetime.now(UTC).isoformat(timespec="seconds")
     started = time.perf_counter()
     load_before = machine.load_average()
@@ -83,6 +94,7 @@ def main(argv: list[str] | None = None) -> int:
     duration = time.perf_counter() - started
     described = machine.describe()
     described["load_average"] = {"before": load_before, "after": machine.load_average()}
+    described["shortcuts_off"] = sorted(shortcut_switches.WITHOUT)
     doc = report.results(figures, mode, described, created, duration)
     report.write(doc, args.output)
     print(report.table(figures))

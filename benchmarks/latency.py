@@ -17,6 +17,7 @@ from __future__ import annotations
 import multiprocessing
 import statistics
 from concurrent.futures import ProcessPoolExecutor
+from contextlib import ExitStack
 
 import anyio
 
@@ -25,7 +26,7 @@ from synapse_core.tokenizer import BasicTokenizer
 from synapse_core.wire import Shape
 from synapse_mock_transport.logic import embed_tokens
 
-from . import rig
+from . import rig, shortcut_switches
 from .harness import Figure, Mode, Series, Target, blocked_p50, rotating_p50
 
 #: pool blocks and host blocks per repetition
@@ -99,10 +100,19 @@ def measure(mode: Mode, backend: str) -> list[Figure]:
 
 async def _measure(mode: Mode, pool: ProcessPoolExecutor) -> Series:
     series = Series()
+    with ExitStack() as stack:
+        return await _sample(mode, pool, series, stack)
+
+
+async def _sample(
+    mode: Mode, pool: ProcessPoolExecutor, series: Series, stack: ExitStack
+) -> Series:
     async with (
         open_host(rig.config(), plugins=rig.plugins()) as host,
         anyio.create_task_group() as tg,
     ):
+        # ``--without NAME``: the whole group with a speed shortcut switched off.
+        stack.enter_context(shortcut_switches.switched_off(host, sorted(shortcut_switches.WITHOUT)))
         worker = await rig.warm(host)
         assert worker.channel is not None and worker.hello is not None
         bare = rig.BareExchange(worker.channel)

@@ -16,7 +16,7 @@ from .config import HostConfig, Task
 from .deadline import Clock, Deadline, check_deadline, monotonic
 from .errors import HostClosed, Retired
 from .handoff import OneShot, event_factory
-from .plan import Plan, plan_call
+from .plan import Plan, Truncate, check_truncate, plan_call
 from .plugins import PluginHost
 from .residency.lane import Lane
 from .residency.supervisor import Backlog, Supervisor
@@ -69,13 +69,14 @@ class Host:
         texts: Sequence[str | Sequence[int]],
         *,
         deadline: Deadline | None = None,
-        truncate: bool = False,
+        truncate: Truncate = False,
     ) -> EmbedResult:
         """Embed ``texts``; one vector per text, in input order.
 
         A text may also be given as token ids of the model's tokenizer.
-        ``truncate=True`` cuts a text over the model's ceiling to fit instead
-        of refusing it; the result's ``truncated`` lists the indexes cut.
+        ``truncate=True`` (or ``"end"``) cuts a text over the model's ceiling
+        at its end to fit instead of refusing it, ``"start"`` at its start;
+        the result's ``truncated`` lists the indexes cut.
         """
         call = self._call(model, "embed", texts, None, deadline, truncate)
         await self._runner.wait(call)
@@ -89,12 +90,13 @@ class Host:
         documents: Sequence[str],
         *,
         deadline: Deadline | None = None,
-        truncate: bool = False,
+        truncate: Truncate = False,
     ) -> RerankResult:
         """Score ``documents`` against ``query``; one score per document, in input order.
 
-        ``truncate=True`` cuts a document that does not fit the ceiling with
-        the query instead of refusing it; ``truncated`` lists the indexes cut.
+        ``truncate=True`` (or ``"end"``, or ``"start"``) cuts a document that
+        does not fit the ceiling with the query instead of refusing it;
+        ``truncated`` lists the indexes cut.
         """
         call = self._call(model, "rerank", documents, query, deadline, truncate)
         await self._runner.wait(call)
@@ -184,7 +186,7 @@ class Host:
         texts: Sequence[str | Sequence[int]],
         query: str | None,
         deadline: Deadline | None,
-        truncate: bool = False,
+        truncate: Truncate = False,
     ) -> Call:
         """Plan and start a call; its caller then waits for it
         (:meth:`CallRunner.wait`). Refusals, and errors of the head start, are
@@ -192,6 +194,8 @@ class Host:
         if self._closed:  # an attribute read: open hosts pay no call
             self._check_open()
         check_deadline(deadline)
+        if truncate is not False:
+            check_truncate(truncate)
         entry = self.catalog.entry(model, task)
         plan: Plan = plan_call(entry, texts, query, truncate)
         self._check_not_retired(model)

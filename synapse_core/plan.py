@@ -11,7 +11,7 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Callable, Iterator, Sequence
-from typing import cast
+from typing import Literal, cast
 
 import attrs
 
@@ -107,11 +107,31 @@ def tokenizer_failed(model: str, what: str, exc: Exception) -> PluginError:
     return PluginError(f"the tokenizer of model {model!r} failed on {what}: {exc!r}")
 
 
+#: what ``truncate`` may be: no cut, a cut at the end (True or "end"), or at the start
+Truncate = bool | Literal["end", "start"]
+
+
+def check_truncate(truncate: object) -> None:
+    """Raise ``TypeError`` or ``ValueError`` unless ``truncate`` is a :data:`Truncate`."""
+    if type(truncate) is bool:
+        return
+    if not isinstance(truncate, str):
+        raise TypeError(f'truncate must be a bool, "end" or "start", got {truncate!r}')
+    if truncate not in ("end", "start"):
+        raise ValueError(f'truncate must be a bool, "end" or "start", got {truncate!r}')
+
+
 def truncated_item(
-    model: str, tokenizer: Tokenizer, item: Item, ceiling: int, query: list[int] | None
+    model: str,
+    tokenizer: Tokenizer,
+    item: Item,
+    ceiling: int,
+    query: list[int] | None,
+    start: bool = False,
 ) -> Item:
-    """``item`` with its tokens cut at the end so the sequence fits ``ceiling``;
-    refused when nothing of it would fit (a rerank query that fills the ceiling)."""
+    """``item`` with its tokens cut at the end (or the ``start``) so the
+    sequence fits ``ceiling``; refused when nothing of it would fit (a rerank
+    query that fills the ceiling)."""
     ids = item.ids
     if ids is None:
         try:
@@ -120,7 +140,7 @@ def truncated_item(
             raise tokenizer_failed(model, f"input {item.index}", exc) from exc
     keep = len(ids) - (item.length - ceiling)
     if keep > 0:
-        ids = ids[:keep]
+        ids = ids[-keep:] if start else ids[:keep]
         length = tokenizer.sequence_length(ids, query)
         if length <= ceiling:
             return Item(item.index, item.text, keep, length, ids)
@@ -171,15 +191,16 @@ def plan_call(
     entry: Entry,
     texts: Sequence[str | Sequence[int]],
     query: str | None = None,
-    truncate: bool = False,
+    truncate: Truncate = False,
 ) -> Plan:
     """Tokenise and check every input; raise :class:`Refused` on the first bad one.
 
     ``texts`` must be a sequence (a ``TypeError`` says so otherwise); an item
     may be a text or the token ids of the model's own tokenizer (special
     tokens excluded); any other item, or a query that is not valid text, is
-    refused as ``invalid-text``. With ``truncate`` an input over the ceiling
-    is cut to fit instead of refused, and its index recorded in the plan.
+    refused as ``invalid-text``. With ``truncate`` (True or ``"end"``, or
+    ``"start"`` to keep the end of the text) an input over the ceiling is cut
+    to fit instead of refused, and its index recorded in the plan.
     """
     model = entry.spec.name
     rerank = entry.spec.task == "rerank"
@@ -208,7 +229,9 @@ def plan_call(
         if item.length > ceiling:
             if not truncate:
                 raise over_ceiling(model, item, ceiling, pair=query is not None)
-            item = truncated_item(model, tokenizer, item, ceiling, query_ids)
+            item = truncated_item(
+                model, tokenizer, item, ceiling, query_ids, start=truncate == "start"
+            )
             cut.append(index)
         items.append(item)
     return Plan(model, entry.spec.task, tuple(items), tokenizer, query_ids, tuple(cut))

@@ -40,6 +40,30 @@ async def test_over_ceiling_is_refused_unless_truncation_is_asked_for(
     assert result.tokens == 1 + 10 + 2 + 10
 
 
+async def test_truncate_start_keeps_the_end_of_the_text(make_model: Any, make_config: Any) -> None:
+    cfg = make_config(make_model("m", ceiling=CEILING, dims=8))
+    texts = ["short", words(30), words(11), words(12)]
+    async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessFakeTransport())]) as host:
+        result = await host.embed("m", texts, truncate="start")
+        same = await host.embed("m", texts, truncate="end")
+        default = await host.embed("m", texts, truncate=True)
+    assert result.truncated == (1, 2, 3) and result.tokens == 1 + 10 + 10 + 10
+    # The cut text embeds exactly as its last ten words do.
+    last_ten = " ".join(f"w{i}" for i in range(20, 30))
+    assert result.vectors[1] == pytest.approx(fake_vector(BasicTokenizer().encode(last_ten), 8))
+    assert same.vectors == default.vectors and same.vectors[1] != result.vectors[1]
+
+
+async def test_a_bad_truncate_value_is_a_clear_error(make_model: Any, make_config: Any) -> None:
+    cfg = make_config(make_model("m", ceiling=CEILING))
+    async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessFakeTransport())]) as host:
+        with pytest.raises(ValueError, match='truncate must be a bool, "end" or "start"'):
+            await host.embed("m", ["x"], truncate="left")  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="got 1"):
+            await host.embed("m", ["x"], truncate=1)  # type: ignore[arg-type]
+        assert (await host.embed("m", ["x"])).vectors
+
+
 async def test_nothing_is_cut_or_reported_when_everything_fits(
     make_model: Any, make_config: Any
 ) -> None:

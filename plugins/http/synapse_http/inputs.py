@@ -9,12 +9,20 @@ from array import array
 from collections.abc import Sequence
 from itertools import repeat
 from operator import truediv
-from typing import cast
+from typing import Literal, cast
 
 from synapse_core import Host
 
 from .errors import invalid
 from .schemas import Inputs
+
+
+def truncation(truncate: bool | None, direction: str) -> Literal[False, "start", "end"]:
+    """TEI's ``truncate`` and ``truncation_direction`` as the host's ``truncate``:
+    ``Left`` cuts tokens at the start of a text (keeping its end)."""
+    if not truncate:
+        return False
+    return "start" if direction.lower() == "left" else "end"
 
 
 def inputs_of(value: Inputs, field: str) -> list[str | list[int]]:

@@ -14,7 +14,7 @@ from synapse_core import Refused
 from synapse_core.plugin import BasicTokenizer, Entry
 
 from .errors import invalid
-from .inputs import check_dimensions, inputs_of, normalized, sigmoid
+from .inputs import check_dimensions, inputs_of, normalized, sigmoid, truncation
 from .pipeline import (
     Incoming,
     check_count,
@@ -22,7 +22,6 @@ from .pipeline import (
     json_response,
     model_of,
     post,
-    refuse_direction,
     service_of,
     truncated_header,
 )
@@ -45,12 +44,14 @@ async def embed(request: Incoming, service: Service, body: EmbedRequest) -> Resp
     inputs = inputs_of(body.inputs, "$.inputs")
     check_count(len(inputs), service.settings.max_inputs, "inputs")
     _no_prompts(body.prompt_name)
-    refuse_direction(body.truncation_direction)
     host = service.host
     model = model_of(request, None, service, "embed")
     check_dimensions(host, model, body.dimensions, None)
     result = await host.embed(
-        model, inputs, deadline=deadline_of(request, service), truncate=bool(body.truncate)
+        model,
+        inputs,
+        deadline=deadline_of(request, service),
+        truncate=truncation(body.truncate, body.truncation_direction),
     )
     check_dimensions(host, model, body.dimensions, len(result.vectors[0]))
     vectors = normalized(result.vectors) if body.normalize else result.vectors
@@ -62,14 +63,13 @@ async def rerank(request: Incoming, service: Service, body: RerankRequest) -> Re
     """Ranks best first, each with its input ``index``; scores pass through a
     sigmoid unless ``raw_scores`` (as TEI does for a classifier's logit)."""
     check_count(len(body.texts), service.settings.max_inputs, "texts")
-    refuse_direction(body.truncation_direction)
     model = model_of(request, None, service, "rerank")
     result = await service.host.rerank(
         model,
         body.query,
         body.texts,
         deadline=deadline_of(request, service),
-        truncate=bool(body.truncate),
+        truncate=truncation(body.truncate, body.truncation_direction),
     )
     ranks = [
         Rank(

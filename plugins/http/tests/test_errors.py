@@ -97,7 +97,7 @@ def test_body_over_the_limit_and_too_many_inputs_are_413(http: httpx.Client) -> 
         ("/embed", b"{}", "$"),
         ("/rerank", b'{"query": "q", "texts": ["a", {"t": 1}]}', "$.texts[1]"),
         ("/v1/rerank", b'{"query": "q", "documents": ["a"], "top_n": 0}', "$.top_n"),
-        ("/embed", b'{"inputs": "a", "truncation_direction": "Left"}', "$.truncation_direction"),
+        ("/embed", b'{"inputs": "a", "truncation_direction": "Up"}', "$.truncation_direction"),
     ],
 )
 def test_malformed_bodies_are_422_naming_the_field(

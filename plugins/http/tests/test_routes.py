@@ -226,6 +226,18 @@ def test_truncate_true_cuts_and_reports_indexes_refusal_stays_default(
     assert ranked.json()["truncated"] == [1] and ranked.headers["x-synapse-truncated"] == "1"
     tei = http.post("/rerank", json={"query": "q", "texts": [long, "d"], "truncate": True})
     assert tei.status_code == 200 and tei.headers["x-synapse-truncated"] == "0"
+    # TEI's truncation_direction "Left" cuts at the start: the last 14 words stay.
+    left = http.post(
+        "/embed", json={"inputs": inputs, "truncate": True, "truncation_direction": "Left"}
+    )
+    assert left.status_code == 200 and left.headers["x-synapse-truncated"] == "1,3"
+    last14 = " ".join(f"w{i}" for i in range(16, 30))
+    assert rows_close([left.json()[1]], host_embed([last14]))
+    # Without truncate, the direction changes nothing: still refused.
+    assert (
+        http.post("/embed", json={"inputs": inputs, "truncation_direction": "Left"}).status_code
+        == 422
+    )
 
 
 # -- metrics -------------------------------------------------------------------------------------

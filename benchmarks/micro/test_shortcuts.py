@@ -1,0 +1,106 @@
+"""Each speed shortcut of the serving path, timed with and without itself.
+
+Cases come in pairs (``with``/``without``) in one pytest-benchmark group per
+shortcut and backend, so a timed run shows what each shortcut buys::
+
+    python -m pytest benchmarks/micro/test_shortcuts.py -p no:xdist --benchmark-only
+
+The same pieces, alternated call by call, and whole ``host.embed`` calls
+with each shortcut switched off and on, are the ``shortcuts`` group of
+``python -m benchmarks`` (see :mod:`benchmarks.shortcuts`); its figures are
+the ones docs/performance.md reports.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import attrs
+import pytest
+
+from benchmarks import shortcut_pieces as pieces
+from benchmarks import shortcuts
+from benchmarks.harness import SMOKE
+from benchmarks.shortcut_switches import CONTROL, SHORTCUTS, applies, through_pluggy
+from synapse_core.handoff import OneShot
+
+#: hand-offs per timed round (one is too short to time)
+HANDOFFS = 200
+
+
+@pytest.mark.parametrize("variant", ["with", "without"])
+def test_remembered_bucket_choice(benchmark: Any, variant: str) -> None:
+    runner, worker, call = pieces.steps_rig()
+    runner._steps(call, worker)
+    benchmark.group = "remembered_buckets"
+    forget = variant == "without"
+
+    def steps() -> object:
+        if forget:
+            worker.selection = None
+        return runner._steps(call, worker)
+
+    assert len(benchmark(steps)) == 1
+
+
+@pytest.mark.parametrize("variant", ["with", "without"])
+def test_direct_bucket_hook(benchmark: Any, variant: str) -> None:
+    runner, worker, call = pieces.steps_rig()
+    runner._steps(call, worker)
+    benchmark.group = "direct_bucket_hook"
+    assert worker.selection is not None and worker.hello is not None
+    length = call.plan.longest.length
+    select = worker.selection.select
+    if variant == "without":
+        select = through_pluggy(worker.selection, runner.plugins, worker.spec).select
+    assert benchmark(select, length) == 16
+
+
+HANDOFF_CASES = [
+    ("asyncio", "future_event", "with"),
+    ("asyncio", "future_event", "without"),
+    ("asyncio", "runner_pool", "with"),
+    ("asyncio", "runner_pool", "without"),
+    ("trio", "runner_pool", "with"),
+    ("trio", "runner_pool", "without"),
+]
+
+
+@pytest.mark.parametrize(("backend", "shortcut", "variant"), HANDOFF_CASES)
+def test_call_handoffs(benchmark: Any, backend: str, shortcut: str, variant: str) -> None:
+    """A call's two hand-offs (caller to detached task and back), ``HANDOFFS``
+    times in one event loop. ``FutureEvent`` is asyncio's alone by design:
+    on trio the hand-offs always use anyio's event."""
+    benchmark.group = f"{shortcut} {backend}"
+
+    async def handoffs() -> None:
+        if shortcut == "future_event":
+            event: Callable[[], OneShot] = (
+                pieces.future_events() if variant == "with" else anyio.Event
+            )
+        else:
+            event = pieces.future_events() if backend == "asyncio" else anyio.Event
+        pooled = variant == "with" or shortcut != "runner_pool"
+        async with anyio.create_task_group() as tg:
+            calls = pieces.handoffs(tg, event, pooled)
+            for _ in range(HANDOFFS // pieces.PIECE_BATCH):
+                await calls()
+            tg.cancel_scope.cancel()
+
+    benchmark(anyio.run, handoffs, backend=backend)
+
+
+@pytest.mark.anyio
+@pytest.mark.subprocess
+async def test_whole_calls_with_and_without_each_shortcut(anyio_backend: str) -> None:
+    """Runs the shortcuts group's whole-call pairs (timed by ``python -m
+    benchmarks --only shortcuts``), so they keep working on both backends."""
+    pytest.importorskip("synapse_mock_transport")
+    names = [n for n in SHORTCUTS if applies(n, anyio_backend)]
+    found = await shortcuts.call_pairs(
+        attrs.evolve(SMOKE, repetitions=1), [CONTROL, *names], anyio_backend
+    )
+    for series in found.values():
+        assert all(v > 0 for v in series["on_p50_us"] + series["off_p50_us"])

@@ -1,0 +1,153 @@
+"""The pieces each speed shortcut replaces, timed alone with and without it.
+
+Tight loops, the two sides alternating call by call (see
+:mod:`benchmarks.shortcuts`).
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any, cast
+
+import anyio
+from anyio.abc import TaskGroup
+
+from synapse_core.call import Call
+from synapse_core.catalog import Catalog
+from synapse_core.deadline import Deadline
+from synapse_core.handoff import FutureEvent, OneShot, event_factory
+from synapse_core.host import _Runners
+from synapse_core.plan import plan_call
+from synapse_core.plugins import PluginHost
+from synapse_core.residency.lane import Backlog, Lane
+from synapse_core.residency.worker import Worker
+from synapse_core.serving import CallRunner
+from synapse_core.wire import Hello
+
+from . import rig
+from .harness import rotating_p50
+from .shortcut_switches import task_per_call, through_pluggy
+
+#: operations per sample of a piece's figure (one is too short to time)
+PIECE_BATCH = 20
+
+
+class _Echo:
+    """A call runner whose detached work is only ending the call."""
+
+    async def run(self, done: OneShot, _supervisor: object, _worker: object) -> None:
+        done.set()
+
+
+async def handoff_pair(
+    samples: int, events: Sequence[Callable[[], OneShot]], pooled: Sequence[bool]
+) -> list[float]:
+    """p50 (µs per call) of the two hand-offs of a call (caller to detached
+    task and back) with each (event factory, pooled runner) variant,
+    alternating call by call. The detached task does nothing but end the call."""
+    async with anyio.create_task_group() as tg:
+        variants = [
+            handoffs(tg, make_event, pool) for make_event, pool in zip(events, pooled, strict=True)
+        ]
+        for variant in variants:  # park a runner of each pool before timing
+            await variant()
+        times = await rotating_p50(variants, samples)
+        tg.cancel_scope.cancel()
+    return [t / PIECE_BATCH for t in times]
+
+
+def handoffs(
+    tg: TaskGroup, make_event: Callable[[], OneShot], pooled: bool
+) -> Callable[[], Awaitable[None]]:
+    """``PIECE_BATCH`` calls' hand-offs, each to a detached task that only
+    ends the call: a parked one (``pooled``) or one started for it."""
+    runners = _Runners(tg, cast(CallRunner, _Echo()), 64)
+    runners.event = make_event
+    submit: Callable[[Any], None] = (
+        runners.submit if pooled else task_per_call(tg, cast(CallRunner, _Echo()))
+    )
+
+    async def calls() -> None:
+        for _ in range(PIECE_BATCH):
+            done = make_event()
+            submit((done, None, None))
+            await done.wait()
+
+    return calls
+
+
+def future_events() -> Callable[[], OneShot]:
+    factory = event_factory()
+    assert isinstance(factory(), FutureEvent), "asyncio only"
+    return factory
+
+
+def steps_pair(samples: int) -> list[float]:
+    """p50 (µs) of ``CallRunner._steps`` for one short text, with the worker's
+    remembered bucket choice and without it (asked again every call)."""
+    runner, worker, call = steps_rig()
+    runner._steps(call, worker)  # remembered from now on
+
+    def remembered() -> object:
+        worker.selection = worker.selection
+        return runner._steps(call, worker)
+
+    def asked_again() -> object:
+        worker.selection = None
+        return runner._steps(call, worker)
+
+    return _sync_pair([remembered, asked_again], samples)
+
+
+def bucket_pair(samples: int) -> list[float]:
+    """p50 (µs) of one bucket choice: Synapse's own hook called directly with
+    its choice kept per length, and the same hook through pluggy."""
+    runner, worker, call = steps_rig()
+    runner._steps(call, worker)
+    direct = worker.selection
+    assert direct is not None
+    hooked = through_pluggy(direct, runner.plugins, worker.spec).select
+    length = call.plan.longest.length
+    return _sync_pair([lambda: direct.select(length), lambda: hooked(length)], samples)
+
+
+def steps_rig() -> tuple[CallRunner, Worker, Call]:
+    """A call runner, a worker that has said hello, and a one-text call."""
+    plugins = PluginHost(rig.plugins())
+    entry = Catalog(rig.config(), plugins).entry(rig.MODEL, "embed")
+    assert entry.lane is not None and entry.transport is not None
+    worker = Worker(
+        "bench#1", entry.spec, entry.transport.transport, entry.tokenizer, Lane(entry.lane, 1)
+    )
+    worker.hello = Hello(
+        1,
+        "mock",
+        "0",
+        rig.MODEL,
+        rig.PACKAGE,
+        1,
+        1,
+        list(rig.BUCKETS),
+        rig.DIMS,
+        rig.MAX_BATCH,
+        "bench",
+    )
+    runner = CallRunner(plugins, time.monotonic, anyio.CapacityLimiter(1), Backlog(), 30.0, 8)
+    call = Call.new(plan_call(entry, [rig.SHORT_TEXT]), Deadline.never(), anyio.Event())
+    return runner, worker, call
+
+
+def _sync_pair(calls: Sequence[Callable[[], object]], samples: int) -> list[float]:
+    """p50 (µs per operation) of each call, alternating with a rotating start."""
+    times: list[list[int]] = [[] for _ in calls]
+    for i in range(samples):
+        for j in range(len(calls)):
+            k = (i + j) % len(calls)
+            call = calls[k]
+            start = time.perf_counter_ns()
+            for _ in range(PIECE_BATCH):
+                call()
+            times[k].append(time.perf_counter_ns() - start)
+    return [statistics.median(t) / 1_000 / PIECE_BATCH for t in times]

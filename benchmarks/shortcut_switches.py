@@ -1,0 +1,148 @@
+"""Switching each speed shortcut of a host off and on (see :mod:`benchmarks.shortcuts`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import Any
+
+import anyio
+from anyio.abc import TaskGroup
+
+from synapse_core.config import ModelSpec
+from synapse_core.host import Host
+from synapse_core.plugins import PluginHost
+from synapse_core.residency.worker import Selection, Worker
+from synapse_core.serving import CallRunner
+
+SHORTCUTS = (
+    "future_event",
+    "runner_pool",
+    "remembered_buckets",
+    "head_start",
+    "direct_bucket_hook",
+)
+#: an A/A pair: both sides are the same path, so its ratio shows what noise
+#: and the sampling order alone make of a whole-call figure
+CONTROL = "control"
+
+#: the shortcuts ``python -m benchmarks --without`` switches off
+WITHOUT: set[str] = set()
+
+
+def applies(name: str, backend: str) -> bool:
+    return name != "future_event" or backend == "asyncio"
+
+
+class Switch:
+    """Turns one shortcut of one host on and off between calls.
+
+    Both directions are plain attribute assignments made inside the timed
+    call, so neither side pays for switching more than the other.
+    """
+
+    def __init__(self, name: str, host: Host, worker: Worker) -> None:
+        runners, runner = host._runners, host._runner
+        self.name = name
+        self.on: Callable[[], None]
+        self.off: Callable[[], None]
+        if name == CONTROL:
+            self.on = self.off = lambda: setattr(worker, "selection", worker.selection)
+        elif name == "future_event":
+            factory = runners.event
+            self.on = lambda: setattr(runners, "event", factory)
+            self.off = lambda: setattr(runners, "event", anyio.Event)
+        elif name == "runner_pool":
+            pooled = runners.submit
+            spawn = task_per_call(runners.tg, runner)
+            self.on = lambda: setattr(runners, "submit", pooled)
+            self.off = lambda: setattr(runners, "submit", spawn)
+        elif name == "head_start":
+            start = runner.start
+            late = no_head_start(runner)
+            self.on = lambda: setattr(runner, "start", start)
+            self.off = lambda: setattr(runner, "start", late)
+        elif name == "remembered_buckets":
+            self.on = lambda: setattr(worker, "selection", worker.selection)
+            self.off = lambda: setattr(worker, "selection", None)
+        elif name == "direct_bucket_hook":
+            direct = worker.selection
+            assert direct is not None, "warm the worker first"
+            hooked = through_pluggy(direct, host.plugins, worker.spec)
+            self.on = lambda: setattr(worker, "selection", direct)
+            self.off = lambda: setattr(worker, "selection", hooked)
+        else:
+            raise ValueError(f"unknown shortcut {name!r}; one of {', '.join(SHORTCUTS)}")
+
+
+def task_per_call(tg: TaskGroup, runner: CallRunner) -> Callable[[tuple[Any, Any, Any]], None]:
+    """``_Runners.submit`` without the pool: a new task for every call."""
+
+    def submit(job: tuple[Any, Any, Any]) -> None:
+        tg.start_soon(runner.run, *job, name="call runner")
+
+    return submit
+
+
+def no_head_start(runner: CallRunner) -> Callable[..., bool]:
+    """``CallRunner.start`` without the head start: only the overload check
+    stays in the caller's task; the detached task takes everything."""
+
+    def start(call: Any, supervisor: Any, worker: Any) -> bool:
+        runner.check_room()
+        return True
+
+    return start
+
+
+def through_pluggy(selection: Selection, plugins: PluginHost, spec: ModelSpec) -> Selection:
+    """``selection`` with every bucket asked of pluggy's hook caller."""
+    hello = selection.hello
+
+    def select(length: int) -> int:
+        return plugins.select_bucket(length, hello.buckets, spec)
+
+    return Selection(hello, selection.plugins_version, select, selection.ceiling)
+
+
+def _patch(owner: object, attribute: str, value: object) -> Callable[[], None]:
+    """Set ``owner.attribute`` to ``value``; return what puts it back."""
+    had = attribute in vars(owner)
+    old = vars(owner).get(attribute)
+    setattr(owner, attribute, value)
+
+    def undo() -> None:
+        if had:
+            setattr(owner, attribute, old)
+        else:
+            delattr(owner, attribute)
+
+    return undo
+
+
+@contextmanager
+def switched_off(host: Host, names: Sequence[str]) -> Iterator[None]:
+    """Keep ``names`` switched off for every call of ``host`` in the block
+    (for the latency group's ``--without``)."""
+    runners, runner = host._runners, host._runner
+    saved: list[Callable[[], None]] = []
+    for name in names:
+        if name == "future_event":
+            saved.append(_patch(runners, "event", anyio.Event))
+        elif name == "runner_pool":
+            saved.append(_patch(runners, "submit", task_per_call(runners.tg, runner)))
+        elif name == "head_start":
+            saved.append(_patch(runner, "start", no_head_start(runner)))
+        elif name == "remembered_buckets":
+            # Every worker forgets its choice as soon as it is made.
+            saved.append(_patch(Worker, "remember", lambda _worker, selection: selection))
+        elif name == "direct_bucket_hook":
+            # As if a plugin had its own bucket hook: always ask pluggy.
+            saved.append(_patch(host.plugins, "_only_default_buckets", False))
+        else:
+            raise ValueError(f"unknown shortcut {name!r}; one of {', '.join(SHORTCUTS)}")
+    try:
+        yield
+    finally:
+        for undo in reversed(saved):
+            undo()

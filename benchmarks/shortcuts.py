@@ -1,0 +1,218 @@
+"""The serving path's speed shortcuts, each measured with and without itself.
+
+Every shortcut adds state that must be reasoned about on both backends, so
+each must show what it buys. Two kinds of figure, both ratios of the path
+without the shortcut over the path with it, sampled in the same run:
+
+- **the piece alone** (a tight loop of what the shortcut replaces), call by
+  call alternating with and without; ``..._piece_ratio``;
+- **a whole call**: ``host.embed`` of one short text on a warm subprocess
+  worker, with the shortcut switched off for some blocks of calls and on for
+  the blocks between them (as the latency group measures it; the bare
+  exchange rotates with each side, so each side also has its own
+  host/bare ratio); ``..._call_ratio`` and ``..._call_us`` (the p50
+  difference).
+
+The shortcuts, and what stands in for each when it is switched off:
+
+- ``future_event``: the per-call hand-off events are bare asyncio futures
+  (:class:`synapse_core.handoff.FutureEvent`); without, ``anyio.Event``.
+  asyncio only by design: trio always uses anyio's event.
+- ``runner_pool``: the detached task of a call is a parked task woken for
+  it (``host._Runners``); without, a task started per call.
+- ``remembered_buckets``: the bucket choice is worked out once per worker
+  hello and plugin set (``Worker.selection``); without, every call asks the
+  plugins for a selector again.
+- ``head_start``: the caller takes permit, guard, lease and channel turn and
+  writes the first request before the detached task wakes
+  (``CallRunner.start``); without, the detached task takes everything.
+- ``direct_bucket_hook``: with only Synapse's own bucket hook registered,
+  it is called directly and its choice kept per length; without, every
+  sequence's bucket is asked of pluggy's hook caller.
+
+``python -m benchmarks --only latency --without NAME`` runs the latency
+group with a shortcut switched off (see
+:func:`benchmarks.shortcut_switches.switched_off`). The pieces are timed in
+:mod:`benchmarks.shortcut_pieces`.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Awaitable, Callable, Sequence
+
+import anyio
+
+from synapse_core.host import open_host
+from synapse_core.wire import Shape
+
+from . import rig
+from .harness import Figure, Mode, Series, blocked_p50
+from .shortcut_pieces import bucket_pair, future_events, handoff_pair, steps_pair
+from .shortcut_switches import CONTROL, SHORTCUTS, Switch, applies
+
+BACKENDS = ("asyncio", "trio")
+#: blocks of calls each side gets per repetition of a whole-call figure
+CALL_BLOCKS = 10
+
+
+async def call_pairs(mode: Mode, names: Sequence[str], backend: str) -> dict[str, Series]:
+    """Per shortcut: host.embed p50 with and without it, and the bare
+    exchange beside each side, ``mode.repetitions`` times."""
+    found = {name: Series() for name in names}
+    async with open_host(rig.config(), plugins=rig.plugins()) as host:
+        worker = await rig.warm(host)
+        assert worker.channel is not None and worker.hello is not None
+        bare = rig.BareExchange(worker.channel)
+        tokens = [worker.tokenizer.encode(rig.SHORT_TEXT)]
+        shape = Shape(rig.smallest_fit(worker.tokenizer.sequence_length(tokens[0])), rig.MAX_BATCH)
+        texts = [rig.SHORT_TEXT]
+        switches = [Switch(name, host, worker) for name in names]
+
+        def embed(flip: Callable[[], None]) -> Callable[[], Awaitable[None]]:
+            async def call() -> None:
+                flip()
+                await host.embed(rig.MODEL, texts)
+
+            return call
+
+        async def via_bare() -> None:
+            await bare.infer(shape, tokens)
+
+        # Half the blocks with the shortcut on first, half with it off first
+        # (A B A B ..., then B A B A ...): the side sampled second in a block
+        # is not always the same one. Each side's p50 is the mean of its halves.
+        half = CALL_BLOCKS // 2
+        samples = max(mode.latency_samples // (2 * half) * half, half)
+        for _ in range(mode.repetitions):
+            for switch in switches:
+                with_it = [embed(switch.on), via_bare]
+                without = [embed(switch.off), via_bare]
+                first = await blocked_p50([with_it, without], samples, half)
+                second = await blocked_p50([without, with_it], samples, half)
+                second = second[2:] + second[:2]
+                on_us, bare_on_us, off_us, bare_off_us = (
+                    (a + b) / 2 for a, b in zip(first, second, strict=True)
+                )
+                switch.on()
+                found[switch.name].add(
+                    on_p50_us=on_us,
+                    off_p50_us=off_us,
+                    bare_beside_on_p50_us=bare_on_us,
+                    bare_beside_off_p50_us=bare_off_us,
+                    on_over_bare=on_us / bare_on_us,
+                    off_over_bare=off_us / bare_off_us,
+                    gain_us=off_us - on_us,
+                )
+    return found
+
+
+def measure(mode: Mode) -> list[Figure]:
+    figures: list[Figure] = []
+    pieces = Series()
+    for _ in range(mode.repetitions):
+        remembered, asked = steps_pair(mode.latency_samples)
+        direct, hooked = bucket_pair(mode.latency_samples)
+        pieces.add(
+            steps_remembered_us=remembered,
+            steps_asked_again_us=asked,
+            bucket_direct_us=direct,
+            bucket_pluggy_us=hooked,
+        )
+    figures.append(
+        _piece(
+            "remembered_buckets",
+            "",
+            pieces,
+            "steps_asked_again_us",
+            "steps_remembered_us",
+            "CallRunner._steps of one short text: selector asked again / remembered",
+        )
+    )
+    figures.append(
+        _piece(
+            "direct_bucket_hook",
+            "",
+            pieces,
+            "bucket_pluggy_us",
+            "bucket_direct_us",
+            "one bucket choice: through pluggy / direct with the choice kept",
+        )
+    )
+    for backend in BACKENDS:
+        suffix = "" if backend == "asyncio" else f"_{backend}"
+        handoffs: Series = anyio.run(_handoffs_series, mode, backend, backend=backend)
+        if backend == "asyncio":
+            figures.append(
+                _piece(
+                    "future_event",
+                    suffix,
+                    handoffs,
+                    "anyio_event_us",
+                    "future_event_us",
+                    "a call's two hand-offs: anyio.Event / FutureEvent (asyncio)",
+                )
+            )
+        figures.append(
+            _piece(
+                "runner_pool",
+                suffix,
+                handoffs,
+                "task_per_call_us",
+                "pooled_us",
+                f"a call's two hand-offs: a task per call / a parked task ({backend})",
+            )
+        )
+        names = [CONTROL, *(n for n in SHORTCUTS if applies(n, backend))]
+        calls: dict[str, Series] = anyio.run(call_pairs, mode, names, backend, backend=backend)
+        for name, series in calls.items():
+            figures.append(_call(name, suffix, series, backend))
+    return figures
+
+
+async def _handoffs_series(mode: Mode, backend: str) -> Series:
+    series = Series()
+    samples = max(mode.latency_samples // 4, 10)
+    for _ in range(mode.repetitions):
+        if backend == "asyncio":
+            future, anyio_event, spawned = await handoff_pair(
+                samples, [future_events(), anyio.Event, future_events()], [True, True, False]
+            )
+            series.add(future_event_us=future, anyio_event_us=anyio_event)
+            series.add(pooled_us=future, task_per_call_us=spawned)
+        else:
+            pooled, spawned = await handoff_pair(samples, [anyio.Event, anyio.Event], [True, False])
+            series.add(pooled_us=pooled, task_per_call_us=spawned)
+    return series
+
+
+def _piece(name: str, suffix: str, series: Series, without: str, with_: str, what: str) -> Figure:
+    return Figure(
+        f"shortcut_{name}_piece_ratio{suffix}",
+        "ratio",
+        what,
+        series.ratio(without, with_),
+        None,
+        {
+            **series.medians(without, with_),
+            "gain_us": statistics.median(
+                [a - b for a, b in zip(series[without], series[with_], strict=True)]
+            ),
+        },
+    )
+
+
+def _call(name: str, suffix: str, series: Series, backend: str) -> Figure:
+    what = (
+        "host.embed p50 of one short text, the same path on both sides (A/A)"
+        if name == CONTROL
+        else f"host.embed p50 of one short text without {name} / with it"
+    )
+    return Figure(
+        f"shortcut_{name}_call_ratio{suffix}",
+        "ratio",
+        f"{what} ({backend})",
+        series.ratio("off_p50_us", "on_p50_us"),
+        None,
+        series.medians("on_p50_us", "off_p50_us", "gain_us", "on_over_bare", "off_over_bare"),
+    )
