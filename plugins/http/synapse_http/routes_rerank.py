@@ -9,15 +9,8 @@ import uuid
 from starlette.responses import Response
 
 from .inputs import sigmoid
-from .pipeline import (
-    Incoming,
-    check_count,
-    deadline_of,
-    json_response,
-    model_of,
-    post,
-    truncated_header,
-)
+from .pipeline import Incoming as Incoming  # the handler's request
+from .pipeline import check_count, deadline_of, json_response, model_of, post, truncated_header
 from .schemas import (
     UNSET,
     CohereRerankRequest,
