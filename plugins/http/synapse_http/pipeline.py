@@ -121,14 +121,6 @@ def truncated_header(indexes: tuple[int, ...]) -> dict[str, str]:
     return {HEADER_TRUNCATED: ",".join(map(str, indexes))} if indexes else {}
 
 
-def refuse_direction(direction: str) -> None:
-    if direction.lower() != "right":
-        raise invalid(
-            "$.truncation_direction: 'Left' is not supported; Synapse cuts at the end of a text",
-            "$.truncation_direction",
-        )
-
-
 Handler = Callable[[Incoming, Service, T], Awaitable[Response]]
 
 
