@@ -24,7 +24,7 @@ from synapse_core.config import HostConfig
 from synapse_core.host import open_host
 from synapse_core.testing import transport_plugin
 from synapse_http.app import create_app
-from synapse_http.server import bind, run_app
+from synapse_http.server import backend_options, bind, run_app
 from synapse_mock_transport.transport import MockTransport
 
 from .rig import DIMS
@@ -78,4 +78,6 @@ async def serve_until_signal(app: ASGIApp, sock: socket.socket) -> None:
 
 
 if __name__ == "__main__":
-    anyio.run(main, sys.argv[1], "--cpu" in sys.argv[2:])
+    anyio.run(
+        main, sys.argv[1], "--cpu" in sys.argv[2:], backend_options=backend_options("asyncio")
+    )

@@ -8,6 +8,7 @@ import hmac
 import time
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
+from typing import Any
 
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -22,7 +23,7 @@ from synapse_core import Host, HostConfig, PluginHost, SynapseError
 from . import routes_openai, routes_rerank, routes_tei
 from .errors import HTTPError, unexpected
 from .metrics import CONTENT_TYPE
-from .pipeline import error_response, service_of, synapse_error
+from .pipeline import PostRoute, error_response, service_of, synapse_error
 from .schemas import ErrorBody
 from .service import Service
 from .settings import ServeSettings
@@ -48,6 +49,8 @@ ROUTES = [
 ]
 #: metric labels: each route's path, and one label for every other path
 ROUTE_LABELS = frozenset(route.path for route in ROUTES)
+#: the POST routes :class:`SynapseApp` serves without Starlette's middleware and routing
+DIRECT = {route.path: route.endpoint for route in ROUTES if isinstance(route.endpoint, PostRoute)}
 
 
 def create_app(
@@ -75,7 +78,9 @@ def create_app(
         async with service.lifespan():
             yield
 
-    app = Starlette(
+    app = SynapseApp(
+        service,
+        settings.api_key,
         routes=ROUTES,
         middleware=[
             Middleware(Observed, service=service),
@@ -89,8 +94,77 @@ def create_app(
         },
         lifespan=lifespan,
     )
-    app.state.synapse = service
     return app
+
+
+class SynapseApp(Starlette):
+    """The Starlette app, but the POST routes that carry the load (embed,
+    rerank, tokenize) are served directly: what Observed and ApiKey do for
+    them is done here, without the middleware stack, exception middleware,
+    routing and ``Request`` that every request would otherwise pay for. Every
+    other request, and any request under a ``root_path``, goes through
+    Starlette as usual (where the same routes are mounted too)."""
+
+    def __init__(self, service: Service, api_key: str | None, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.state.synapse = service
+        self.service = service
+        self.key = Key(api_key)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
+            route = DIRECT.get(scope["path"])
+            if route is not None:
+                await self._direct(route, scope, receive, send)
+                return
+        await super().__call__(scope, receive, send)
+
+    async def _direct(
+        self, route: PostRoute[Any], scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        start = time.perf_counter()
+        metrics = self.service.metrics
+        metrics.inside += 1
+        status = 500
+        try:
+            refusal = self.key.refusal(scope)
+            if refusal is not None:
+                status = refusal.status_code
+                await refusal(scope, receive, send)
+            else:
+                status = await route.serve(self.service, scope, receive, send)
+            metrics.answered += 1
+        finally:
+            metrics.inside -= 1
+            metrics.observe(scope["path"], status, time.perf_counter() - start)
+
+
+class Key:
+    """The API key check: with a key set, every route but ``/health`` needs
+    ``Authorization: Bearer <key>``, compared in constant time."""
+
+    def __init__(self, key: str | None) -> None:
+        self.expected = None if key is None else f"Bearer {key}".encode()
+
+    def refusal(self, scope: Scope) -> Response | None:
+        """The 401 answer for a request without the key, or None."""
+        if self.expected is None or scope["path"] in OPEN_PATHS:
+            return None
+        given = dict(scope["headers"]).get(b"authorization", b"")
+        if hmac.compare_digest(given, self.expected):
+            return None
+        problem = "missing" if not given else "wrong"
+        return error_response(
+            HTTPError(
+                401,
+                ErrorBody(
+                    error=f"{problem} API key; send the header 'Authorization: Bearer <key>'",
+                    error_type="unauthorized",
+                ),
+                {"WWW-Authenticate": "Bearer"},
+            ),
+            scope["path"],
+        )
 
 
 class Observed:
@@ -126,34 +200,18 @@ class Observed:
 
 
 class ApiKey:
-    """With a key set, every route but ``/health`` needs ``Authorization:
-    Bearer <key>``, compared in constant time."""
+    """:class:`Key`'s check as middleware, for the routes Starlette serves."""
 
     def __init__(self, app: ASGIApp, key: str | None) -> None:
         self.app = app
-        self.expected = None if key is None else f"Bearer {key}".encode()
+        self.key = Key(key)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if self.expected is None or scope["type"] != "http" or scope["path"] in OPEN_PATHS:
+        refusal = self.key.refusal(scope) if scope["type"] == "http" else None
+        if refusal is None:
             await self.app(scope, receive, send)
-            return
-        given = dict(scope["headers"]).get(b"authorization", b"")
-        if hmac.compare_digest(given, self.expected):
-            await self.app(scope, receive, send)
-            return
-        problem = "missing" if not given else "wrong"
-        answer = error_response(
-            HTTPError(
-                401,
-                ErrorBody(
-                    error=f"{problem} API key; send the header 'Authorization: Bearer <key>'",
-                    error_type="unauthorized",
-                ),
-                {"WWW-Authenticate": "Bearer"},
-            ),
-            scope["path"],
-        )
-        await answer(scope, receive, send)
+        else:
+            await refusal(scope, receive, send)
 
 
 async def _http_error(request: Request, exc: Exception) -> Response:

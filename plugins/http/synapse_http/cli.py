@@ -106,7 +106,7 @@ def serve_command(
     requests in flight finish (a second signal stops at once); every worker's
     exit is confirmed before the command exits.
     """
-    from .server import Listening, serve  # the server's libraries load only here
+    from .server import Listening, backend_options, serve  # the server's libraries load only here
 
     config = attrs.evolve(load_config(catalog), coalesce=coalesce)
     settings = ServeSettings(
@@ -138,4 +138,5 @@ def serve_command(
             on_listening=listening,
         ),
         backend=backend,
+        backend_options=backend_options("trio" if backend == "trio" else "asyncio"),
     )

@@ -3,29 +3,29 @@ the call (cancelled if the client goes away), the answer or the error."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, Generic, TypeVar
 
-import anyio
 import msgspec
-import sniffio
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from synapse_core import Deadline, OutcomeUnknown, Refused, SynapseError, WorkerFault
 
+from .body import ClientGone, read_body
+from .disconnect import until_disconnect
 from .errors import HTTPError, from_synapse, invalid, malformed, too_large, unexpected
-from .schemas import ErrorBody
 from .service import Service
 
 T = TypeVar("T")
 JSON = "application/json"
 #: the status logged for a request whose client went away before its answer
 CLIENT_GONE = 499
-HEADER_MODEL = "x-synapse-model"
-HEADER_TIMEOUT = "x-synapse-timeout-ms"
+HEADER_MODEL = b"x-synapse-model"
+HEADER_TIMEOUT = b"x-synapse-timeout-ms"
 HEADER_TRUNCATED = "X-Synapse-Truncated"
 
 _encoder = msgspec.json.Encoder()
@@ -37,44 +37,33 @@ def service_of(request: Request) -> Service:
     return service
 
 
+class Incoming:
+    """What a POST route reads of its request besides the body: headers and
+    the query string, straight from the ASGI scope (no Starlette ``Request``:
+    the hot routes are served without one)."""
+
+    __slots__ = ("headers", "path", "scope")
+
+    def __init__(self, scope: Scope) -> None:
+        self.scope = scope
+        self.path: str = scope["path"]
+        # ASGI servers give header names lower-cased
+        self.headers: dict[bytes, bytes] = dict(scope["headers"])
+
+    def header(self, name: bytes) -> str | None:
+        value = self.headers.get(name)
+        return None if value is None else value.decode("latin-1")
+
+    def query(self, name: str) -> str | None:
+        raw = self.scope["query_string"]
+        # parsing the query string only when there is one saves every request the parser
+        return QueryParams(raw).get(name) if raw else None
+
+
 def json_response(
     payload: object, status: int = 200, headers: dict[str, str] | None = None
 ) -> Response:
     return Response(_encoder.encode(payload), status, headers, media_type=JSON)
-
-
-async def read_body(request: Request, limit: int, timeout_s: float) -> bytes:
-    """The body, refused with 413 once it passes ``limit`` bytes (before reading
-    any of it when Content-Length already says so)."""
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _body_too_large(int(declared), limit)
-    chunks, size = [], 0
-    # Bounded: a client that stops sending mid-body (or a server that stops
-    # passing it on while shutting down) must not hold the request forever.
-    with anyio.move_on_after(timeout_s) as waited:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise _body_too_large(size, limit)
-            chunks.append(chunk)
-    if waited.cancelled_caught:
-        raise HTTPError(
-            408,
-            ErrorBody(
-                error=f"the request body did not arrive within {timeout_s:g} s",
-                error_type="body-timeout",
-            ),
-        )
-    return b"".join(chunks)
-
-
-def _body_too_large(size: int, limit: int) -> HTTPError:
-    return too_large(
-        f"request body of {size} bytes or more is over the limit of {limit} bytes "
-        "(--max-body-bytes); send fewer inputs per request",
-        "payload-too-large",
-    )
 
 
 def decode(body: bytes, schema: type[T]) -> T:
@@ -96,11 +85,11 @@ def check_count(count: int, limit: int, field: str) -> None:
         )
 
 
-def deadline_of(request: Request, service: Service) -> Deadline:
+def deadline_of(request: Incoming, service: Service) -> Deadline:
     """The shorter of the server's request timeout and the request's
     ``X-Synapse-Timeout-Ms``, as an absolute deadline on the host's clock."""
     seconds = service.settings.request_timeout_s
-    given = request.headers.get(HEADER_TIMEOUT)
+    given = request.header(HEADER_TIMEOUT)
     if given is not None:
         try:
             ms = float(given)
@@ -117,14 +106,13 @@ def deadline_of(request: Request, service: Service) -> Deadline:
     return Deadline.after(seconds, clock=service.host.clock)
 
 
-def model_of(request: Request, named: str | None, service: Service, task: str) -> str:
+def model_of(request: Incoming, named: str | None, service: Service, task: str) -> str:
     """The model a request names: in its body, ``?model=``, ``X-Synapse-Model``,
     or else the catalog's default for ``task``."""
     return (
         named
-        # parsing the query string only when there is one saves every request the parser
-        or (request.query_params.get("model") if request.scope["query_string"] else None)
-        or request.headers.get(HEADER_MODEL)
+        or request.query("model")
+        or request.header(HEADER_MODEL)
         or service.default_model(task)  # type: ignore[arg-type]
     )
 
@@ -133,93 +121,59 @@ def truncated_header(indexes: tuple[int, ...]) -> dict[str, str]:
     return {HEADER_TRUNCATED: ",".join(map(str, indexes))} if indexes else {}
 
 
-def refuse_direction(direction: str) -> None:
-    if direction.lower() != "right":
-        raise invalid(
-            "$.truncation_direction: 'Left' is not supported; Synapse cuts at the end of a text",
-            "$.truncation_direction",
-        )
+Handler = Callable[[Incoming, Service, T], Awaitable[Response]]
 
 
-async def until_disconnect(request: Request, work: Callable[[], Awaitable[T]]) -> T | None:
-    """Run ``work``; if the client disconnects first, cancel it and return None.
+class PostRoute(Generic[T]):
+    """A POST route taking a JSON body, as a bare ASGI endpoint: bounded body,
+    typed decoding, the handler (cancelled if the client goes away), and
+    every error as its JSON answer. No Starlette ``Request`` is made: these
+    routes carry the load, and the app serves them directly (see
+    :class:`~synapse_http.app.SynapseApp`); mounted in a Starlette route, it
+    finds its service in the app's state."""
 
-    A cancelled call is abandoned by its caller only: the host drains the
-    worker's reply and lets go of everything, as for any cancelled caller.
-    """
-    if sniffio.current_async_library() == "asyncio":
-        return await _until_disconnect_asyncio(request, work)
-    outcome: list[T] = []
-    failure: list[Exception] = []
+    def __init__(self, schema: type[T], handler: Handler[T]) -> None:
+        self.schema = schema
+        self.handler = handler
+        self.__name__ = handler.__name__
+        self.__doc__ = handler.__doc__
 
-    async def watch() -> None:
-        await _disconnected(request)
-        tg.cancel_scope.cancel()
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.serve(scope["app"].state.synapse, scope, receive, send)
 
-    async with anyio.create_task_group() as tg:
-        tg.start_soon(watch)
+    async def serve(self, service: Service, scope: Scope, receive: Receive, send: Send) -> int:
+        """Answer one request; returns the status answered (499: the client went away)."""
+        request = Incoming(scope)
         try:
-            outcome.append(await work())
-        except Exception as exc:  # raised as is, not in a group
-            failure.append(exc)
-        tg.cancel_scope.cancel()
-    if failure:
-        raise failure[0]
-    return outcome[0] if outcome else None
+            settings = service.settings
+            raw = await read_body(
+                receive,
+                request.headers.get(b"content-length"),
+                settings.max_body_bytes,
+                settings.request_timeout_s,
+            )
+            body = decode(raw, self.schema)
+            handler = self.handler
+            answer = await until_disconnect(receive, lambda: handler(request, service, body))
+        except ClientGone:
+            answer = None
+        except HTTPError as exc:
+            answer = error_response(exc, request.path)
+        except SynapseError as exc:
+            answer = error_response(synapse_error(service, exc), request.path)
+        except Exception as exc:
+            answer = error_response(unexpected(exc), request.path)
+        if answer is None:
+            answer = Response(status_code=CLIENT_GONE)  # nobody reads it
+        await answer(scope, receive, send)
+        return answer.status_code
 
 
-async def _until_disconnect_asyncio(request: Request, work: Callable[[], Awaitable[T]]) -> T | None:
-    """The same on asyncio, with a bare watcher task: a task group per
-    request costs several event-loop passes more, on every request."""
-    scope = anyio.CancelScope()
+def post(schema: type[T]) -> Callable[[Handler[T]], PostRoute[T]]:
+    """Make ``handler(request, service, body)`` a POST route for a JSON body."""
 
-    def gone(task: asyncio.Task[None]) -> None:
-        if not task.cancelled():
-            task.exception()  # a broken receive counts as a disconnect; retrieved here
-            scope.cancel()
-
-    watcher = asyncio.get_running_loop().create_task(_disconnected(request))
-    watcher.add_done_callback(gone)
-    try:
-        with scope:
-            return await work()
-        return None  # cancelled: the client went away
-    finally:
-        watcher.cancel()
-
-
-async def _disconnected(request: Request) -> None:
-    while (await request.receive())["type"] != "http.disconnect":
-        pass
-
-
-Handler = Callable[[Request, Service, T], Awaitable[Response]]
-
-
-def post(schema: type[T]) -> Callable[[Handler[T]], Callable[[Request], Awaitable[Response]]]:
-    """Make ``handler(request, service, body)`` a Starlette endpoint for a JSON body."""
-
-    def wrap(handler: Handler[T]) -> Callable[[Request], Awaitable[Response]]:
-        async def endpoint(request: Request) -> Response:
-            service = service_of(request)
-            try:
-                settings = service.settings
-                raw = await read_body(request, settings.max_body_bytes, settings.request_timeout_s)
-                body = decode(raw, schema)
-                answer = await until_disconnect(request, lambda: handler(request, service, body))
-            except HTTPError as exc:
-                return error_response(exc, request.url.path)
-            except SynapseError as exc:
-                return error_response(synapse_error(service, exc), request.url.path)
-            except Exception as exc:
-                return error_response(unexpected(exc), request.url.path)
-            if answer is None:
-                return Response(status_code=CLIENT_GONE)  # nobody reads it
-            return answer
-
-        endpoint.__name__ = handler.__name__
-        endpoint.__doc__ = handler.__doc__
-        return endpoint
+    def wrap(handler: Handler[T]) -> PostRoute[T]:
+        return PostRoute(schema, handler)
 
     return wrap
 

@@ -7,6 +7,7 @@ from starlette.responses import Response
 
 from .inputs import as_base64, check_dimensions, inputs_of
 from .pipeline import (
+    Incoming,
     check_count,
     deadline_of,
     json_response,
@@ -28,7 +29,7 @@ from .service import Service
 
 
 @post(EmbeddingsRequest)
-async def embeddings(request: Request, service: Service, body: EmbeddingsRequest) -> Response:
+async def embeddings(request: Incoming, service: Service, body: EmbeddingsRequest) -> Response:
     inputs = inputs_of(body.input, "$.input")
     check_count(len(inputs), service.settings.max_inputs, "input")
     host = service.host

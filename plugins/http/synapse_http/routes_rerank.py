@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import uuid
 
-from starlette.requests import Request
 from starlette.responses import Response
 
 from .inputs import sigmoid
+from .pipeline import Incoming as Incoming  # the handler's request
 from .pipeline import check_count, deadline_of, json_response, model_of, post, truncated_header
 from .schemas import (
     UNSET,
@@ -23,7 +23,7 @@ from .service import Service
 
 
 @post(CohereRerankRequest)
-async def rerank(request: Request, service: Service, body: CohereRerankRequest) -> Response:
+async def rerank(request: Incoming, service: Service, body: CohereRerankRequest) -> Response:
     """``relevance_score`` is the model's score through a sigmoid, as TEI's
     ``/rerank`` gives it by default: in [0, 1], in the model's order."""
     texts = [d if isinstance(d, str) else d.text for d in body.documents]

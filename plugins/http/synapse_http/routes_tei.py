@@ -16,6 +16,7 @@ from synapse_core.plugin import BasicTokenizer, Entry
 from .errors import invalid
 from .inputs import check_dimensions, inputs_of, normalized, sigmoid, truncation
 from .pipeline import (
+    Incoming,
     check_count,
     deadline_of,
     json_response,
@@ -39,7 +40,7 @@ from .settings import VERSION
 
 
 @post(EmbedRequest)
-async def embed(request: Request, service: Service, body: EmbedRequest) -> Response:
+async def embed(request: Incoming, service: Service, body: EmbedRequest) -> Response:
     inputs = inputs_of(body.inputs, "$.inputs")
     check_count(len(inputs), service.settings.max_inputs, "inputs")
     _no_prompts(body.prompt_name)
@@ -58,7 +59,7 @@ async def embed(request: Request, service: Service, body: EmbedRequest) -> Respo
 
 
 @post(RerankRequest)
-async def rerank(request: Request, service: Service, body: RerankRequest) -> Response:
+async def rerank(request: Incoming, service: Service, body: RerankRequest) -> Response:
     """Ranks best first, each with its input ``index``; scores pass through a
     sigmoid unless ``raw_scores`` (as TEI does for a classifier's logit)."""
     check_count(len(body.texts), service.settings.max_inputs, "texts")
@@ -83,7 +84,7 @@ async def rerank(request: Request, service: Service, body: RerankRequest) -> Res
 
 
 @post(TokenizeRequest)
-async def tokenize(request: Request, service: Service, body: TokenizeRequest) -> Response:
+async def tokenize(request: Incoming, service: Service, body: TokenizeRequest) -> Response:
     """Token ids as the model's tokenizer gives them; the text of each token
     and its character span where the tokenizer can tell them."""
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
@@ -121,7 +122,7 @@ def _tokens(entry: Entry, text: str, special: bool) -> list[Token]:
 
 async def info(request: Request) -> Response:
     service = service_of(request)
-    entry = _entry(service, model_of(request, None, service, "embed"))
+    entry = _entry(service, model_of(Incoming(request.scope), None, service, "embed"))
     config = service.host.config
     spec = entry.spec
     kind: dict[str, dict[str, object]] = (

@@ -15,6 +15,7 @@ from starlette.applications import Starlette
 import synapse_core as synapse
 from synapse_core.plugin import BasicTokenizer, catalog_toml, transport_plugin
 from synapse_http import ServeSettings, create_app
+from synapse_http.server import backend_options
 from synapse_http.testing import model
 from synapse_mock_transport.inprocess import InProcessTransport
 
@@ -101,3 +102,8 @@ async def test_the_server_timeout_bounds_a_call_when_it_is_the_shorter() -> None
                 "/embed", json={"inputs": ["a"]}, headers={"X-Synapse-Timeout-Ms": "60000"}
             )
     assert late.status_code == 504 and late.json()["error_type"] == "deadline-exceeded"
+
+
+def test_the_asyncio_backend_serves_on_uvloop_and_trio_on_trio() -> None:
+    assert backend_options("asyncio") == {"use_uvloop": True}  # a dependency on Linux
+    assert backend_options("trio") == {}
