@@ -134,7 +134,7 @@ def steps_rig() -> tuple[CallRunner, Worker, Call]:
         rig.MAX_BATCH,
         "bench",
     )
-    runner = CallRunner(plugins, time.monotonic, anyio.CapacityLimiter(1), Backlog(), 30.0, 8)
+    runner = CallRunner(plugins, time.monotonic, anyio.CapacityLimiter(1), Backlog(), 8)
     call = Call.new(plan_call(entry, [rig.SHORT_TEXT]), Deadline.never(), anyio.Event())
     return runner, worker, call
 

@@ -27,6 +27,11 @@ class OneShot(Protocol):
     async def wait(self) -> None: ...
 
 
+def _wake(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class FutureEvent:
     """A one-shot event over a bare asyncio future, for a single waiter at a
     time (a cancelled waiter cancels the future, so two would share that)."""
@@ -53,6 +58,24 @@ class FutureEvent:
         if self._future.done():  # an earlier waiter was cancelled
             self._future = self._loop.create_future()
         await self._future
+
+    async def wait_for(self, seconds: float) -> bool:
+        """Wait until set, at most ``seconds``; whether it was set.
+
+        A timer wakes the waiter, where a cancel scope would cost a task
+        cancellation's machinery: every call with a deadline waits here.
+        """
+        if self._set:
+            return True
+        if self._future.done():  # an earlier waiter was cancelled, or timed out
+            self._future = self._loop.create_future()
+        future = self._future
+        timer = self._loop.call_later(seconds, _wake, future)
+        try:
+            await future
+        finally:
+            timer.cancel()
+        return self._set
 
 
 def event_factory() -> Callable[[], OneShot]:

@@ -54,7 +54,6 @@ class Host:
             clock,
             anyio.CapacityLimiter(config.max_concurrent),
             self.backlog,
-            config.exchange_timeout_s,
             config.max_waiting,
         )
         self._runners = _Runners(tg, self._runner, min(config.max_concurrent, IDLE_RUNNERS))

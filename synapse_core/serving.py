@@ -35,6 +35,7 @@ from .errors import (
     WireError,
     WorkerFault,
 )
+from .handoff import FutureEvent
 from .plan import Group, group_by_bucket, over_ceiling
 from .plugins import PluginHost
 from .residency.supervisor import Backlog, Lease, Supervisor
@@ -55,34 +56,31 @@ class CallRunner:
         clock: Clock,
         permits: anyio.CapacityLimiter,
         backlog: Backlog,
-        exchange_timeout_s: float,
         max_waiting: int,
     ) -> None:
         self.plugins = plugins
         self.clock = clock
         self.permits = permits
         self.backlog = backlog
-        self.exchange_timeout_s = exchange_timeout_s
         self.max_waiting = max_waiting
 
     async def wait(self, call: Call) -> None:
         """The caller's side: wait for the result within the deadline, and
         raise the error the call ended with, if any."""
+        done, deadline = call.done, call.deadline
         try:
-            if call.deadline.when == math.inf:
-                # Every call waits here: one coroutine frame less than
-                # wait_bounded, which would take the same path.
-                await call.done.wait()
+            if deadline.when == math.inf:
+                await done.wait()  # one coroutine frame less than wait_bounded
+            elif type(done) is FutureEvent:  # asyncio: a timer, not a cancel scope
+                remaining = deadline.when - self.clock()
+                if remaining <= 0 or not await done.wait_for(remaining):
+                    raise DeadlineExceeded
             else:
-                await wait_bounded(
-                    call.done.wait,
-                    call.deadline,
-                    self.clock,
-                    DeadlineExceeded(f"deadline passed before {call.plan.model!r} answered"),
-                )
-        except DeadlineExceeded as exc:
+                await wait_bounded(done.wait, deadline, self.clock, DeadlineExceeded())
+        except DeadlineExceeded:
             call.abandon()  # the detached task drains and releases
-            raise (call.error or call.expiry or exc) from None
+            expired = DeadlineExceeded(f"deadline passed before {call.plan.model!r} answered")
+            raise (call.error or call.expiry or expired) from None
         except BaseException:
             call.abandon()
             raise
