@@ -7,6 +7,7 @@ is a call whose plan holds the inputs of several callers' calls.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Protocol, Self
 
 import attrs
@@ -79,6 +80,8 @@ class Call:
     begun: tuple[Infer, Exchange] | None = None
     #: the coalesced call (or its queue) this call is served in, if any
     joined: Joined | None = None
+    #: told once the call has ended, whichever way (the coalescing queue moves on)
+    on_end: Callable[[], None] | None = None
 
     @classmethod
     def new(cls, plan: Plan, deadline: Deadline, done: OneShot) -> Self:
@@ -100,4 +103,14 @@ class Call:
     def fail(self, error: SynapseError) -> None:
         if not self.done.is_set():
             self.error = error
-            self.done.set()
+            self.end()
+
+    def end(self) -> None:
+        """Set ``done``, then tell ``on_end`` (once)."""
+        self.done.set()
+        # Dropped before it is called: it holds the call, and left in place
+        # that cycle would keep the call (texts, plan, rows) until a full
+        # collection instead of freeing it with its caller.
+        hook, self.on_end = self.on_end, None
+        if hook is not None:
+            hook()

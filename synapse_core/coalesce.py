@@ -45,33 +45,6 @@ class Line(Protocol):
         """Count one waiting call less."""
 
 
-class Settle:
-    """The ``done`` event of a call the queue started: setting it also tells
-    the queue, so the next coalesced call starts as this one ends, whichever
-    way it ends (served, failed, or ended by a closing host)."""
-
-    __slots__ = ("_event", "_settled")
-
-    def __init__(self, event: OneShot, settled: Callable[[], None]) -> None:
-        self._event = event
-        self._settled: Callable[[], None] | None = settled
-
-    def set(self) -> None:
-        settled, self._settled = self._settled, None
-        if settled is not None:
-            # Dropped first: the callback holds the call, whose done this is;
-            # left in place, that cycle would keep the call (texts, plan,
-            # rows) until a full collection instead of freeing it with its caller.
-            self._event.set()
-            settled()
-
-    def is_set(self) -> bool:
-        return self._event.is_set()
-
-    async def wait(self) -> None:
-        await self._event.wait()
-
-
 class Members:
     """The callers' calls one coalesced call serves, and where each one's rows are."""
 
@@ -262,7 +235,7 @@ class Coalescer:
                     members.settle(call)
             self._settled()
 
-        call.done = Settle(call.done, settled)
+        call.on_end = settled
         self.running = call
         self._launch_or_fail(call)  # a call that fails settles: the queue moves on
 

@@ -197,7 +197,7 @@ class CallRunner:
             call.fail(error)
         elif error is not None:  # a bug must not take the host's task group down
             call.fail(InternalError(f"internal error serving {call.plan.model!r}: {error!r}"))
-        call.done.set()
+        call.end()
 
     async def _take_permit(self, call: Call) -> None:
         """The module-wide execution permit, waited for within the deadline by
