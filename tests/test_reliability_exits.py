@@ -115,7 +115,9 @@ async def test_an_unconfirmed_start_becomes_a_failed_start_once_the_process_is_g
     nothing for good: once gone, the next call starts a new one."""
     transport = SilentFirst()
     transport.hold_exits = True
-    cfg = make_config(make_model("m"), exit_grace_s=0.02, exchange_timeout_s=0.05)
+    # Short enough for the silent first worker to fail fast, long enough for
+    # the second to say hello on a loaded machine.
+    cfg = make_config(make_model("m"), exit_grace_s=0.02, exchange_timeout_s=0.5)
     with anyio.fail_after(HANG_GUARD_S):
         async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
             with pytest.raises(synapse.WorkerFault):
