@@ -29,7 +29,6 @@ from typing import Protocol
 import attrs
 
 from .call import Call
-from .deadline import Deadline
 from .errors import InternalError, Refused, SynapseError, WorkerRejected
 from .handoff import OneShot
 from .plan import Item, Plan
@@ -45,70 +44,66 @@ class Line(Protocol):
         """Count one waiting call less."""
 
 
-class Members:
-    """The callers' calls one coalesced call serves, and where each one's rows are."""
+@attrs.define(eq=False)
+class Coalesced(Call):
+    """A call serving its callers' calls: their inputs in one plan, in
+    arrival order, and each caller's rows handed back to it. What its waits
+    would end in at the deadline (``CapacityExhausted`` while waiting for
+    lane room, say) is what each caller's wait ends in too."""
 
-    def __init__(self, calls: list[Call]) -> None:
-        self.calls = calls
-        self.gone = 0
-        self.call: Call | None = None  # the coalesced call, once made
+    callers: list[Call] = attrs.field(factory=list)
+    #: how many of ``callers`` gave up
+    gone: int = 0
 
-    def left(self, call: Call) -> None:
-        self.gone += 1
-        if self.gone == len(self.calls) and self.call is not None:
-            self.call.abandoned = True  # nobody is waiting: start nothing new
-
-    def plan(self) -> Plan:
-        first = self.calls[0].plan
+    @classmethod
+    def of(cls, callers: list[Call], done: OneShot) -> Coalesced:
+        first = callers[0].plan
         items: list[Item] = []
-        for call in self.calls:
+        for caller in callers:
             base = len(items)
             items.extend(
                 Item(base + item.index, item.text, item.count, item.length, item.ids)
-                for item in call.plan.items
+                for item in caller.plan.items
             )
-        return Plan(first.model, first.task, tuple(items), first.tokenizer)
+        plan = Plan(first.model, first.task, tuple(items), first.tokenizer)
+        # It runs to the latest deadline; each caller still waits to its own.
+        deadline = max((caller.deadline for caller in callers), key=lambda d: d.when)
+        call = cls.new(plan, deadline, done)
+        call.callers = callers
+        call.admitted = True  # its callers were let in already
+        for caller in callers:
+            caller.joined = call
+        return call
 
-    def unlink(self) -> None:
-        """The coalesced call has ended: drop the links between it, its callers'
-        calls and this (cycles, freed only by a full collection otherwise)."""
-        if isinstance(self.call, Coalesced):
-            self.call.members = None
-        self.call = None
-        for member in self.calls:
-            member.joined = None
-
-    def deadline(self) -> Deadline:
-        return max((call.deadline for call in self.calls), key=lambda d: d.when)
-
-    def settle(self, call: Call) -> None:
-        """Give each caller its rows, or the coalesced call's error."""
-        self.unlink()
-        start = 0
-        for member in self.calls:
-            end = start + len(member.rows)
-            if call.error is None:
-                member.rows = call.rows[start:end]
-                member.identity = call.identity
-            else:
-                member.error = call.error
-            member.done.set()
-            start = end
-
-
-@attrs.define(eq=False)
-class Coalesced(Call):
-    """A call serving others' calls: what its waits would end in at the
-    deadline (``CapacityExhausted`` while waiting for lane room, say) is what
-    each of its callers' waits ends in too."""
-
-    members: Members | None = None
+    def left(self, call: Call) -> None:
+        self.gone += 1
+        if self.gone == len(self.callers):
+            self.abandoned = True  # nobody is waiting: start nothing new
 
     def note_expiry(self, error: SynapseError | None) -> None:
         self.expiry = error
-        if self.members is not None:
-            for member in self.members.calls:
-                member.expiry = error
+        for caller in self.callers:
+            caller.expiry = error
+
+    def unlink(self) -> None:
+        """The call has ended: its callers' links back to it go (a cycle,
+        freed only by a full collection otherwise)."""
+        for caller in self.callers:
+            caller.joined = None
+
+    def settle(self) -> None:
+        """Give each caller its rows, or this call's error."""
+        self.unlink()
+        start = 0
+        for caller in self.callers:
+            end = start + len(caller.rows)
+            if self.error is None:
+                caller.rows = self.rows[start:end]
+                caller.identity = self.identity
+            else:
+                caller.error = self.error
+            caller.done.set()
+            start = end
 
 
 class Coalescer:
@@ -149,7 +144,7 @@ class Coalescer:
         if self._closed is not None:
             raise self._closed
         if self.running is None:
-            self._start(call, [call])
+            self._start(call)
             if call.error is not None:
                 raise call.error  # refused by the head start, before any await
             return
@@ -188,17 +183,7 @@ class Coalescer:
         try:
             while self.running is None and self.queue and self._closed is None:
                 calls = self._take()
-                if len(calls) == 1:
-                    self._start(calls[0], calls)
-                else:
-                    members = Members(calls)
-                    call = Coalesced.new(members.plan(), members.deadline(), self._event())
-                    call.members = members
-                    call.admitted = True
-                    members.call = call
-                    for member in calls:
-                        member.joined = members
-                    self._start(call, calls, members)
+                self._start(calls[0] if len(calls) == 1 else Coalesced.of(calls, self._event()))
         finally:
             self._dispatching = False
 
@@ -218,21 +203,21 @@ class Coalescer:
             self._line.dequeue()
         return calls
 
-    def _start(self, call: Call, calls: list[Call], members: Members | None = None) -> None:
+    def _start(self, call: Call) -> None:
         def settled() -> None:
-            if members is not None:
+            if isinstance(call, Coalesced):
                 if isinstance(call.error, Refused | WorkerRejected):
                     # Refused as a whole (the worker's buckets are smaller than
                     # declared: nothing was sent), or a shared request rejected
                     # by the worker (no rows, no fault): either may be down to
                     # one caller's input, so each call starts alone and gets
                     # its own outcome, a refusal naming its own input, say.
-                    members.unlink()
-                    for member in calls:
-                        if not member.abandoned:
-                            self._launch_or_fail(member)
+                    call.unlink()
+                    for caller in call.callers:
+                        if not caller.abandoned:
+                            self._launch_or_fail(caller)
                 else:
-                    members.settle(call)
+                    call.settle()
             self._settled()
 
         call.on_end = settled
