@@ -208,7 +208,8 @@ class Host:
     def _launch(self, call: Call) -> None:
         """Start ``call``: its head start now, its detached task next."""
         model = call.plan.model
-        self._check_not_retired(model)  # a queued call may start after a retire
+        if call.admitted:  # queued, so it may start after a retire (_call checked the rest)
+            self._check_not_retired(model)
         runner = self._runner
         worker = self._workers.get(model)
         if worker is None or worker.phase is Phase.EXITED:
