@@ -192,7 +192,7 @@ class CallRunner:
             self.permits.release_on_behalf_of(call)
         elif call.queued:
             call.queued = False
-            self.backlog.waiting -= 1
+            self.dequeue()
         if isinstance(error, SynapseError):
             call.fail(error)
         elif error is not None:  # a bug must not take the host's task group down
@@ -213,7 +213,7 @@ class CallRunner:
         )
         call.permit = True
         call.queued = False
-        self.backlog.waiting -= 1
+        self.dequeue()
 
     def _steps(self, call: Call, worker: Worker) -> list[Group]:
         """The call's requests, smallest bucket first: batch-sized chunks of its groups."""
