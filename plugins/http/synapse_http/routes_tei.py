@@ -97,26 +97,30 @@ async def tokenize(request: Incoming, service: Service, body: TokenizeRequest) -
 def _tokens(entry: Entry, text: str, special: bool) -> list[Token]:
     tokenizer = entry.tokenizer
     ids = tokenizer.encode(text)
-    if isinstance(tokenizer, BasicTokenizer):
-        # The default tokenizer's ids are one per match of its word pattern,
-        # unless lower-casing changed the words (U+0130 does): then ids only.
-        spans = tokenizer.spans(text)
-        tokens = (
-            [
-                Token(id=i, text=text[a:b], special=False, start=a, stop=b)
-                for i, (a, b) in zip(ids, spans, strict=True)
-            ]
-            if len(spans) == len(ids)
-            else [Token(id=i, text="", special=False) for i in ids]
-        )
-        if special:
-            tokens = [
-                Token(id=tokenizer.CLS, text="[CLS]", special=True),
-                *tokens,
-                Token(id=tokenizer.SEP, text="[SEP]", special=True),
-            ]
-        return tokens
-    # Another tokenizer says only its ids (and adds its special tokens itself).
+    if not isinstance(tokenizer, BasicTokenizer):
+        # Another tokenizer says only its ids (and adds its special tokens itself).
+        return _ids_only(ids)
+    # The default tokenizer's ids are one per match of its word pattern,
+    # unless lower-casing changed the words (U+0130 does): then ids only.
+    spans = tokenizer.spans(text)
+    tokens = (
+        [
+            Token(id=i, text=text[a:b], special=False, start=a, stop=b)
+            for i, (a, b) in zip(ids, spans, strict=True)
+        ]
+        if len(spans) == len(ids)
+        else _ids_only(ids)
+    )
+    if special:
+        tokens = [
+            Token(id=tokenizer.CLS, text="[CLS]", special=True),
+            *tokens,
+            Token(id=tokenizer.SEP, text="[SEP]", special=True),
+        ]
+    return tokens
+
+
+def _ids_only(ids: list[int]) -> list[Token]:
     return [Token(id=i, text="", special=False) for i in ids]
 
 
