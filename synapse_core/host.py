@@ -16,7 +16,7 @@ from .config import HostConfig, Task
 from .deadline import Clock, Deadline, check_deadline, monotonic
 from .errors import HostClosed, Retired
 from .handoff import OneShot, event_factory
-from .plan import Plan, Truncate, check_truncate, plan_call
+from .plan import Plan, Truncate, plan_call
 from .plugins import PluginHost
 from .residency.lane import Lane
 from .residency.supervisor import Backlog, Supervisor
@@ -193,8 +193,6 @@ class Host:
         if self._closed:  # an attribute read: open hosts pay no call
             self._check_open()
         check_deadline(deadline)
-        if truncate is not False:
-            check_truncate(truncate)
         entry = self.catalog.entry(model, task)
         plan: Plan = plan_call(entry, texts, query, truncate)
         self._check_not_retired(model)

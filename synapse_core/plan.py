@@ -200,8 +200,11 @@ def plan_call(
     tokens excluded); any other item, or a query that is not valid text, is
     refused as ``invalid-text``. With ``truncate`` (True or ``"end"``, or
     ``"start"`` to keep the end of the text) an input over the ceiling is cut
-    to fit instead of refused, and its index recorded in the plan.
+    to fit instead of refused, and its index recorded in the plan; any other
+    ``truncate`` is a ``TypeError`` or ``ValueError``.
     """
+    if truncate is not False:
+        check_truncate(truncate)
     model = entry.spec.name
     rerank = entry.spec.task == "rerank"
     texts = cast(
