@@ -203,7 +203,7 @@ def micro(session: nox.Session) -> None:
 
 @nox.session(python=MAIN_PYTHON)
 def benchmarks(session: nox.Session) -> None:
-    """The quick benchmark run; writes benchmarks/results/latest.json."""
+    """The quick benchmark run; writes benchmarks/results/partial.json."""
     session.install("-r", "requirements/run.txt", "onnx>=1.15", "onnxruntime>=1.17")
     session.install(*MODEL)
     session.run("python", "-m", "benchmarks", "--quick", *session.posargs)

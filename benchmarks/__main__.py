@@ -1,7 +1,9 @@
 """``python -m benchmarks [--quick] [--smoke] [--only GROUP] [--without SHORTCUT] [--check]``.
 
-Runs every benchmark group, prints a table and writes the results file
-(``benchmarks/results/latest.json`` unless ``--output`` says otherwise).
+Runs every benchmark group, prints a table and writes the results file:
+``benchmarks/results/latest.json`` for a full run of every group (the
+committed reference), ``benchmarks/results/partial.json`` for any other run,
+unless ``--output`` says otherwise.
 """
 
 from __future__ import annotations
@@ -70,7 +72,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
         choices=shortcut_switches.SHORTCUTS,
         help="switch a speed shortcut off in the latency groups (repeatable)",
     )
-    parser.add_argument("--output", type=Path, default=report.LATEST, help="results file")
+    parser.add_argument(
+        "--output",
+        type=Path,
+        help="results file (default: results/latest.json for a full run of every group, "
+        "else results/partial.json)",
+    )
     parser.add_argument("--markdown", action="store_true", help="also print the table as Markdown")
     parser.add_argument(
         "--check", action="store_true", help="exit with status 1 if a target is missed"
@@ -81,6 +88,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     mode = SMOKE if args.smoke else QUICK if args.quick else FULL
+    if args.output is None:
+        whole = mode is FULL and not args.only and not args.without
+        args.output = report.LATEST if whole else report.PARTIAL
     shortcut_switches.WITHOUT.update(args.without)
     created = datetime.now(UTC).isoformat(timespec="seconds")
     started = time.perf_counter()

@@ -104,6 +104,9 @@ class Series:
     def __getitem__(self, name: str) -> list[float]:
         return self.parts[name]
 
+    def __contains__(self, name: object) -> bool:
+        return name in self.parts
+
     def ratio(self, top: str, bottom: str) -> list[float]:
         return [a / b for a, b in zip(self.parts[top], self.parts[bottom], strict=True)]
 

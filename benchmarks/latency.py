@@ -5,9 +5,13 @@ framed exchange of the same tokens on the same worker's channel (no host, no
 supervisor) are sampled alternately, call by call. Then blocks of
 ``host.embed`` alternate with blocks of ``ProcessPoolExecutor`` calls running
 the same embedding function (tokenise, then the mock worker's
-``embed_tokens``), ten of each. Last, ``host.embed``, an essentials-only path
+``embed_tokens``), ten of each. Then ``host.embed``, an essentials-only path
 (:class:`benchmarks.rig.EssentialsPath`) and the bare exchange alternate call
-by call: the host's bookkeeping is the difference of the first two. The
+by call: the host's bookkeeping is the difference of the first two. Last,
+where the platform can pin processes, host and bare calls alternate again
+with this process and the worker on one CPU (:mod:`benchmarks.pinning`):
+their difference is then the host's own CPU time per call, without the
+wake-ups between cores that move every other p50 here. The
 pool's blocking ``result()`` runs on the event-loop thread, which is idle
 then, so the pool pays no thread hop it would not pay anyway.
 """
@@ -28,6 +32,7 @@ from synapse_mock_transport.logic import embed_tokens
 
 from . import rig, shortcut_switches
 from .harness import Figure, Mode, Series, Target, blocked_p50, rotating_p50
+from .pinning import one_cpu
 
 #: pool blocks and host blocks per repetition
 LATENCY_BLOCKS = 10
@@ -57,7 +62,7 @@ def measure(mode: Mode, backend: str) -> list[Figure]:
     parts["pool_over_host_of_host_bare_phase"] = statistics.median(
         series.ratio("pool_p50_us", "host_p50_us")
     )
-    return [
+    figures = [
         Figure(
             "overhead_ratio_vs_raw" + suffix,
             "ratio",
@@ -95,6 +100,33 @@ def measure(mode: Mode, backend: str) -> list[Figure]:
                 ),
             },
         ),
+    ]
+    return figures + _one_cpu_figures(series, suffix, backend)
+
+
+def _one_cpu_figures(series: Series, suffix: str, backend: str) -> list[Figure]:
+    if "host_one_cpu_p50_us" not in series:
+        return []  # this platform cannot pin processes
+    return [
+        Figure(
+            "host_overhead_one_cpu_us" + suffix,
+            "us",
+            "host.embed p50 minus bare framed exchange p50, one short text, this process and "
+            f"the worker pinned to one CPU ({backend})",
+            [
+                host - raw
+                for host, raw in zip(
+                    series["host_one_cpu_p50_us"], series["raw_one_cpu_p50_us"], strict=True
+                )
+            ],
+            None,
+            {
+                **series.medians("host_one_cpu_p50_us", "raw_one_cpu_p50_us"),
+                "host_over_raw_one_cpu": statistics.median(
+                    series.ratio("host_one_cpu_p50_us", "raw_one_cpu_p50_us")
+                ),
+            },
+        )
     ]
 
 
@@ -161,5 +193,12 @@ async def _sample(
                 host_beside_pool_p50_us=host_beside_pool_us,
                 pool_p50_us=pool_us,
             )
+        # Pinned last, so that no other phase meets processes the scheduler
+        # still keeps together after their affinity is given back.
+        assert worker.process is not None and worker.process.pid is not None
+        with one_cpu(worker.process.pid) as pinned:
+            for _ in range(mode.repetitions if pinned else 0):
+                host_us, raw_us = await rotating_p50([via_host, via_bare], mode.latency_samples)
+                series.add(host_one_cpu_p50_us=host_us, raw_one_cpu_p50_us=raw_us)
         tg.cancel_scope.cancel()
     return series

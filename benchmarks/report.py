@@ -10,7 +10,10 @@ from typing import Any
 from .harness import Figure, Mode
 
 RESULTS = Path(__file__).parent / "results"
+#: the last full run of every group: committed, the figures the docs cite
 LATEST = RESULTS / "latest.json"
+#: any other run (quick, smoke, some groups only, a shortcut switched off): not committed
+PARTIAL = RESULTS / "partial.json"
 
 
 def met(figure: Figure, figures: Sequence[Figure]) -> bool | None:
