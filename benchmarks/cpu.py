@@ -8,6 +8,7 @@ model wheel is not installed.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import random
 import sys
@@ -21,7 +22,7 @@ import attrs
 from synapse_core.config import HostConfig
 from synapse_core.deadline import Deadline
 from synapse_core.host import Host, open_host
-from synapse_core.testing import catalog_toml
+from synapse_core.testing import host_config, model_entry
 
 from .harness import Figure, Mode, Series, Target, rotating_p50
 
@@ -93,22 +94,15 @@ def mixed_texts(count: int, seed: int = 1234) -> list[str]:
     return texts
 
 
-def entry(name: str, **options: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "task": "embed",
-        "transport": "cpu",
-        "package": "all-MiniLM-L6-v2",
-        "ceiling": 256,
-        "options": options,
-    }
+#: a MiniLM entry of the CPU transport; ``options`` are the transport's
+entry = functools.partial(model_entry, transport="cpu", package="all-MiniLM-L6-v2", ceiling=256)
 
 
 def config() -> HostConfig:
     models = [entry(name) for name in MODELS]
     if onnx_installed():
         models.append(entry(ONNX, runtime="onnxruntime"))
-    return HostConfig.from_toml_text(catalog_toml(*models, exchange_timeout_s=120.0))
+    return host_config(*models, exchange_timeout_s=120.0)
 
 
 def plugins() -> list[object]:

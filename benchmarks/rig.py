@@ -16,7 +16,7 @@ from synapse_core.config import HostConfig
 from synapse_core.handoff import OneShot, event_factory
 from synapse_core.host import Host
 from synapse_core.residency.worker import Worker
-from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core.testing import host_config, model_entry, transport_plugin
 from synapse_core.transport import Transport
 from synapse_core.wire import Frame, Infer, Output, Shape, check_rows, rows_of
 from synapse_mock_transport.transport import MockTransport
@@ -34,18 +34,12 @@ OPTIONS: dict[str, Any] = {"buckets": list(BUCKETS), "dims": DIMS, "max_batch": 
 
 def model(name: str = MODEL, **options: Any) -> dict[str, Any]:
     """A catalog entry of the mock package; ``options`` override :data:`OPTIONS`."""
-    return {
-        "name": name,
-        "task": "embed",
-        "transport": "mock",
-        "package": PACKAGE,
-        "ceiling": BUCKETS[-1],
-        "options": {**OPTIONS, **options},
-    }
+    return model_entry(name, package=PACKAGE, ceiling=BUCKETS[-1], defaults=OPTIONS, **options)
 
 
 def config(*models: dict[str, Any], **settings: Any) -> HostConfig:
-    return HostConfig.from_toml_text(catalog_toml(*(models or (model(),)), **settings))
+    """A configuration of ``models`` (by default, :func:`model`'s entry)."""
+    return host_config(*(models or (model(),)), **settings)
 
 
 def plugins(transport: Transport | None = None, extra: Iterable[object] = ()) -> list[object]:

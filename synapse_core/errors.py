@@ -103,6 +103,11 @@ class Retired(SynapseError):
 
     code = "retired"
 
+    @classmethod
+    def host_closing(cls, model: str) -> Retired:
+        """What a call on ``model`` gets when the host closes before it answered."""
+        return cls(f"the host closed before {model!r} answered")
+
 
 class LaneLocked(SynapseError):
     """A device lane is held by another host process; nothing was bypassed."""

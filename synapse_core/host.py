@@ -149,7 +149,7 @@ class Host:
             return
         self._closed = True  # from now on every method refuses (HostClosed)
         for model, coalescer in self._coalescers.items():
-            coalescer.close(Retired(f"the host closed before {model!r} answered"))
+            coalescer.close(Retired.host_closing(model))
         config = self.config
         bound = config.exchange_timeout_s + 4 * config.exit_grace_s + CLOSE_SLACK_S
         with anyio.CancelScope(shield=True):

@@ -31,7 +31,8 @@ not pay for the host's modules.
   ``Host.aclose``'s bound: the exchange bound, four exit graces, and this).
 - Tests: the in-process helpers (:class:`InProcessWorkers`,
   :class:`InProcessProcess`, :class:`LaunchRecord`), :func:`transport_plugin`,
-  :func:`catalog_toml`, :func:`eventually`, :func:`pid_exists`,
+  :func:`model_entry`, :func:`catalog_toml` and :func:`host_config` (test
+  catalogs), :func:`eventually`, :func:`pid_exists`,
   :func:`make_cli` (the ``synapse`` command over chosen plugins), and the
   conformance suite (:class:`Conformance`, :class:`Subject`).
 - Plugin commands: :data:`catalog_option` and :func:`load_config`
@@ -125,6 +126,8 @@ _EXPORTS = {
     "InProcessWorkers": "inprocess",
     "LaunchRecord": "inprocess",
     "catalog_toml": "testing",
+    "host_config": "testing",
+    "model_entry": "testing",
     "eventually": "testing",
     "pid_exists": "testing",
     "transport_plugin": "testing",
@@ -208,10 +211,12 @@ __all__ = [
     "default_config",
     "eventually",
     "hookimpl",
+    "host_config",
     "installed_plugins",
     "launch_spec",
     "load_config",
     "make_cli",
+    "model_entry",
     "parse_options",
     "pid_exists",
     "positive",
@@ -255,7 +260,14 @@ if TYPE_CHECKING:
         Reservation,
         Wait,
     )
-    from .testing import catalog_toml, eventually, pid_exists, transport_plugin
+    from .testing import (
+        catalog_toml,
+        eventually,
+        host_config,
+        model_entry,
+        pid_exists,
+        transport_plugin,
+    )
     from .testing.conformance import Conformance, Subject
     from .tokenizer import BasicTokenizer, CountingTokenizer, Tokenizer
     from .transport import (

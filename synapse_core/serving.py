@@ -43,10 +43,6 @@ from .residency.worker import Phase, Selection, Worker
 from .wire import Frame, Infer, Output, Shape, expect_output, rows_of
 
 
-def _closing(call: Call) -> Retired:
-    return Retired(f"the host closed before {call.plan.model!r} answered")
-
-
 class CallRunner:
     """Executes calls for one host; see the module docstring."""
 
@@ -163,14 +159,14 @@ class CallRunner:
         except Exception as exc:
             error = exc
         except BaseException:  # cancelled: the host is closing
-            error = _closing(call)
+            error = Retired.host_closing(call.plan.model)
             raise
         finally:
             self._end(call, supervisor, worker, error)
 
     def cancel(self, call: Call, supervisor: Supervisor, worker: Worker) -> None:
         """End a call whose detached task will never run (the host is closing)."""
-        self._end(call, supervisor, worker, _closing(call))
+        self._end(call, supervisor, worker, Retired.host_closing(call.plan.model))
 
     def _end(
         self, call: Call, supervisor: Supervisor, worker: Worker, error: Exception | None

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from typing import Any
 
@@ -7,33 +8,24 @@ import anyio
 import pytest
 
 from synapse_core import HostConfig
-from synapse_core.testing import catalog_toml
+from synapse_core.testing import host_config, model_entry
 from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.testing.fake_worker import FakeWorker
 from synapse_core.tokenizer import VOCAB
 from synapse_core.transport import Launched, LaunchRequest
 
-
-def model(
-    name: str, task: str = "embed", package: str | None = None, ceiling: int = 200, **options: Any
-) -> dict[str, Any]:
-    """A mock catalog entry; ``options`` become the mock transport's options."""
-    opts = {"buckets": [8, 16, 32], "dims": 4, "max_batch": 2}
-    opts.update(options)
-    return {
-        "name": name,
-        "task": task,
-        "transport": "fake",
-        "package": package or f"pkg-{name}",
-        "ceiling": ceiling,
-        "options": opts,
-    }
-
-
-def config(*models: dict[str, Any], **settings: Any) -> HostConfig:
-    settings.setdefault("exit_grace_s", 5.0)
-    settings.setdefault("exchange_timeout_s", 10.0)
-    return HostConfig.from_toml_text(catalog_toml(*models, **settings), source="test catalog")
+#: a fake-transport catalog entry; ``options`` override three buckets, four
+#: dims and batches of two
+model = functools.partial(
+    model_entry,
+    transport="fake",
+    ceiling=200,
+    defaults={"buckets": [8, 16, 32], "dims": 4, "max_batch": 2},
+)
+#: a host configuration with short bounds, so a broken test fails quickly
+config = functools.partial(
+    host_config, source="test catalog", exit_grace_s=5.0, exchange_timeout_s=10.0
+)
 
 
 @pytest.fixture

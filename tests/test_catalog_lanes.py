@@ -10,7 +10,7 @@ from synapse_core import HostConfig
 from synapse_core.catalog import Catalog
 from synapse_core.errors import ConfigError
 from synapse_core.plugins import PluginHost
-from synapse_core.testing import transport_plugin
+from synapse_core.testing import model_entry, transport_plugin
 from synapse_core.transport import LaneInfo, Transport
 
 
@@ -26,7 +26,7 @@ class LaneTransport(Transport):
 
 
 def model(name: str, transport: str) -> dict[str, Any]:
-    return {"name": name, "task": "embed", "transport": transport, "package": "p", "ceiling": 8}
+    return model_entry(name, transport=transport, package="p", ceiling=8)
 
 
 def catalog(lanes: dict[str, Any], *models: dict[str, Any]) -> Catalog:

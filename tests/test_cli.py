@@ -9,6 +9,7 @@ entry points to load (``plugins``: ``SYNAPSE_PLUGINS``, "" loads none), or hand
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import json
 import math
@@ -25,7 +26,7 @@ from synapse_core.cli import make_cli
 from synapse_core.cli.calls import BATCH, MANY_BATCHES, show_progress
 from synapse_core.hookspecs import hookimpl
 from synapse_core.plugins import PluginHost
-from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core.testing import catalog_toml, model_entry, transport_plugin
 from synapse_core.testing.fake import FakeTransport
 
 needs_mock = pytest.mark.skipif(
@@ -73,15 +74,8 @@ def error_line(result: Result) -> str:
     return lines[0]
 
 
-def model(name: str, task: str = "embed", **options: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "task": task,
-        "transport": "mock",
-        "package": f"pkg-{name}",
-        "ceiling": 512,
-        "options": options,
-    }
+#: a mock catalog entry; ``options`` are the transport's
+model = functools.partial(model_entry, ceiling=512)
 
 
 def write_catalog(path: Path, *models: dict[str, Any], **settings: Any) -> Path:

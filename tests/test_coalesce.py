@@ -236,6 +236,9 @@ async def test_closing_the_host_ends_queued_calls(
             tg.start_soon(host.aclose)
             await eventually(lambda: len(held.results) == 2)
             assert {type(r) for r in held.results.values()} == {synapse.Retired}
+            assert {str(r) for r in held.results.values()} == {
+                "the host closed before 'm' answered"
+            }
             assert host.backlog.waiting == 0
             held.release()
     assert len(transport.frames("infer")) == 1

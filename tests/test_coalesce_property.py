@@ -20,7 +20,12 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
 import synapse_core as synapse
-from synapse_core.testing import catalog_toml, eventually, transport_plugin
+from synapse_core.testing import (
+    eventually,
+    host_config,
+    model_entry,
+    transport_plugin,
+)
 from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.testing.fake_worker import fake_vector
 from synapse_core.tokenizer import VOCAB, BasicTokenizer
@@ -62,18 +67,19 @@ async def wave(
     transport_class: type[InProcessFakeTransport],
 ) -> None:
     faults = {} if crash_on is None else {"crash_on_infer": crash_on, "only_generation": 1}
-    model = {
-        "name": "m",
-        "task": "embed",
-        "transport": "fake",
-        "package": "pkg",
-        "ceiling": 64,
-        "options": {"buckets": [8, 16, 32], "dims": DIMS, "max_batch": 4, "faults": faults},
-    }
-    text = catalog_toml(
+    model = model_entry(
+        "m",
+        transport="fake",
+        package="pkg",
+        ceiling=64,
+        buckets=[8, 16, 32],
+        dims=DIMS,
+        max_batch=4,
+        faults=faults,
+    )
+    config = host_config(
         model, coalesce=True, max_concurrent=2, max_waiting=max_waiting, exit_grace_s=5.0
     )
-    config = synapse.HostConfig.from_toml_text(text)
     transport = transport_class()
     outcomes: dict[int, Any] = {}
     async with synapse.open_host(config, plugins=[transport_plugin(transport)]) as host:

@@ -12,7 +12,7 @@ from synapse_core.config import HostConfig, LaneConfig, ModelSpec, RestartBudget
 from synapse_core.errors import ConfigError
 from synapse_core.plugin import DEFAULT_CATALOG_SOURCE, default_catalog_text
 from synapse_core.plugins import PluginHost
-from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core.testing import catalog_toml, host_config, model_entry, transport_plugin
 from synapse_core.testing.fake import FakeTransport
 
 MODEL: dict[str, Any] = {
@@ -269,3 +269,32 @@ def test_mock_options_of_another_transport_are_not_checked() -> None:
     catalog = Catalog(config, PluginHost([transport_plugin(FakeTransport())]))
     assert catalog.entries["a"].available
     assert "no installed transport provides model 'b'" in catalog.entries["b"].problem
+
+
+def test_model_entry_names_a_package_per_model_and_copies_its_defaults() -> None:
+    defaults = {"buckets": [8, 16], "dims": 4}
+    a = model_entry("a", defaults=defaults, dims=8)
+    b = model_entry(
+        "b", task="rerank", transport="fake", package="p", ceiling=16, defaults=defaults
+    )
+    assert a == {
+        "name": "a",
+        "task": "embed",
+        "transport": "mock",
+        "package": "pkg-a",
+        "ceiling": 32,
+        "options": {"buckets": [8, 16], "dims": 8},
+    }
+    assert (b["task"], b["transport"], b["package"], b["ceiling"]) == ("rerank", "fake", "p", 16)
+    a["options"]["buckets"].append(32)
+    assert b["options"]["buckets"] == defaults["buckets"] == [8, 16]
+
+
+def test_host_config_reads_entries_as_a_catalog_file_is_read() -> None:
+    config = host_config(model_entry("a", transport="fake", dims=4), exit_grace_s=2.0)
+    assert config.models == (ModelSpec("a", "embed", "fake", "pkg-a", 32, {"dims": 4}),)
+    assert config.exit_grace_s == 2.0
+    with pytest.raises(ConfigError) as info:
+        host_config(model_entry("a", ceiling=0), source="mine.toml")
+    assert info.value.source == "mine.toml"
+    assert info.value.problems[0].startswith("models[0].ceiling: ")

@@ -21,7 +21,7 @@ from synapse_core.errors import Refused
 from synapse_core.hookspecs import hookimpl
 from synapse_core.host import open_host
 from synapse_core.plugins import ENTRY_POINT_GROUP, PluginHost, PluginInfo
-from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core.testing import host_config, model_entry, transport_plugin
 from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.transport import Availability, Transport
 
@@ -234,11 +234,9 @@ class CatalogExplodes(Transport):
 
 
 def _config(*transports: str) -> HostConfig:
-    models = [
-        {"name": f"m-{t}", "task": "embed", "transport": t, "package": "p", "ceiling": 64}
-        for t in transports
-    ]
-    return HostConfig.from_toml_text(catalog_toml(*models))
+    return host_config(
+        *(model_entry(f"m-{t}", transport=t, package="p", ceiling=64) for t in transports)
+    )
 
 
 @pytest.mark.anyio

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from synapse_core.testing import catalog_toml, pid_exists
+from synapse_core.testing import catalog_toml, model_entry, pid_exists
 
 pytestmark = [
     pytest.mark.subprocess,
@@ -44,22 +44,17 @@ def test_sigterm_to_a_one_shot_command_retires_and_confirms_the_busy_worker(
 ) -> None:
     trace = tmp_path / "trace.jsonl"
     catalog = tmp_path / "c.toml"
-    hung = {
-        "name": "hung",
-        "task": "embed",
-        "transport": "mock",
-        "package": "pkg-hung",
-        "ceiling": 64,
-        # The worker never answers its first inference and ignores SIGTERM:
-        # only a host that stops it on purpose (SIGKILL) gets rid of it.
-        "options": {
-            "buckets": [16],
-            "dims": 4,
-            "max_batch": 2,
-            "trace": str(trace),
-            "faults": {"hang_on_infer": 1, "ignore_sigterm": True},
-        },
-    }
+    # The worker never answers its first inference and ignores SIGTERM:
+    # only a host that stops it on purpose (SIGKILL) gets rid of it.
+    hung = model_entry(
+        "hung",
+        ceiling=64,
+        buckets=[16],
+        dims=4,
+        max_batch=2,
+        trace=str(trace),
+        faults={"hang_on_infer": 1, "ignore_sigterm": True},
+    )
     # The exchange timeout also bounds the worker's hello on a busy machine; the
     # hang is never waited out (SIGTERM comes first), so it can be generous.
     catalog.write_text(

@@ -34,7 +34,7 @@ from synapse_core.observation import Event, ShapeRefunded
 from synapse_core.residency.supervisor import Lease, Supervisor
 from synapse_core.residency.worker import Phase
 from synapse_core.serving import CallRunner
-from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core.testing import host_config, model_entry, transport_plugin
 from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.testing.fake_worker import fake_vector
 from synapse_core.tokenizer import BasicTokenizer
@@ -53,26 +53,16 @@ EXIT_GRACE_S = 0.05
 def _config() -> synapse.HostConfig:
     options = {"buckets": [8, 16, 32], "dims": DIMS, "max_batch": 2}
     models = [
-        {
-            "name": m,
-            "task": "embed",
-            "transport": "fake",
-            "package": "same",
-            "ceiling": 64,
-            "options": options,
-        }
-        for m in MODELS
+        model_entry(m, transport="fake", package="same", ceiling=64, **options) for m in MODELS
     ]
-    return synapse.HostConfig.from_toml_text(
-        catalog_toml(
-            *models,
-            exit_grace_s=EXIT_GRACE_S,
-            exchange_timeout_s=30.0,
-            max_concurrent=MAX_CONCURRENT,
-            max_waiting=MAX_WAITING,
-            restart_budget={"max_restarts": 1000, "window_s": 1.0},
-            lanes={"fake:0": {"capacity": CAPACITY}},
-        )
+    return host_config(
+        *models,
+        exit_grace_s=EXIT_GRACE_S,
+        exchange_timeout_s=30.0,
+        max_concurrent=MAX_CONCURRENT,
+        max_waiting=MAX_WAITING,
+        restart_budget={"max_restarts": 1000, "window_s": 1.0},
+        lanes={"fake:0": {"capacity": CAPACITY}},
     )
 
 

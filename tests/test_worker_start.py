@@ -3,6 +3,7 @@ known before any worker starts, stdout safety, and ending with the host."""
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 import subprocess
@@ -31,6 +32,8 @@ from synapse_core.plugin import (
     WorkerOptions,
     bucket_sizes,
     confirm_exit,
+    host_config,
+    model_entry,
     spawn_worker,
     transport_plugin,
 )
@@ -53,14 +56,11 @@ BOUND_S = 20.0
 
 
 def model(name: str = "m", ceiling: int = 200, **options: Any) -> dict[str, Any]:
-    return {"name": name, "task": "embed", "transport": "kit", "package": "pkg",
-            "ceiling": ceiling, "options": options}  # fmt: skip
+    """An entry of the ``kit`` transports below (model ``m`` unless named)."""
+    return model_entry(name, transport="kit", package="pkg", ceiling=ceiling, **options)
 
 
-def config(*models: dict[str, Any], **settings: Any) -> synapse.HostConfig:
-    return synapse.HostConfig.from_dict(
-        {"models": list(models), "exchange_timeout_s": 10.0, **settings}
-    )
+config = functools.partial(host_config, exchange_timeout_s=10.0)
 
 
 # -- a hello's buckets ------------------------------------------------------------------------

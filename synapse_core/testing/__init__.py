@@ -2,6 +2,9 @@
 
 Tests should never auto-load installed entry points: register the plugins
 under test explicitly with :func:`transport_plugin` and ``open_host(plugins=...)``.
+Catalogs for tests: :func:`model_entry` builds a model entry,
+:func:`catalog_toml` writes entries as TOML, :func:`host_config` reads them
+into a :class:`~synapse_core.HostConfig`.
 
 - :mod:`synapse_core.testing.fake`: the ``fake`` transport, subprocess and
   in-process, with fault knobs: what the core's own tests serve with.
@@ -13,10 +16,12 @@ under test explicitly with :func:`transport_plugin` and ``open_host(plugins=...)
 
 from __future__ import annotations
 
+import copy
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+from ..config import HostConfig
 from ..hookspecs import hookimpl
 from ..transport import Transport
 
@@ -48,7 +53,7 @@ def transport_plugin(*transports: Transport) -> Any:
     return _TransportPlugin(transports)
 
 
-def catalog_toml(*models: dict[str, Any], **settings: Any) -> str:
+def catalog_toml(*models: Mapping[str, Any], **settings: Any) -> str:
     """A catalog as TOML text, from model dicts and top-level settings."""
     import json
 
@@ -66,6 +71,46 @@ def catalog_toml(*models: dict[str, Any], **settings: Any) -> str:
         lines.append("[[models]]")
         lines.extend(f"{k} = {value(v)}" for k, v in model.items())
     return "\n".join(lines) + "\n"
+
+
+def model_entry(
+    name: str,
+    *,
+    task: str = "embed",
+    transport: str = "mock",
+    package: str | None = None,
+    ceiling: int = 32,
+    defaults: Mapping[str, Any] | None = None,
+    **options: Any,
+) -> dict[str, Any]:
+    """A catalog entry (one ``[[models]]`` table) for :func:`catalog_toml`.
+
+    ``package`` defaults to ``pkg-<name>``: entries of different names are
+    different packages. The entry's transport options are ``defaults`` (a
+    suite's usual buckets, dims and so on) overridden by ``options``; the
+    defaults are copied, so no two entries share a list. A suite with its own
+    defaults binds them once, e.g.
+    ``functools.partial(model_entry, transport="fake", defaults={"dims": 4})``.
+    """
+    return {
+        "name": name,
+        "task": task,
+        "transport": transport,
+        "package": f"pkg-{name}" if package is None else package,
+        "ceiling": ceiling,
+        "options": {**copy.deepcopy(dict(defaults or {})), **options},
+    }
+
+
+def host_config(
+    *models: Mapping[str, Any], source: str = "<string>", **settings: Any
+) -> HostConfig:
+    """A host configuration from model entries and top-level settings, read
+    from :func:`catalog_toml`'s text as a catalog file is (so it meets the same
+    checks); ``source`` names it in errors. Bind a suite's usual settings with
+    ``functools.partial`` (a setting given to a call overrides the bound one).
+    """
+    return HostConfig.from_toml_text(catalog_toml(*models, **settings), source=source)
 
 
 async def eventually(predicate: Callable[[], bool], *, timeout: float = 10.0) -> None:

@@ -11,7 +11,7 @@ import pytest
 
 from synapse_ane_direct.inprocess import InProcessAneTransport
 from synapse_ane_direct.transport import AneDirectTransport
-from synapse_core.plugin import Conformance, Subject
+from synapse_core.plugin import Conformance, Subject, model_entry
 
 OPTIONS = {"buckets": [16, 32], "dims": 16, "max_batch": 2}
 
@@ -20,14 +20,9 @@ class TestAneDirectSimulated(Conformance):
     @pytest.fixture
     def subject(self, tmp_path: Path) -> Subject:
         models = [
-            {
-                "name": name,
-                "task": task,
-                "transport": "ane-direct",
-                "package": f"ane-{name}",
-                "ceiling": 32,
-                "options": OPTIONS,
-            }
+            model_entry(
+                name, task=task, transport="ane-direct", package=f"ane-{name}", defaults=OPTIONS
+            )
             for name, task in (("e", "embed"), ("r", "rerank"))
         ]
         return Subject(

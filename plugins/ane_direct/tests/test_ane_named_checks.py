@@ -24,7 +24,7 @@ from synapse_core import (
     SynapseError,
     open_host,
 )
-from synapse_core.plugin import catalog_toml, transport_plugin
+from synapse_core.plugin import host_config, model_entry, transport_plugin
 from synapse_core.snapshot import ShapeSnapshot
 from synapse_core.wire import Admit, Infer
 
@@ -38,15 +38,10 @@ HANG_GUARD_S = 10
 
 
 def _config(**settings: object) -> HostConfig:
-    model = {
-        "name": M,
-        "task": "embed",
-        "transport": "ane-direct",
-        "package": "ane-test",
-        "ceiling": 32,
-        "options": {"buckets": [16, 32], "dims": 16, "max_batch": 2},
-    }
-    return HostConfig.from_toml_text(catalog_toml(model, **settings))
+    model = model_entry(
+        M, transport="ane-direct", package="ane-test", buckets=[16, 32], dims=16, max_batch=2
+    )
+    return host_config(model, **settings)
 
 
 async def _drained(host: Host) -> None:

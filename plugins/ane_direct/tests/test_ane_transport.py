@@ -12,7 +12,7 @@ from synapse_ane_direct.options import AneOptions, parse_options
 from synapse_ane_direct.transport import LANE, AneDirectTransport, held_lane
 from synapse_core import ConfigError, HostConfig, ModelSpec, PluginHost, Refused, open_host
 from synapse_core.catalog import Catalog
-from synapse_core.plugin import LaunchRequest, catalog_toml, transport_plugin
+from synapse_core.plugin import LaunchRequest, host_config, model_entry, transport_plugin
 
 linux_only = pytest.mark.skipif(sys.platform == "darwin", reason="the refusal is for non-macOS")
 
@@ -98,18 +98,7 @@ def test_option_errors_name_the_field(options: dict[str, object], problem: str) 
 
 
 def test_catalog_reports_bad_options_with_the_model_path() -> None:
-    config = HostConfig.from_toml_text(
-        catalog_toml(
-            {
-                "name": "a",
-                "task": "embed",
-                "transport": "ane-direct",
-                "package": "p",
-                "ceiling": 64,
-                "options": {"dims": 0},
-            }
-        )
-    )
+    config = host_config(model_entry("a", transport="ane-direct", package="p", ceiling=64, dims=0))
     plugins = PluginHost([transport_plugin(AneDirectTransport("simulated"))])
     with pytest.raises(ConfigError) as info:
         Catalog(config, plugins)

@@ -13,7 +13,7 @@ from synapse_ane_direct.device import embed_tokens, rerank_score
 from synapse_ane_direct.lanelock import acquire
 from synapse_ane_direct.transport import AneDirectTransport
 from synapse_core import HostConfig, LaneLocked, open_host
-from synapse_core.plugin import BasicTokenizer, catalog_toml, transport_plugin
+from synapse_core.plugin import BasicTokenizer, host_config, model_entry, transport_plugin
 
 pytestmark = [pytest.mark.anyio, pytest.mark.subprocess]
 
@@ -26,17 +26,10 @@ LONG = " ".join(f"word{i}" for i in range(20))  # 22 positions: the 32 bucket
 def _config(trace: Path | None = None) -> HostConfig:
     options = dict(OPTIONS, trace=str(trace)) if trace else OPTIONS
     models = [
-        dict(
-            name=name,
-            task=task,
-            transport="ane-direct",
-            package=f"p-{name}",
-            ceiling=32,
-            options=options,
-        )
+        model_entry(name, task=task, transport="ane-direct", package=f"p-{name}", **options)
         for name, task in (("e", "embed"), ("r", "rerank"))
     ]
-    return HostConfig.from_toml_text(catalog_toml(*models))
+    return host_config(*models)
 
 
 def _transport(tmp_path: Path) -> AneDirectTransport:

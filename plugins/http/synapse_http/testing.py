@@ -7,6 +7,7 @@ Each server runs the installed mock transport and HTTP plugins only
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import signal
@@ -18,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from synapse_core.plugin import catalog_toml, pid_exists
+from synapse_core.plugin import catalog_toml, model_entry, pid_exists
 
 API_KEY = "test-key-1234"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}
@@ -29,17 +30,11 @@ _URL = re.compile(r"serving on (http://\S+)")
 _MODELS = re.compile(r"^synapse: models: ")
 
 
-def model(name: str, task: str = "embed", ceiling: int = 16, **options: Any) -> dict[str, Any]:
-    opts: dict[str, Any] = {"buckets": [8, 16], "dims": 8, "max_batch": 4}
-    opts.update(options)
-    return {
-        "name": name,
-        "task": task,
-        "transport": "mock",
-        "package": f"pkg-{name}",
-        "ceiling": ceiling,
-        "options": opts,
-    }
+#: a mock-transport catalog entry; ``options`` override two buckets, eight
+#: dims and batches of four
+model = functools.partial(
+    model_entry, ceiling=16, defaults={"buckets": [8, 16], "dims": 8, "max_batch": 4}
+)
 
 
 class Server:

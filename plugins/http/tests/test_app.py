@@ -13,7 +13,7 @@ import pytest
 from starlette.applications import Starlette
 
 import synapse_core as synapse
-from synapse_core.plugin import BasicTokenizer, catalog_toml, transport_plugin
+from synapse_core.plugin import BasicTokenizer, host_config, transport_plugin
 from synapse_http import ServeSettings, create_app
 from synapse_http.server import backend_options
 from synapse_http.testing import model
@@ -36,7 +36,7 @@ class BrokenTokenizer(InProcessTransport):
 
 
 def config() -> synapse.HostConfig:
-    return synapse.HostConfig.from_toml_text(catalog_toml(model("e"), model("r", task="rerank")))
+    return host_config(model("e"), model("r", task="rerank"))
 
 
 @asynccontextmanager
@@ -92,7 +92,7 @@ async def test_an_app_given_a_config_opens_its_host_in_the_lifespan_and_closes_i
 
 async def test_the_server_timeout_bounds_a_call_when_it_is_the_shorter() -> None:
     slow = model("slow", faults={"reply_delay_s": 2.0})
-    cfg = synapse.HostConfig.from_toml_text(catalog_toml(slow))
+    cfg = host_config(slow)
     plugins = [transport_plugin(InProcessTransport())]
     async with synapse.open_host(cfg, plugins=plugins) as host:
         await host.load("slow")

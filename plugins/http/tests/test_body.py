@@ -14,7 +14,7 @@ import pytest
 from starlette.types import ASGIApp, Message
 
 import synapse_core as synapse
-from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core.testing import host_config, transport_plugin
 from synapse_http import ServeSettings, create_app
 from synapse_http.testing import model
 from synapse_mock_transport.inprocess import InProcessTransport
@@ -27,7 +27,7 @@ Receive = Callable[[], Awaitable[Message]]
 
 @asynccontextmanager
 async def app(timeout_s: float = 30.0) -> AsyncIterator[ASGIApp]:
-    config = synapse.HostConfig.from_toml_text(catalog_toml(model("e")))
+    config = host_config(model("e"))
     plugins = [transport_plugin(InProcessTransport())]
     async with synapse.open_host(config, plugins=plugins) as host:
         yield create_app(host, ServeSettings(request_timeout_s=timeout_s))

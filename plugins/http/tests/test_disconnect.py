@@ -11,7 +11,7 @@ import pytest
 from starlette.types import Message
 
 import synapse_core as synapse
-from synapse_core.testing import catalog_toml, transport_plugin
+from synapse_core.testing import host_config, transport_plugin
 from synapse_core.wire import Frame, Infer
 from synapse_http import create_app
 from synapse_http.testing import model
@@ -29,7 +29,7 @@ HANG_S = 10.0
 async def test_a_disconnect_during_the_call_cancels_it_without_a_restart(polls: int) -> None:
     """``polls``: how many times ``receive()`` yields to the loop (as
     ``sleep(0)`` does) before it waits for the disconnect."""
-    config = synapse.HostConfig.from_toml_text(catalog_toml(model("e")))
+    config = host_config(model("e"))
     transport = InProcessTransport()
     replies = anyio.Event()
 

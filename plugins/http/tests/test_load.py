@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 import synapse_core as synapse
-from synapse_core.plugin import catalog_toml, transport_plugin
+from synapse_core.plugin import host_config, transport_plugin
 from synapse_http.testing import API_KEY, AUTH, Server, metric, model, pid_gone
 from synapse_mock_transport.transport import MockTransport
 
@@ -51,7 +51,7 @@ class Outcome:
 
 def expected_vectors(models: list[dict[str, Any]]) -> dict[str, list[float]]:
     """``host.embed`` of every text in-process (a real mock worker, same catalog)."""
-    config = synapse.HostConfig.from_toml_text(catalog_toml(*models, **HOST))
+    config = host_config(*models, **HOST)
 
     async def main() -> dict[str, list[float]]:
         async with synapse.open_host(config, plugins=[transport_plugin(MockTransport())]) as h:

@@ -19,7 +19,7 @@ import openai
 import pytest
 
 import synapse_core as synapse
-from synapse_core.plugin import catalog_toml, transport_plugin
+from synapse_core.plugin import host_config, transport_plugin
 from synapse_http.testing import API_KEY, AUTH, Server, metric, model, start_server
 from synapse_mock_transport.transport import MockTransport
 
@@ -37,7 +37,7 @@ TEXTS = ["a serving host", "the brain junction", "host"]
 
 def host_embed(texts: list[str], name: str = "e") -> list[list[float]]:
     """What ``host.embed`` gives in-process for the same catalog (real mock worker)."""
-    config = synapse.HostConfig.from_toml_text(catalog_toml(*MODELS, **SETTINGS))
+    config = host_config(*MODELS, **SETTINGS)
 
     async def main() -> list[list[float]]:
         async with synapse.open_host(config, plugins=[transport_plugin(MockTransport())]) as h:
@@ -47,7 +47,7 @@ def host_embed(texts: list[str], name: str = "e") -> list[list[float]]:
 
 
 def host_rerank(query: str, documents: list[str]) -> list[float]:
-    config = synapse.HostConfig.from_toml_text(catalog_toml(*MODELS, **SETTINGS))
+    config = host_config(*MODELS, **SETTINGS)
 
     async def main() -> list[float]:
         async with synapse.open_host(config, plugins=[transport_plugin(MockTransport())]) as h:

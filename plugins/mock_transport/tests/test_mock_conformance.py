@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from synapse_core.plugin import Conformance, Subject
+from synapse_core.plugin import Conformance, Subject, model_entry
 from synapse_mock_transport.inprocess import InProcessTransport
 from synapse_mock_transport.transport import MockTransport
 
@@ -15,14 +15,7 @@ class TestMockTransport(Conformance):
     @pytest.fixture
     def subject(self) -> Subject:
         models = [
-            {
-                "name": name,
-                "task": task,
-                "transport": "mock",
-                "package": f"mock-{name}",
-                "ceiling": 128,
-                "options": OPTIONS,
-            }
+            model_entry(name, task=task, package=f"mock-{name}", ceiling=128, defaults=OPTIONS)
             for name, task in (("e", "embed"), ("r", "rerank"))
         ]
         return Subject(transport=MockTransport(), in_process=InProcessTransport(), models=models)

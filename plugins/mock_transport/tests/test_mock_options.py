@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 from typing import Any
@@ -11,21 +12,13 @@ from click.testing import CliRunner
 
 from synapse_core import ConfigError, HostConfig, PluginHost
 from synapse_core.catalog import Catalog
-from synapse_core.plugin import catalog_toml, make_cli, transport_plugin
+from synapse_core.plugin import catalog_toml, make_cli, model_entry, transport_plugin
 from synapse_mock_transport import parse_options
 from synapse_mock_transport.inprocess import InProcessTransport
 from synapse_mock_transport.transport import MockTransport
 
-
-def entry(**options: Any) -> dict[str, Any]:
-    return {
-        "name": "m",
-        "task": "embed",
-        "transport": "mock",
-        "package": "p",
-        "ceiling": 64,
-        "options": options,
-    }
+#: model ``m`` with the given mock options
+entry = functools.partial(model_entry, "m", package="p", ceiling=64)
 
 
 #: each bad option and the start of the problem it must give (path first)

@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from synapse_core.plugin import catalog_toml
+from synapse_core.plugin import catalog_toml, model_entry
 
 from .settings import LANE_RESOURCE
 
@@ -28,27 +28,22 @@ LANES = 2
 BOUND_S = 120.0
 
 
+#: the mock options of :func:`mock_model`'s entries
+MOCK_OPTIONS: dict[str, Any] = {"buckets": [8, 16, 32], "dims": 8, "max_batch": 4}
+#: catalog settings of the tests: short bounds, so a broken test fails quickly
+SETTINGS: dict[str, Any] = {"exit_grace_s": 2.0, "exchange_timeout_s": 10.0}
+
+
 def mock_model(name: str, trace: Path | None = None, **options: Any) -> dict[str, Any]:
     """A mock catalog entry; with ``trace``, its workers log every frame there."""
-    opts: dict[str, Any] = {"buckets": [8, 16, 32], "dims": 8, "max_batch": 4}
-    if trace is not None:
-        opts["trace"] = str(trace)
-    opts.update(options)
-    return {
-        "name": name,
-        "task": "embed",
-        "transport": "mock",
-        "package": f"pkg-{name}",
-        "ceiling": 32,
-        "options": opts,
-    }
+    traced = MOCK_OPTIONS if trace is None else {**MOCK_OPTIONS, "trace": str(trace)}
+    return model_entry(name, defaults=traced, **options)
 
 
 def write_catalog(directory: Path, *models: dict[str, Any], **settings: Any) -> Path:
-    settings.setdefault("exit_grace_s", 2.0)
-    settings.setdefault("exchange_timeout_s", 10.0)
+    """A catalog file of ``models`` in ``directory``; ``settings`` override :data:`SETTINGS`."""
     path = directory / "catalog.toml"
-    path.write_text(catalog_toml(*models, **settings), encoding="utf-8")
+    path.write_text(catalog_toml(*models, **{**SETTINGS, **settings}), encoding="utf-8")
     return path
 
 

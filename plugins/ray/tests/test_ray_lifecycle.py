@@ -20,6 +20,7 @@ from ray import serve
 
 from synapse_ane_direct import lanelock
 from synapse_core import LaneLocked
+from synapse_core.plugin import model_entry
 from synapse_ray.testing import ServeApp, alive, mock_model, wait_until
 
 pytestmark = pytest.mark.ray
@@ -29,14 +30,15 @@ IN_FLIGHT = 3
 
 
 #: a direct-ANE model on the simulated device: its host takes lane ane:0's lock
-LANE_MODEL = {
-    "name": "ane",
-    "task": "embed",
-    "transport": "ane-direct",
-    "package": "ane-test",
-    "ceiling": 32,
-    "options": {"buckets": [16, 32], "dims": 16, "max_batch": 2, "device": "simulated"},
-}
+LANE_MODEL = model_entry(
+    "ane",
+    transport="ane-direct",
+    package="ane-test",
+    buckets=[16, 32],
+    dims=16,
+    max_batch=2,
+    device="simulated",
+)
 
 
 def catalog(trace: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:

