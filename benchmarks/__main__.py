@@ -95,6 +95,7 @@ def main(argv: list[str] | None = None) -> int:
     created = datetime.now(UTC).isoformat(timespec="seconds")
     started = time.perf_counter()
     load_before = machine.load_average()
+    cpu_before = machine.cpu_times()
     figures: list[Figure] = []
     for name in args.only or GROUPS:
         group_start = time.perf_counter()
@@ -104,6 +105,7 @@ def main(argv: list[str] | None = None) -> int:
     duration = time.perf_counter() - started
     described = machine.describe()
     described["load_average"] = {"before": load_before, "after": machine.load_average()}
+    described["steal_fraction"] = machine.steal_fraction(cpu_before, machine.cpu_times())
     described["shortcuts_off"] = sorted(shortcut_switches.WITHOUT)
     doc = report.results(figures, mode, described, created, duration)
     report.write(doc, args.output)
@@ -111,7 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         print()
         print(report.markdown(figures))
-    print(f"\n{mode.name} run: {duration:.1f}s; results in {args.output}")
+    steal = described["steal_fraction"]
+    stolen = "" if steal is None else f"; {steal:.1%} of CPU time stolen by the hypervisor"
+    print(f"\n{mode.name} run: {duration:.1f}s{stolen}; results in {args.output}")
     missed = [f.key for f in figures if report.met(f, figures) is False]
     return 1 if args.check and missed else 0
 

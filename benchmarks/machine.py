@@ -50,6 +50,27 @@ def load_average() -> list[float] | None:
     return [round(x, 2) for x in os.getloadavg()]
 
 
+def cpu_times() -> list[int] | None:
+    """The machine's CPU time counters (``/proc/stat``'s ``cpu`` line, in
+    ticks), or ``None`` where there is no such file."""
+    stat = Path("/proc/stat")
+    if not stat.exists():
+        return None
+    fields = stat.read_text().split("\n", 1)[0].split()
+    return [int(x) for x in fields[1:]]
+
+
+def steal_fraction(before: list[int] | None, after: list[int] | None) -> float | None:
+    """The share of CPU time between two :func:`cpu_times` readings that a
+    hypervisor gave to other guests (``steal``, the eighth counter): on a
+    virtual machine, time this run's processes waited for a CPU that was
+    not there, which slows every figure and moves the processes around."""
+    if before is None or after is None or len(before) < 8 or len(after) < 8:
+        return None
+    total = sum(after) - sum(before)
+    return round((after[7] - before[7]) / total, 4) if total > 0 else None
+
+
 def describe() -> dict[str, Any]:
     return {
         "cores": os.cpu_count() or 1,
