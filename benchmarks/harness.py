@@ -110,6 +110,9 @@ class Series:
     def ratio(self, top: str, bottom: str) -> list[float]:
         return [a / b for a, b in zip(self.parts[top], self.parts[bottom], strict=True)]
 
+    def difference(self, top: str, bottom: str) -> list[float]:
+        return [a - b for a, b in zip(self.parts[top], self.parts[bottom], strict=True)]
+
     def medians(self, *names: str) -> dict[str, float]:
         return {name: statistics.median(self.parts[name]) for name in names}
 

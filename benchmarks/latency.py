@@ -84,14 +84,7 @@ def measure(mode: Mode, backend: str) -> list[Figure]:
             "us",
             "host.embed p50 minus the p50 of the same work without permit, guard, lease, "
             f"plan or call record, one short text ({backend})",
-            [
-                host - essentials
-                for host, essentials in zip(
-                    series["host_beside_essentials_p50_us"],
-                    series["essentials_p50_us"],
-                    strict=True,
-                )
-            ],
+            series.difference("host_beside_essentials_p50_us", "essentials_p50_us"),
             None,
             {
                 **series.medians("host_beside_essentials_p50_us", "essentials_p50_us"),
@@ -113,12 +106,7 @@ def _one_cpu_figures(series: Series, suffix: str, backend: str) -> list[Figure]:
             "us",
             "host.embed p50 minus bare framed exchange p50, one short text, this process and "
             f"the worker pinned to one CPU ({backend})",
-            [
-                host - raw
-                for host, raw in zip(
-                    series["host_one_cpu_p50_us"], series["raw_one_cpu_p50_us"], strict=True
-                )
-            ],
+            series.difference("host_one_cpu_p50_us", "raw_one_cpu_p50_us"),
             None,
             {
                 **series.medians("host_one_cpu_p50_us", "raw_one_cpu_p50_us"),

@@ -195,9 +195,7 @@ def _piece(name: str, suffix: str, series: Series, without: str, with_: str, wha
         None,
         {
             **series.medians(without, with_),
-            "gain_us": statistics.median(
-                [a - b for a, b in zip(series[without], series[with_], strict=True)]
-            ),
+            "gain_us": statistics.median(series.difference(without, with_)),
         },
     )
 

@@ -62,12 +62,7 @@ def measure(mode: Mode) -> list[Figure]:
             "soak_live_objects_growth",
             "objects",
             "objects tracked by the garbage collector after the soak minus warm",
-            [
-                after - warm
-                for after, warm in zip(
-                    series["objects_after_large"], series["objects_warm"], strict=True
-                )
-            ],
+            series.difference("objects_after_large", "objects_warm"),
             None,
             series.medians(*parts),
         ),
