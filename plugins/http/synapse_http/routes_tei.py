@@ -11,7 +11,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from synapse_core import Refused
-from synapse_core.plugin import BasicTokenizer, Entry
+from synapse_core.plugin import Entry, TokenPiece
 
 from .errors import invalid
 from .inputs import check_dimensions, inputs_of, normalized, sigmoid, truncation
@@ -96,32 +96,15 @@ async def tokenize(request: Incoming, service: Service, body: TokenizeRequest) -
 
 def _tokens(entry: Entry, text: str, special: bool) -> list[Token]:
     tokenizer = entry.tokenizer
-    ids = tokenizer.encode(text)
-    if not isinstance(tokenizer, BasicTokenizer):
-        # Another tokenizer says only its ids (and adds its special tokens itself).
-        return _ids_only(ids)
-    # The default tokenizer's ids are one per match of its word pattern,
-    # unless lower-casing changed the words (U+0130 does): then ids only.
-    spans = tokenizer.spans(text)
-    tokens = (
-        [
-            Token(id=i, text=text[a:b], special=False, start=a, stop=b)
-            for i, (a, b) in zip(ids, spans, strict=True)
-        ]
-        if len(spans) == len(ids)
-        else _ids_only(ids)
-    )
-    if special:
-        tokens = [
-            Token(id=tokenizer.CLS, text="[CLS]", special=True),
-            *tokens,
-            Token(id=tokenizer.SEP, text="[SEP]", special=True),
-        ]
-    return tokens
-
-
-def _ids_only(ids: list[int]) -> list[Token]:
-    return [Token(id=i, text="", special=False) for i in ids]
+    describe = getattr(tokenizer, "pieces", None)
+    if describe is None:
+        # A tokenizer that cannot say what its tokens are: their ids alone
+        # (it adds its special tokens itself, so none are shown).
+        return [Token(id=i, text="", special=False) for i in tokenizer.encode(text)]
+    pieces: list[TokenPiece] = describe(text, special)
+    return [
+        Token(id=p.id, text=p.text, special=p.special, start=p.start, stop=p.stop) for p in pieces
+    ]
 
 
 async def info(request: Request) -> Response:

@@ -35,6 +35,19 @@ class BrokenTokenizer(InProcessTransport):
         return Broken()
 
 
+class IdsOnlyTokenizer(InProcessTransport):
+    """A tokenizer with the two methods every tokenizer has, and no ``pieces``."""
+
+    def tokenizer(self, spec: Any) -> Any:
+        basic = BasicTokenizer()
+
+        class IdsOnly:
+            encode = staticmethod(basic.encode)
+            sequence_length = staticmethod(basic.sequence_length)
+
+        return IdsOnly()
+
+
 def config() -> synapse.HostConfig:
     return host_config(model("e"), model("r", task="rerank"))
 
@@ -107,3 +120,16 @@ async def test_the_server_timeout_bounds_a_call_when_it_is_the_shorter() -> None
 def test_the_asyncio_backend_serves_on_uvloop_and_trio_on_trio() -> None:
     assert backend_options("asyncio") == {"use_uvloop": True}  # a dependency on Linux
     assert backend_options("trio") == {}
+
+
+async def test_tokenize_gives_the_ids_alone_of_a_tokenizer_that_cannot_describe_them() -> None:
+    plugins = [transport_plugin(IdsOnlyTokenizer())]
+    async with (
+        synapse.open_host(config(), plugins=plugins) as host,
+        client(create_app(host)) as http,
+    ):
+        response = await http.post("/tokenize", json={"inputs": "Hello, world"})
+    assert response.status_code == 200
+    tokens = response.json()[0]
+    assert [t["id"] for t in tokens] == BasicTokenizer().encode("Hello, world")
+    assert all(t["text"] == "" and not t["special"] and t.get("start") is None for t in tokens)
