@@ -133,3 +133,29 @@ async def test_tokenize_gives_the_ids_alone_of_a_tokenizer_that_cannot_describe_
     tokens = response.json()[0]
     assert [t["id"] for t in tokens] == BasicTokenizer().encode("Hello, world")
     assert all(t["text"] == "" and not t["special"] and t.get("start") is None for t in tokens)
+
+
+async def test_a_prompt_named_by_the_request_goes_in_front_of_each_text() -> None:
+    entry = {**model("e"), "prompts": {"query": "query: "}}
+    transport = InProcessTransport()
+    async with (
+        synapse.open_host(host_config(entry), plugins=[transport_plugin(transport)]) as host,
+        client(create_app(host)) as http,
+    ):
+        body = {"inputs": ["hello", "world"], "prompt_name": "query", "normalize": False}
+        prompted = (await http.post("/embed", json=body)).json()
+        expected = await host.embed("e", ["query: hello", "query: world"])
+        assert prompted == expected.vectors  # JSON carries every float exactly
+        tokenize = {"inputs": "hello", "prompt_name": "query", "add_special_tokens": False}
+        tokens = (await http.post("/tokenize", json=tokenize)).json()[0]
+        assert [t["text"] for t in tokens] == ["query", ":", "hello"]
+        unknown = await http.post("/embed", json={"inputs": "x", "prompt_name": "passage"})
+        assert unknown.status_code == 422
+        assert unknown.json()["error_type"] == "unknown-prompt" and "'query'" in unknown.text
+        ids = await http.post("/embed", json={"inputs": [[5, 6]], "prompt_name": "query"})
+        assert ids.status_code == 422 and ids.json()["field"] == "$.inputs[0]"
+        # A blank text gets no prompt: it is refused as empty, with its index.
+        blank = await http.post("/embed", json={"inputs": ["a", " "], "prompt_name": "query"})
+        assert blank.status_code == 422
+        assert blank.json()["error_type"] == "empty-sequence" and blank.json()["index"] == 1
+        assert (await http.post("/embed", json={"inputs": "a"})).status_code == 200
