@@ -107,20 +107,24 @@ class CallRunner:
         call.permit = True
         if worker.phase is not Phase.READY or worker.retiring or call.deadline.expired(self.clock):
             return True
-        worker.enter()
-        call.entered = True
         try:
             steps = call.steps = self._steps(call, worker)
-            lease = supervisor.try_lease(worker, self._shape(worker, steps[0]))
-            if lease is not None:
-                call.lease = lease
-                request = self._request(call, supervisor, lease, steps[0])
-                exchange = supervisor.begin_now(lease, request)
-                if exchange is not None:
-                    call.begun = (request, exchange)
+            step = steps[0]
+            shape = self._shape(worker, step)
+            begun = supervisor.lease_and_begin_now(
+                worker, shape, lambda request_id: self._infer(call, request_id, shape, step)
+            )
+            # From here on the worker computes while the call is recorded.
+            if begun is not None:
+                call.lease, request, exchange = begun
+                call.begun = (request, exchange)
+            else:
+                call.lease = supervisor.try_lease(worker, shape)
         except Exception as exc:
             self._end(call, supervisor, worker, exc)
             return False
+        worker.enter()
+        call.entered = True
         return True
 
     def check_room(self) -> None:
@@ -240,12 +244,16 @@ class CallRunner:
         assert worker.hello is not None
         return Shape(step.bucket, worker.hello.max_batch)
 
+    @classmethod
+    def _request(cls, call: Call, supervisor: Supervisor, lease: Lease, step: Group) -> Infer:
+        return cls._infer(call, supervisor.next_request_id(), lease.shape, step)
+
     @staticmethod
-    def _request(call: Call, supervisor: Supervisor, lease: Lease, step: Group) -> Infer:
+    def _infer(call: Call, request_id: int, shape: Shape, step: Group) -> Infer:
         plan = call.plan
         return Infer(
-            supervisor.next_request_id(),
-            lease.shape,
+            request_id,
+            shape,
             plan.task,  # type: ignore[arg-type]
             plan.encode(step.items),
             plan.query,

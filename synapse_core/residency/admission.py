@@ -44,6 +44,7 @@ from ..wire import (
     Evicted,
     Failure,
     Frame,
+    Infer,
     Inventory,
     InventoryRequest,
     Shape,
@@ -225,6 +226,33 @@ class Admission(Lifecycle):
             return self._grant(worker, worker.generation, shape)
         return None
 
+    def lease_and_begin_now(
+        self, worker: Worker, shape: Shape, request: Callable[[int], Infer]
+    ) -> tuple[Lease, Infer, Exchange] | None:
+        """Lease ``shape`` and begin ``request(request_id)`` under it at once,
+        or ``None`` with nothing taken if either would have to wait.
+
+        The request is written before the lease's bookkeeping is done: with no
+        await in between nothing can tell the difference, and the worker's
+        compute then overlaps that bookkeeping instead of following it.
+        """
+        channel = worker.channel
+        if (
+            worker.phase is not Phase.READY
+            or worker.retiring
+            or shape not in worker.shapes
+            or channel is None
+        ):
+            return None
+        frame = request(next(self._ids))
+        try:
+            exchange = channel.begin_now(frame)
+        except WireError as exc:
+            raise _unsendable(exc) from None
+        if exchange is None:
+            return None
+        return self._grant(worker, worker.generation, shape), frame, exchange
+
     def _grant(self, worker: Worker, generation: int, shape: Shape) -> Lease:
         if worker.retiring:
             raise Retired(f"model {worker.spec.name!r} is retiring; it takes no new work")
@@ -264,14 +292,6 @@ class Admission(Lifecycle):
         return reply
 
     # -- exchanges under a lease ---------------------------------------------------------
-
-    def begin_now(self, lease: Lease, frame: Frame) -> Exchange | None:
-        """Begin an exchange under ``lease`` without waiting (``None`` if its
-        channel is busy); finish it with :meth:`finish`."""
-        try:
-            return lease.channel.begin_now(frame)
-        except WireError as exc:
-            raise _unsendable(exc) from None
 
     async def begin(
         self, lease: Lease, frame: Frame, check: Callable[[], None] | None = None
