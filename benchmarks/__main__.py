@@ -115,7 +115,9 @@ def main(argv: list[str] | None = None) -> int:
         print(report.markdown(figures))
     steal = described["steal_fraction"]
     stolen = "" if steal is None else f"; {steal:.1%} of CPU time stolen by the hypervisor"
-    print(f"\n{mode.name} run: {duration:.1f}s{stolen}; results in {args.output}")
+    idle = described["cpu_idle"] or {}
+    halts = "; idle CPUs halt without polling" if idle.get("guest_halt_poll_ns") == 0 else ""
+    print(f"\n{mode.name} run: {duration:.1f}s{stolen}{halts}; results in {args.output}")
     missed = [f.key for f in figures if report.met(f, figures) is False]
     return 1 if args.check and missed else 0
 

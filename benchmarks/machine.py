@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import platform
 import sys
@@ -71,6 +72,25 @@ def steal_fraction(before: list[int] | None, after: list[int] | None) -> float |
     return round((after[7] - before[7]) / total, 4) if total > 0 else None
 
 
+def cpu_idle() -> dict[str, Any] | None:
+    """How an idle CPU waits (Linux ``cpuidle``): its driver and governor and,
+    where the guest halt-poll driver is loaded, how long it polls before
+    halting. On a virtual machine a halted CPU wakes through the hypervisor,
+    which costs a round trip between processes tens of microseconds; ``None``
+    where the system does not say."""
+    root = Path("/sys/devices/system/cpu/cpuidle")
+    if not root.is_dir():
+        return None
+    found: dict[str, Any] = {}
+    for name in ("current_driver", "current_governor"):
+        with contextlib.suppress(OSError):
+            found[name.removeprefix("current_")] = (root / name).read_text().strip()
+    with contextlib.suppress(OSError, ValueError):
+        poll = Path("/sys/module/haltpoll/parameters/guest_halt_poll_ns").read_text()
+        found["guest_halt_poll_ns"] = int(poll)
+    return found or None
+
+
 def describe() -> dict[str, Any]:
     return {
         "cores": os.cpu_count() or 1,
@@ -83,5 +103,6 @@ def describe() -> dict[str, Any]:
         "python": platform.python_version(),
         "implementation": sys.implementation.name,
         "accelerator": "none (mock transport)",
+        "cpu_idle": cpu_idle(),
         "versions": {name: _version(name) for name in DISTRIBUTIONS},
     }

@@ -39,6 +39,12 @@ def _not_negative(instance: object, attribute: attrs.Attribute[Any], value: floa
         raise FieldInvalid(attribute.name, f"must be 0 or more, got {value!r}")
 
 
+def _prompt_names(instance: object, attribute: attrs.Attribute[Any], value: dict[str, str]) -> None:
+    for name in value:
+        if not name.strip():
+            raise FieldInvalid(attribute.name, "a prompt needs a name; got an empty one")
+
+
 @attrs.frozen
 class ModelSpec:
     """One catalog entry. Two entries may name the same ``package``: they are
@@ -52,6 +58,9 @@ class ModelSpec:
     options: dict[str, Any] = attrs.field(factory=dict)
     #: shown by ``synapse catalog``: what the model is, in a line
     description: str = ""
+    #: texts put in front of an input by name (``query = "query: "``), as
+    #: sentence-transformers' prompts; a caller asks for one by name
+    prompts: dict[str, str] = attrs.field(factory=dict, validator=_prompt_names)
 
 
 @attrs.frozen

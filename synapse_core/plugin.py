@@ -12,7 +12,8 @@ not pay for the host's modules.
   :class:`WorkerProcess` (:class:`ProcessGroup` for a group leader),
   :func:`spawn_worker`, :func:`launch_spec`, :func:`confirm_exit`,
   :data:`hookimpl`, :class:`ModelSpec`, :data:`Task`, tokenizers
-  (:class:`BasicTokenizer` is the default one).
+  (:class:`BasicTokenizer` is the default one; :class:`DescribingTokenizer`
+  and :class:`TokenPiece` for one that can say what each token is).
 - Options: :func:`parse_options`, :class:`FieldInvalid`,
   :class:`ConfigError`, :class:`WorkerOptions`, :class:`Faults`, the ready
   validators (:func:`positive`, ...), and :func:`structuring_problems` for a
@@ -64,6 +65,8 @@ _EXPORTS = {
     "Task": "wire",
     "BasicTokenizer": "tokenizer",
     "CountingTokenizer": "tokenizer",
+    "DescribingTokenizer": "tokenizer",
+    "TokenPiece": "tokenizer",
     "Tokenizer": "tokenizer",
     "LaneLocked": "errors",
     "SynapseError": "errors",
@@ -156,6 +159,7 @@ __all__ = [
     "Crash",
     "Decision",
     "Declined",
+    "DescribingTokenizer",
     "Entry",
     "Event",
     "Evict",
@@ -190,6 +194,7 @@ __all__ = [
     "Subject",
     "SynapseError",
     "Task",
+    "TokenPiece",
     "Tokenizer",
     "Transport",
     "Wait",
@@ -269,7 +274,13 @@ if TYPE_CHECKING:
         transport_plugin,
     )
     from .testing.conformance import Conformance, Subject
-    from .tokenizer import BasicTokenizer, CountingTokenizer, Tokenizer
+    from .tokenizer import (
+        BasicTokenizer,
+        CountingTokenizer,
+        DescribingTokenizer,
+        Tokenizer,
+        TokenPiece,
+    )
     from .transport import (
         Availability,
         LaneInfo,

@@ -10,6 +10,8 @@ import re
 import zlib
 from typing import ClassVar, Protocol
 
+import attrs
+
 _WORDS = re.compile(r"\w+|[^\w\s]", re.UNICODE)
 VOCAB = 30_000
 CLS, SEP = 1, 2
@@ -43,6 +45,37 @@ class CountingTokenizer(Tokenizer, Protocol):
         ...
 
 
+@attrs.frozen
+class TokenPiece:
+    """One token of a text as a model sees it: its id, its text and, for a
+    token of the text (not a special one), the characters it covers,
+    ``text[start:stop]``."""
+
+    id: int
+    text: str
+    special: bool = False
+    start: int | None = None
+    stop: int | None = None
+
+
+class DescribingTokenizer(Tokenizer, Protocol):
+    """A tokenizer that can also say what each token is (optional).
+
+    TEI's ``/tokenize`` route of ``synapse serve`` answers with these pieces;
+    for a tokenizer without ``pieces`` it gives the ids alone.
+    """
+
+    def pieces(self, text: str, special: bool = False) -> list[TokenPiece]:
+        """The tokens of ``text`` in order, one per id of ``encode(text)``,
+        framed by the special tokens the model adds when ``special``."""
+        ...
+
+
+def bare_pieces(ids: list[int]) -> list[TokenPiece]:
+    """Pieces that say only their ids: for tokens whose text cannot be told."""
+    return [TokenPiece(i, "") for i in ids]
+
+
 _PLAIN = b" abcdefghijklmnopqrstuvwxyz0123456789"
 _PLAIN_BOTH_CASES = _PLAIN + b"ABCDEFGHIJKLMNOPQRSTUVWXYZ"
 
@@ -67,6 +100,25 @@ class BasicTokenizer:
         punctuation mark: one per id :meth:`encode` gives, unless lower-casing
         turns a character into a word character plus a mark (U+0130 does)."""
         return [m.span() for m in _WORDS.finditer(text)]
+
+    def pieces(self, text: str, special: bool = False) -> list[TokenPiece]:
+        """:class:`DescribingTokenizer`'s pieces: each id with its word and
+        span, or the ids alone where lower-casing split a character (U+0130
+        becomes a letter and a mark: two ids, one character)."""
+        ids = self.encode(text)
+        spans = self.spans(text)
+        pieces = (
+            [TokenPiece(i, text[a:b], False, a, b) for i, (a, b) in zip(ids, spans, strict=True)]
+            if len(spans) == len(ids)
+            else bare_pieces(ids)
+        )
+        if special:
+            pieces = [
+                TokenPiece(self.CLS, "[CLS]", True),
+                *pieces,
+                TokenPiece(self.SEP, "[SEP]", True),
+            ]
+        return pieces
 
     def encode(self, text: str) -> list[int]:
         crc32, span = zlib.crc32, VOCAB - SPECIAL

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -298,3 +299,16 @@ def test_host_config_reads_entries_as_a_catalog_file_is_read() -> None:
         host_config(model_entry("a", ceiling=0), source="mine.toml")
     assert info.value.source == "mine.toml"
     assert info.value.problems[0].startswith("models[0].ceiling: ")
+
+
+def test_prompts_are_read_by_name_and_a_bad_one_is_named_by_its_path() -> None:
+    entry = {**model_entry("a"), "prompts": {"query": "query: ", "passage": "passage: "}}
+    assert host_config(entry).models[0].prompts == {"query": "query: ", "passage": "passage: "}
+    assert host_config(model_entry("a")).models[0].prompts == {}
+    for prompts, problem in (
+        ({"query": 3}, "models[0].prompts['query']: expected str"),
+        ({" ": "x"}, "models[0].prompts: a prompt needs a name"),
+        ("query: ", "models[0].prompts: expected a mapping"),
+    ):
+        with pytest.raises(ConfigError, match=re.escape(problem)):
+            host_config({**model_entry("a"), "prompts": prompts})

@@ -10,11 +10,13 @@ from __future__ import annotations
 import threading
 from pathlib import Path
 
+from synapse_core.plugin import TokenPiece
+
 from .errors import ModelFilesError
 
 
 class HFTokenizer:
-    """Implements :class:`synapse_core.tokenizer.CountingTokenizer`.
+    """Implements the plugin API's ``CountingTokenizer`` and ``DescribingTokenizer``.
 
     The file is read on first use, so listing a catalog never touches it.
     A rerank pair counts the query's tokens and the document's together, as
@@ -44,6 +46,22 @@ class HFTokenizer:
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
+
+    def pieces(self, text: str, special: bool = False) -> list[TokenPiece]:
+        """Each token's id, the characters of ``text`` it stands for (its
+        word piece before lower-casing and accent stripping), and their span;
+        a special token by its vocabulary entry, with no span."""
+        encoding = self.load().encode(text, add_special_tokens=special)  # type: ignore[attr-defined]
+        return [
+            TokenPiece(i, token, True) if mask else TokenPiece(i, text[a:b], False, a, b)
+            for i, token, (a, b), mask in zip(
+                encoding.ids,
+                encoding.tokens,
+                encoding.offsets,
+                encoding.special_tokens_mask,
+                strict=True,
+            )
+        ]
 
     def sequence_length(self, ids: list[int], pair: list[int] | None = None) -> int:
         return self.positions(len(ids), None if pair is None else len(pair))

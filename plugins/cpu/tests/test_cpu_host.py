@@ -251,3 +251,20 @@ def test_host_tokenizer_counts_what_the_model_sees(reference: dict[str, Any]) ->
     tokenizer = HFTokenizer(files.locate(None, None).tokenizer)
     for item in reference["items"]:
         assert tokenizer.positions(tokenizer.count(item["text"])) == item["tokens"]
+
+
+def test_host_tokenizer_says_what_each_token_is() -> None:
+    tokenizer = HFTokenizer(files.locate(None, None).tokenizer)
+    text = "Unaffable café, naïve İstanbul"
+    pieces = tokenizer.pieces(text)
+    assert [p.id for p in pieces] == tokenizer.encode(text)
+    # Word pieces carry the characters they stand for, before lower-casing and accents.
+    assert [p.text for p in pieces][:4] == ["Una", "ffa", "ble", "café"]
+    assert all(text[p.start : p.stop] == p.text and not p.special for p in pieces)
+    framed = tokenizer.pieces(text, special=True)
+    assert [p.id for p in (framed[0], framed[-1])] == list(tokenizer.special_ids())
+    assert [(p.text, p.special, p.start) for p in (framed[0], framed[-1])] == [
+        ("[CLS]", True, None),
+        ("[SEP]", True, None),
+    ]
+    assert framed[1:-1] == pieces

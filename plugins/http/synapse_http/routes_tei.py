@@ -7,11 +7,13 @@ model, or the one named by ``?model=`` or the ``X-Synapse-Model`` header.
 
 from __future__ import annotations
 
+from typing import TypeVar, cast
+
 from starlette.requests import Request
 from starlette.responses import Response
 
 from synapse_core import Refused
-from synapse_core.plugin import BasicTokenizer, Entry
+from synapse_core.plugin import Entry, TokenPiece
 
 from .errors import invalid
 from .inputs import check_dimensions, inputs_of, normalized, sigmoid, truncation
@@ -38,14 +40,17 @@ from .schemas import (
 from .service import Service
 from .settings import VERSION
 
+#: an input as a route holds it: a text, or token ids where the route takes them
+Given = TypeVar("Given", bound=str | list[int])
+
 
 @post(EmbedRequest)
 async def embed(request: Incoming, service: Service, body: EmbedRequest) -> Response:
     inputs = inputs_of(body.inputs, "$.inputs")
     check_count(len(inputs), service.settings.max_inputs, "inputs")
-    _no_prompts(body.prompt_name)
     host = service.host
     model = model_of(request, None, service, "embed")
+    inputs = _prompted(service, model, body.prompt_name, inputs)
     check_dimensions(host, model, body.dimensions, None)
     result = await host.embed(
         model,
@@ -89,39 +94,23 @@ async def tokenize(request: Incoming, service: Service, body: TokenizeRequest) -
     and its character span where the tokenizer can tell them."""
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
     check_count(len(texts), service.settings.max_inputs, "inputs")
-    _no_prompts(body.prompt_name)
-    entry = _entry(service, model_of(request, None, service, "embed"))
+    model = model_of(request, None, service, "embed")
+    entry = _entry(service, model)
+    texts = _prompted(service, model, body.prompt_name, texts)
     return json_response([_tokens(entry, text, body.add_special_tokens) for text in texts])
 
 
 def _tokens(entry: Entry, text: str, special: bool) -> list[Token]:
     tokenizer = entry.tokenizer
-    ids = tokenizer.encode(text)
-    if not isinstance(tokenizer, BasicTokenizer):
-        # Another tokenizer says only its ids (and adds its special tokens itself).
-        return _ids_only(ids)
-    # The default tokenizer's ids are one per match of its word pattern,
-    # unless lower-casing changed the words (U+0130 does): then ids only.
-    spans = tokenizer.spans(text)
-    tokens = (
-        [
-            Token(id=i, text=text[a:b], special=False, start=a, stop=b)
-            for i, (a, b) in zip(ids, spans, strict=True)
-        ]
-        if len(spans) == len(ids)
-        else _ids_only(ids)
-    )
-    if special:
-        tokens = [
-            Token(id=tokenizer.CLS, text="[CLS]", special=True),
-            *tokens,
-            Token(id=tokenizer.SEP, text="[SEP]", special=True),
-        ]
-    return tokens
-
-
-def _ids_only(ids: list[int]) -> list[Token]:
-    return [Token(id=i, text="", special=False) for i in ids]
+    describe = getattr(tokenizer, "pieces", None)
+    if describe is None:
+        # A tokenizer that cannot say what its tokens are: their ids alone
+        # (it adds its special tokens itself, so none are shown).
+        return [Token(id=i, text="", special=False) for i in tokenizer.encode(text)]
+    pieces: list[TokenPiece] = describe(text, special)
+    return [
+        Token(id=p.id, text=p.text, special=p.special, start=p.start, stop=p.stop) for p in pieces
+    ]
 
 
 async def info(request: Request) -> Response:
@@ -178,10 +167,29 @@ def _entry(service: Service, model: str) -> Entry:
     return entry
 
 
-def _no_prompts(prompt_name: str | None) -> None:
-    if prompt_name is not None:
+def _prompted(service: Service, model: str, name: str | None, inputs: list[Given]) -> list[Given]:
+    """``inputs`` with the model's prompt ``name`` in front of each text, as
+    sentence-transformers applies its prompts. A blank text stays blank, so
+    it is still refused as empty; token ids cannot take a prompt's text."""
+    if name is None:
+        return inputs
+    prompts = _entry(service, model).spec.prompts
+    prompt = prompts.get(name)
+    if prompt is None:
+        known = ", ".join(repr(p) for p in sorted(prompts)) or "none (the catalog gives it none)"
         raise invalid(
-            "$.prompt_name: not supported, Synapse's catalog has no prompts; "
-            "put the prompt's text in front of each input",
+            f"$.prompt_name: model {model!r} has no prompt {name!r}; its prompts: {known}",
             "$.prompt_name",
+            "unknown-prompt",
         )
+    out: list[Given] = []
+    for index, given in enumerate(inputs):
+        if not isinstance(given, str):
+            raise invalid(
+                f"$.inputs[{index}] is token ids, which a prompt's text cannot be put in "
+                "front of; give the text, or the prompt's ids with the input's and no "
+                "prompt_name",
+                f"$.inputs[{index}]",
+            )
+        out.append(cast(Given, prompt + given) if given.strip() else given)
+    return out

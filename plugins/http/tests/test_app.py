@@ -35,6 +35,19 @@ class BrokenTokenizer(InProcessTransport):
         return Broken()
 
 
+class IdsOnlyTokenizer(InProcessTransport):
+    """A tokenizer with the two methods every tokenizer has, and no ``pieces``."""
+
+    def tokenizer(self, spec: Any) -> Any:
+        basic = BasicTokenizer()
+
+        class IdsOnly:
+            encode = staticmethod(basic.encode)
+            sequence_length = staticmethod(basic.sequence_length)
+
+        return IdsOnly()
+
+
 def config() -> synapse.HostConfig:
     return host_config(model("e"), model("r", task="rerank"))
 
@@ -107,3 +120,42 @@ async def test_the_server_timeout_bounds_a_call_when_it_is_the_shorter() -> None
 def test_the_asyncio_backend_serves_on_uvloop_and_trio_on_trio() -> None:
     assert backend_options("asyncio") == {"use_uvloop": True}  # a dependency on Linux
     assert backend_options("trio") == {}
+
+
+async def test_tokenize_gives_the_ids_alone_of_a_tokenizer_that_cannot_describe_them() -> None:
+    plugins = [transport_plugin(IdsOnlyTokenizer())]
+    async with (
+        synapse.open_host(config(), plugins=plugins) as host,
+        client(create_app(host)) as http,
+    ):
+        response = await http.post("/tokenize", json={"inputs": "Hello, world"})
+    assert response.status_code == 200
+    tokens = response.json()[0]
+    assert [t["id"] for t in tokens] == BasicTokenizer().encode("Hello, world")
+    assert all(t["text"] == "" and not t["special"] and t.get("start") is None for t in tokens)
+
+
+async def test_a_prompt_named_by_the_request_goes_in_front_of_each_text() -> None:
+    entry = {**model("e"), "prompts": {"query": "query: "}}
+    transport = InProcessTransport()
+    async with (
+        synapse.open_host(host_config(entry), plugins=[transport_plugin(transport)]) as host,
+        client(create_app(host)) as http,
+    ):
+        body = {"inputs": ["hello", "world"], "prompt_name": "query", "normalize": False}
+        prompted = (await http.post("/embed", json=body)).json()
+        expected = await host.embed("e", ["query: hello", "query: world"])
+        assert prompted == expected.vectors  # JSON carries every float exactly
+        tokenize = {"inputs": "hello", "prompt_name": "query", "add_special_tokens": False}
+        tokens = (await http.post("/tokenize", json=tokenize)).json()[0]
+        assert [t["text"] for t in tokens] == ["query", ":", "hello"]
+        unknown = await http.post("/embed", json={"inputs": "x", "prompt_name": "passage"})
+        assert unknown.status_code == 422
+        assert unknown.json()["error_type"] == "unknown-prompt" and "'query'" in unknown.text
+        ids = await http.post("/embed", json={"inputs": [[5, 6]], "prompt_name": "query"})
+        assert ids.status_code == 422 and ids.json()["field"] == "$.inputs[0]"
+        # A blank text gets no prompt: it is refused as empty, with its index.
+        blank = await http.post("/embed", json={"inputs": ["a", " "], "prompt_name": "query"})
+        assert blank.status_code == 422
+        assert blank.json()["error_type"] == "empty-sequence" and blank.json()["index"] == 1
+        assert (await http.post("/embed", json={"inputs": "a"})).status_code == 200
