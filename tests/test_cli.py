@@ -371,6 +371,16 @@ def test_catalog_prints_model_descriptions_as_notes() -> None:
     assert {m["name"]: m["description"] for m in doc["models"]}["mini-a"] == ""
 
 
+def test_catalog_shows_each_models_prompts(tmp_path: Path) -> None:
+    prompts = {"query": "query: ", "passage": "passage: "}
+    path = write_catalog(tmp_path / "e5.toml", {**model("e5"), "prompts": prompts})
+    result = invoke(["catalog", "--catalog", str(path)], plugins="")
+    assert result.exit_code == 0, result.stderr
+    assert "  e5: prompts query = 'query: ', passage = 'passage: '" in result.stdout
+    doc = json.loads(invoke(["catalog", "--catalog", str(path), "--json"], plugins="").stdout)
+    assert {m["name"]: m["prompts"] for m in doc["models"]}["e5"] == prompts
+
+
 def test_catalog_option_and_environment_choose_the_catalog(tmp_path: Path) -> None:
     one = write_catalog(tmp_path / "one.toml", model("from-option", buckets=[16, 64]))
     two = write_catalog(tmp_path / "two.toml", model("from-env"))

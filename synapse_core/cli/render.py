@@ -137,6 +137,7 @@ def catalog_doc(catalog: Catalog) -> Doc:
                 "available": entry.available,
                 "problem": entry.problem,
                 "description": spec.description,
+                "prompts": dict(spec.prompts),
             }
         )
     return {"source": catalog.source, "models": models}
@@ -161,12 +162,22 @@ def catalog_lines(doc: Doc) -> list[str]:
         for m in doc["models"]
     ]
     header = ["model", "task", "transport", "lane", "ceiling", "buckets", "status"]
-    notes = [f"  {m['name']}: {m['description']}" for m in doc["models"] if m["description"]]
+    notes = [
+        f"  {m['name']}: {note}"
+        for m in doc["models"]
+        for note in (m["description"], _prompts_note(m["prompts"]))
+        if note
+    ]
     return [
         f"Catalog {doc['source']}:",
         *table(header, rows),
         *(["Notes:", *notes] if notes else []),
     ]
+
+
+def _prompts_note(prompts: dict[str, str]) -> str:
+    named = ", ".join(f"{name} = {text!r}" for name, text in prompts.items())
+    return f"prompts {named}" if named else ""
 
 
 # -- plugins ----------------------------------------------------------------------------
