@@ -40,24 +40,31 @@ class FutureEvent:
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self._loop = loop
-        self._future: asyncio.Future[None] = loop.create_future()
+        # Made by the first wait: a call's event is made before its request
+        # is written, and waited for only after.
+        self._future: asyncio.Future[None] | None = None
         self._set = False
 
     def set(self) -> None:
         if not self._set:
             self._set = True
-            if not self._future.done():  # a cancelled waiter cancels the future
-                self._future.set_result(None)
+            future = self._future
+            if future is not None and not future.done():  # a cancelled waiter cancels it
+                future.set_result(None)
 
     def is_set(self) -> bool:
         return self._set
 
+    def _waitable(self) -> asyncio.Future[None]:
+        future = self._future
+        if future is None or future.done():  # first wait, or an earlier waiter was cancelled
+            future = self._future = self._loop.create_future()
+        return future
+
     async def wait(self) -> None:
         if self._set:
             return
-        if self._future.done():  # an earlier waiter was cancelled
-            self._future = self._loop.create_future()
-        await self._future
+        await self._waitable()
 
     async def wait_for(self, seconds: float) -> bool:
         """Wait until set, at most ``seconds``; whether it was set.
@@ -67,9 +74,7 @@ class FutureEvent:
         """
         if self._set:
             return True
-        if self._future.done():  # an earlier waiter was cancelled, or timed out
-            self._future = self._loop.create_future()
-        future = self._future
+        future = self._waitable()
         timer = self._loop.call_later(seconds, _wake, future)
         try:
             await future
