@@ -78,9 +78,9 @@ class Host:
         the result's ``truncated`` lists the indexes cut.
         """
         call = self._call(model, "embed", texts, None, deadline, truncate)
+        tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
-        plan = call.plan
-        return EmbedResult(model, call.rows, call.identity, plan.truncated, plan.tokens)  # type: ignore[arg-type]
+        return EmbedResult(model, call.rows, call.identity, call.plan.truncated, tokens)  # type: ignore[arg-type]
 
     async def rerank(
         self,
@@ -98,10 +98,10 @@ class Host:
         ``truncated`` lists the indexes cut.
         """
         call = self._call(model, "rerank", documents, query, deadline, truncate)
+        tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
-        plan = call.plan
         scores = [row[0] for row in call.rows if row is not None]
-        return RerankResult(model, scores, call.identity, plan.truncated, plan.tokens)
+        return RerankResult(model, scores, call.identity, call.plan.truncated, tokens)
 
     async def load(self, model: str, *, deadline: Deadline | None = None) -> None:
         """Start the model's worker and wait for its hello; no inference."""
