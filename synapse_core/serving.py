@@ -7,11 +7,10 @@ later group starts. A healthy worker is never restarted for it.
 
 The caller gives the task a head start: before waking it, the caller takes
 whatever is free at once (permit, an admitted shape's lease, the channel's
-turn, guard) and writes the first request, recording the lease and the
-guard only after the write. There is no await in between, so nothing can
-cancel the hand-over halfway or see its order, and from then on the task
-owns it all exactly as if it had taken it; that bookkeeping and waking the
-task overlap the worker's compute instead of delaying the request.
+turn, guard) and writes the first request, recording lease and guard only
+after the write. With no await in between, nothing can cancel the hand-over
+halfway or see its order, and from then on the task owns it all as if it had
+taken it; that bookkeeping and waking the task overlap the worker's compute.
 """
 
 from __future__ import annotations

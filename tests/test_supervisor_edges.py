@@ -376,3 +376,30 @@ async def test_a_lease_watch_is_told_of_each_lease_once(make_model: Any, make_co
         supervisor.watch_leases(None)
         await host.embed("m", ["short"])
         assert len(seen) == 4
+
+
+async def test_a_lease_that_fails_after_its_request_left_recovers_the_worker(
+    make_model: Any, make_config: Any
+) -> None:
+    """The head start writes before it records the lease: if recording fails,
+    the reply already on its way must not be read as the next call's."""
+
+    class Broken:
+        def granted(self, lease: Any) -> None:
+            raise RuntimeError("watch broke")
+
+        def released(self, lease: Any) -> None:
+            pass
+
+    cfg = make_config(make_model("m"))
+    async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessFakeTransport())]) as host:
+        assert (await host.embed("m", ["warm the shape"])).vectors
+        supervisor = host.supervisors["fake:0"]
+        supervisor.watch_leases(Broken())
+        with pytest.raises(synapse.SynapseError, match="watch broke"):
+            await host.embed("m", ["x"])
+        supervisor.watch_leases(None)
+        with anyio.fail_after(10):
+            assert (await host.embed("m", ["y"])).vectors
+        snap = host.snapshot().worker("m")
+        assert (snap.generation, snap.restarts, snap.inflight) == (2, 1, 0)

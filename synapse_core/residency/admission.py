@@ -230,11 +230,15 @@ class Admission(Lifecycle):
         self, worker: Worker, shape: Shape, request: Callable[[int], Infer]
     ) -> tuple[Lease, Infer, Exchange] | None:
         """Lease ``shape`` and begin ``request(request_id)`` under it at once,
-        or ``None`` with nothing taken if either would have to wait.
+        or ``None`` if either would have to wait (nothing is held then, though
+        a request id and the request's encoding may be spent).
 
         The request is written before the lease's bookkeeping is done: with no
-        await in between nothing can tell the difference, and the worker's
-        compute then overlaps that bookkeeping instead of following it.
+        await in between no other task can tell the difference, and the
+        worker's compute then overlaps that bookkeeping instead of following
+        it. Should the bookkeeping fail (a lease watch that raises), the
+        written request's reply could only be misread by the next exchange:
+        the channel's turn is given back and the generation is recovered.
         """
         channel = worker.channel
         if (
@@ -251,7 +255,13 @@ class Admission(Lifecycle):
             raise _unsendable(exc) from None
         if exchange is None:
             return None
-        return self._grant(worker, worker.generation, shape), frame, exchange
+        try:
+            lease = self._grant(worker, worker.generation, shape)
+        except BaseException:
+            exchange.release()
+            self.report_fault(worker, worker.generation, "a lease failed after its request left")
+            raise
+        return lease, frame, exchange
 
     def _grant(self, worker: Worker, generation: int, shape: Shape) -> Lease:
         if worker.retiring:

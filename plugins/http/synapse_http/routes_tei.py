@@ -50,7 +50,8 @@ async def embed(request: Incoming, service: Service, body: EmbedRequest) -> Resp
     check_count(len(inputs), service.settings.max_inputs, "inputs")
     host = service.host
     model = model_of(request, None, service, "embed")
-    inputs = _prompted(service, model, body.prompt_name, inputs)
+    flat = len(inputs) == 1 and inputs[0] is body.inputs  # one input given as bare ids
+    inputs = _prompted(service, model, body.prompt_name, inputs, flat)
     check_dimensions(host, model, body.dimensions, None)
     result = await host.embed(
         model,
@@ -167,29 +168,34 @@ def _entry(service: Service, model: str) -> Entry:
     return entry
 
 
-def _prompted(service: Service, model: str, name: str | None, inputs: list[Given]) -> list[Given]:
+def _prompted(
+    service: Service, model: str, name: str | None, inputs: list[Given], flat: bool = False
+) -> list[Given]:
     """``inputs`` with the model's prompt ``name`` in front of each text, as
-    sentence-transformers applies its prompts. A blank text stays blank, so
-    it is still refused as empty; token ids cannot take a prompt's text."""
+    sentence-transformers applies its prompts. A text without tokens gets
+    none, so it is still refused as empty; token ids cannot take a prompt's
+    text (``flat``: the ids were the whole of ``$.inputs``)."""
     if name is None:
         return inputs
-    prompts = _entry(service, model).spec.prompts
-    prompt = prompts.get(name)
+    entry = _entry(service, model)
+    prompt = entry.spec.prompts.get(name)
     if prompt is None:
-        known = ", ".join(repr(p) for p in sorted(prompts)) or "none (the catalog gives it none)"
+        known = ", ".join(map(repr, sorted(entry.spec.prompts))) or "none in the catalog"
         raise invalid(
             f"$.prompt_name: model {model!r} has no prompt {name!r}; its prompts: {known}",
             "$.prompt_name",
             "unknown-prompt",
         )
+    tokenizer = entry.tokenizer
+    count = getattr(tokenizer, "count", None) or (lambda text: len(tokenizer.encode(text)))
     out: list[Given] = []
     for index, given in enumerate(inputs):
         if not isinstance(given, str):
+            field = "$.inputs" if flat else f"$.inputs[{index}]"
             raise invalid(
-                f"$.inputs[{index}] is token ids, which a prompt's text cannot be put in "
-                "front of; give the text, or the prompt's ids with the input's and no "
-                "prompt_name",
-                f"$.inputs[{index}]",
+                f"{field} is token ids, which a prompt's text cannot be put in front of; "
+                "give the text, or the prompt's ids with the input's and no prompt_name",
+                field,
             )
-        out.append(cast(Given, prompt + given) if given.strip() else given)
+        out.append(cast(Given, prompt + given) if count(given) else given)
     return out

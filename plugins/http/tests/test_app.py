@@ -152,10 +152,12 @@ async def test_a_prompt_named_by_the_request_goes_in_front_of_each_text() -> Non
         unknown = await http.post("/embed", json={"inputs": "x", "prompt_name": "passage"})
         assert unknown.status_code == 422
         assert unknown.json()["error_type"] == "unknown-prompt" and "'query'" in unknown.text
-        ids = await http.post("/embed", json={"inputs": [[5, 6]], "prompt_name": "query"})
-        assert ids.status_code == 422 and ids.json()["field"] == "$.inputs[0]"
-        # A blank text gets no prompt: it is refused as empty, with its index.
-        blank = await http.post("/embed", json={"inputs": ["a", " "], "prompt_name": "query"})
+        ids = await http.post("/embed", json={"inputs": ["a", [5, 6]], "prompt_name": "query"})
+        assert ids.status_code == 422 and ids.json()["field"] == "$.inputs[1]"
+        flat = await http.post("/embed", json={"inputs": [5, 6], "prompt_name": "query"})
+        assert flat.status_code == 422 and flat.json()["field"] == "$.inputs"
+        # A text without tokens gets no prompt: it is refused as empty, with its index.
+        blank = await http.post("/embed", json={"inputs": ["a", " \t"], "prompt_name": "query"})
         assert blank.status_code == 422
         assert blank.json()["error_type"] == "empty-sequence" and blank.json()["index"] == 1
         assert (await http.post("/embed", json={"inputs": "a"})).status_code == 200
