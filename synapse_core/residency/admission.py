@@ -55,6 +55,11 @@ from .policy import Evict as EvictDecision
 from .worker import Phase, Worker
 
 
+def _leasable(worker: Worker, shape: Shape) -> bool:
+    """Whether ``shape`` can be leased on ``worker`` now, without waiting."""
+    return worker.phase is Phase.READY and not worker.retiring and shape in worker.shapes
+
+
 def _unsendable(exc: WireError) -> ProtocolError:
     return ProtocolError(f"the request cannot be sent: {exc}; send fewer or shorter texts per call")
 
@@ -222,7 +227,7 @@ class Admission(Lifecycle):
     def try_lease(self, worker: Worker, shape: Shape) -> Lease | None:
         """The lease at once if ``worker`` is ready and ``shape`` admitted;
         otherwise ``None`` and :meth:`lease` does what waiting is needed."""
-        if worker.phase is Phase.READY and not worker.retiring and shape in worker.shapes:
+        if _leasable(worker, shape):
             return self._grant(worker, worker.generation, shape)
         return None
 
@@ -241,12 +246,7 @@ class Admission(Lifecycle):
         the channel's turn is given back and the generation is recovered.
         """
         channel = worker.channel
-        if (
-            worker.phase is not Phase.READY
-            or worker.retiring
-            or shape not in worker.shapes
-            or channel is None
-        ):
+        if channel is None or not _leasable(worker, shape):
             return None
         frame = request(next(self._ids))
         try:
