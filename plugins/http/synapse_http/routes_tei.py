@@ -104,11 +104,11 @@ async def tokenize(request: Incoming, service: Service, body: TokenizeRequest) -
 def _tokens(entry: Entry, text: str, special: bool) -> list[Token]:
     tokenizer = entry.tokenizer
     describe = getattr(tokenizer, "pieces", None)
-    if describe is None:
-        # A tokenizer that cannot say what its tokens are: their ids alone
-        # (it adds its special tokens itself, so none are shown).
-        return [Token(id=i, text="", special=False) for i in tokenizer.encode(text)]
-    pieces: list[TokenPiece] = describe(text, special)
+    # A tokenizer that cannot say what its tokens are gives their ids alone
+    # (it adds its special tokens itself, so none are shown).
+    pieces: list[TokenPiece] = (
+        describe(text, special) if describe else [TokenPiece(i, "") for i in tokenizer.encode(text)]
+    )
     return [
         Token(id=p.id, text=p.text, special=p.special, start=p.start, stop=p.stop) for p in pieces
     ]
