@@ -7,13 +7,19 @@ here. Both share this machine's cores with the worker, so the client's own
 CPU time per request is measured and reported beside the figures: the floor
 endpoint is driven by the same client, so its cost is in both sides of the
 throughput ratio. The load generator speaks HTTP/1.1 over kept-alive
-connections with pre-encoded requests, so that it costs as little as it can.
+connections with pre-encoded requests, so that it costs as little as it can:
+one request at a time from a blocking socket (the least a client can add to
+a request's time), many at once from an event loop. The single request's p50
+from the event loop's client is reported beside it
+(``http_p50_from_event_loop_us``): on this kind of machine that client's own
+wake-up adds about 100 µs, which is the client's and not the server's.
 """
 
 from __future__ import annotations
 
 import contextlib
 import re
+import socket
 import statistics
 import subprocess
 import sys
@@ -48,6 +54,23 @@ EMBED = post("/embed", b'{"inputs": "' + rig.SHORT_TEXT.encode() + b'"}')
 FLOOR = post("/floor", b'{"inputs": "' + rig.SHORT_TEXT.encode() + b'"}')
 
 
+def split_answer(buffer: bytes) -> tuple[bytes, bytes] | None:
+    """The body of the first whole answer in ``buffer`` and what follows it,
+    or None while it is incomplete; an answer other than 200 raises."""
+    end = buffer.find(b"\r\n\r\n")
+    if end < 0:
+        return None
+    head = buffer[:end]
+    if head[9:12] != b"200":
+        raise RuntimeError(f"benchmark request failed: {buffer[:400]!r}")
+    match = _LENGTH.search(head)
+    assert match is not None, head
+    stop = end + 4 + int(match[1])
+    if len(buffer) < stop:
+        return None
+    return buffer[end + 4 : stop], buffer[stop:]
+
+
 class Connection:
     """One kept-alive connection of the load generator; answers must be 200."""
 
@@ -62,21 +85,38 @@ class Connection:
     async def request(self, raw: bytes) -> bytes:
         await self.stream.send(raw)
         buffer = self.buffer
-        while (end := buffer.find(b"\r\n\r\n")) < 0:
+        while (answer := split_answer(buffer)) is None:
             buffer += await self.stream.receive()
-        head, rest = buffer[:end], buffer[end + 4 :]
-        if head[9:12] != b"200":
-            raise RuntimeError(f"benchmark request failed: {head[:200]!r} {rest[:200]!r}")
-        match = _LENGTH.search(head)
-        assert match is not None, head
-        length = int(match[1])
-        while len(rest) < length:
-            rest += await self.stream.receive()
-        self.buffer = rest[length:]
-        return rest[:length]
+        body, self.buffer = answer
+        return body
 
     async def aclose(self) -> None:
         await self.stream.aclose()
+
+
+class BlockingConnection:
+    """A kept-alive connection read with blocking calls, for one request at a
+    time: the least a client can add to a request's time (no event loop
+    wakes for the answer; the thread sleeps in ``recv`` until it is here)."""
+
+    def __init__(self, port: int) -> None:
+        self.socket = socket.create_connection(("127.0.0.1", port))
+        self.socket.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.buffer = b""
+
+    def request(self, raw: bytes) -> bytes:
+        self.socket.sendall(raw)
+        buffer = self.buffer
+        while (answer := split_answer(buffer)) is None:
+            data = self.socket.recv(65536)
+            if not data:
+                raise RuntimeError("the benchmark server closed the connection")
+            buffer += data
+        body, self.buffer = answer
+        return body
+
+    def close(self) -> None:
+        self.socket.close()
 
 
 @contextlib.contextmanager
@@ -112,6 +152,7 @@ def measure(mode: Mode) -> list[Figure]:
     parts = series.medians(
         "http_p50_us",
         "http_p99_us",
+        "http_p50_from_event_loop_us",
         "host_p50_us",
         "embed_requests_per_s",
         "floor_requests_per_s",
@@ -121,8 +162,8 @@ def measure(mode: Mode) -> list[Figure]:
         Figure(
             "http_overhead_ratio",
             "ratio",
-            "p50 of one short POST /embed over a kept-alive connection / p50 of host.embed of "
-            "the same text in-process (mock model)",
+            "p50 of one short POST /embed over a kept-alive connection from a blocking client / "
+            "p50 of host.embed of the same text in-process (mock model)",
             series.ratio("http_p50_us", "host_p50_us"),
             Target("<=", 3.0),
             parts,
@@ -145,23 +186,33 @@ async def _measure(mode: Mode, port: int) -> Series:
     async with open_host(rig.config(), plugins=rig.plugins()) as host:
         await rig.warm(host)
         texts = [rig.SHORT_TEXT]
-        # One connection per repetition: the server closes connections idle
-        # for 5 s (uvicorn's keep-alive timeout), as the throughput rounds leave it.
-        single: list[Connection] = []
+        # One connection of each kind per repetition: the server closes
+        # connections idle for 5 s (uvicorn's keep-alive timeout), as the
+        # throughput rounds leave them.
+        single: list[BlockingConnection] = []
+        looped: list[Connection] = []
 
         async def over_http() -> None:
-            await single[-1].request(EMBED)
+            single[-1].request(EMBED)  # blocks the loop: nothing else runs meanwhile
+
+        async def over_http_from_loop() -> None:
+            await looped[-1].request(EMBED)
 
         async def in_process() -> None:
             await host.embed(rig.MODEL, texts)
 
         for rep in range(mode.repetitions):
-            single.append(await Connection.open(port))
+            single.append(BlockingConnection(port))
+            looped.append(await Connection.open(port))
             for _ in range(20):
                 await over_http()
-            http_p50, host_p50 = await rotating_p50([over_http, in_process], mode.latency_samples)
+                await over_http_from_loop()
+            http_p50, host_p50, looped_p50 = await rotating_p50(
+                [over_http, in_process, over_http_from_loop], mode.latency_samples
+            )
             tail = await _p99(over_http, mode.latency_samples)
-            await single[-1].aclose()
+            single[-1].close()
+            await looped[-1].aclose()
             rates: dict[str, float] = {}
             cpu: list[float] = []
             for name in ("embed", "floor") if rep % 2 == 0 else ("floor", "embed"):
@@ -172,6 +223,7 @@ async def _measure(mode: Mode, port: int) -> Series:
             series.add(
                 http_p50_us=http_p50,
                 host_p50_us=host_p50,
+                http_p50_from_event_loop_us=looped_p50,
                 http_p99_us=tail,
                 embed_requests_per_s=rates["embed"],
                 floor_requests_per_s=rates["floor"],
