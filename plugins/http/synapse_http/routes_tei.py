@@ -7,6 +7,8 @@ model, or the one named by ``?model=`` or the ``X-Synapse-Model`` header.
 
 from __future__ import annotations
 
+import itertools
+from collections.abc import Callable
 from typing import TypeVar, cast
 
 from starlette.requests import Request
@@ -92,7 +94,8 @@ async def rerank(request: Incoming, service: Service, body: RerankRequest) -> Re
 @post(TokenizeRequest)
 async def tokenize(request: Incoming, service: Service, body: TokenizeRequest) -> Response:
     """Token ids as the model's tokenizer gives them; the text of each token
-    and its character span where the tokenizer can tell them."""
+    and its span in the text's UTF-8 bytes (as TEI's) where the tokenizer
+    can tell them."""
     texts = [body.inputs] if isinstance(body.inputs, str) else body.inputs
     check_count(len(texts), service.settings.max_inputs, "inputs")
     model = model_of(request, None, service, "embed")
@@ -109,9 +112,26 @@ def _tokens(entry: Entry, text: str, special: bool) -> list[Token]:
     pieces: list[TokenPiece] = (
         describe(text, special) if describe else [TokenPiece(i, "") for i in tokenizer.encode(text)]
     )
+    at = _byte_offsets(text)
     return [
-        Token(id=p.id, text=p.text, special=p.special, start=p.start, stop=p.stop) for p in pieces
+        Token(
+            id=p.id,
+            text=p.text,
+            special=p.special,
+            start=None if p.start is None else at(p.start),
+            stop=None if p.stop is None else at(p.stop),
+        )
+        for p in pieces
     ]
+
+
+def _byte_offsets(text: str) -> Callable[[int], int]:
+    """Character index to UTF-8 byte offset in ``text``: TEI's spans count
+    bytes (its tokenizer's offsets), where a piece's count characters."""
+    if text.isascii():
+        return lambda index: index
+    before = [0, *itertools.accumulate(len(c.encode("utf-8", "surrogatepass")) for c in text)]
+    return before.__getitem__
 
 
 async def info(request: Request) -> Response:

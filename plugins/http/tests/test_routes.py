@@ -152,6 +152,14 @@ def test_tokenize_info_and_health(http: httpx.Client, server: Server) -> None:
     assert [t["text"] for t in tokens[0]] == ["[CLS]", "Hello", ",", "world", "[SEP]"]
     assert [t["special"] for t in tokens[0]] == [True, False, False, False, True]
     assert (tokens[0][1]["start"], tokens[0][1]["stop"]) == (0, 5)
+    # Spans count the text's UTF-8 bytes, as TEI's do.
+    text = "h\u00e9llo \u65e5\u672c"
+    words = http.post("/tokenize", json={"inputs": text}).json()[0][1:-1]
+    assert [(t["start"], t["stop"]) for t in words] == [(0, 6), (7, 13)]
+    assert [text.encode()[t["start"] : t["stop"]].decode() for t in words] == [
+        "h\u00e9llo",
+        "\u65e5\u672c",
+    ]
     # Lower-casing U+0130 makes two tokens of one character: ids, without spans.
     dotted = http.post("/tokenize", json={"inputs": "\u0130stanbul"})
     assert dotted.status_code == 200
