@@ -24,6 +24,7 @@ from synapse_core.plugins import PluginHost
 from synapse_core.residency.lane import Backlog, Lane
 from synapse_core.residency.worker import Worker
 from synapse_core.serving import CallRunner
+from synapse_core.steps import plan_steps
 from synapse_core.wire import Hello
 
 from . import rig
@@ -85,18 +86,18 @@ def future_events() -> Callable[[], OneShot]:
 
 
 def steps_pair(samples: int) -> list[float]:
-    """p50 (µs) of ``CallRunner._steps`` for one short text, with the worker's
+    """p50 (µs) of ``plan_steps`` for one short text, with the worker's
     remembered bucket choice and without it (asked again every call)."""
     runner, worker, call = steps_rig()
-    runner._steps(call, worker)  # remembered from now on
+    plan_steps(call.plan, worker, runner.plugins)  # remembered from now on
 
     def remembered() -> object:
         worker.selection = worker.selection
-        return runner._steps(call, worker)
+        return plan_steps(call.plan, worker, runner.plugins)
 
     def asked_again() -> object:
         worker.selection = None
-        return runner._steps(call, worker)
+        return plan_steps(call.plan, worker, runner.plugins)
 
     return _sync_pair([remembered, asked_again], samples)
 
@@ -105,7 +106,7 @@ def bucket_pair(samples: int) -> list[float]:
     """p50 (µs) of one bucket choice: Synapse's own hook called directly with
     its choice kept per length, and the same hook through pluggy."""
     runner, worker, call = steps_rig()
-    runner._steps(call, worker)
+    plan_steps(call.plan, worker, runner.plugins)
     direct = worker.selection
     assert direct is not None
     hooked = through_pluggy(direct, runner.plugins, worker.spec).select

@@ -58,10 +58,16 @@ class Switch:
             self.on = lambda: setattr(runners, "submit", pooled)
             self.off = lambda: setattr(runners, "submit", spawn)
         elif name == "head_start":
-            start = runner.start
+            start, head_start = runner.start, runner.head_start
             late = no_head_start(runner)
-            self.on = lambda: setattr(runner, "start", start)
-            self.off = lambda: setattr(runner, "start", late)
+
+            def on() -> None:
+                runner.start, runner.head_start = start, head_start  # type: ignore[method-assign]
+
+            def off() -> None:
+                runner.start, runner.head_start = late, no_request  # type: ignore[method-assign,assignment]
+
+            self.on, self.off = on, off
         elif name == "remembered_buckets":
             self.on = lambda: setattr(worker, "selection", worker.selection)
             self.off = lambda: setattr(worker, "selection", None)
@@ -88,11 +94,16 @@ def no_head_start(runner: CallRunner) -> Callable[..., bool]:
     """``CallRunner.start`` without the head start: only the overload check
     stays in the caller's task; the detached task takes everything."""
 
-    def start(call: Any, supervisor: Any, worker: Any) -> bool:
+    def start(call: Any, supervisor: Any, worker: Any, head: Any = None) -> bool:
         runner.check_room()
         return True
 
     return start
+
+
+def no_request(*args: Any) -> None:
+    """``CallRunner.head_start`` that never writes (with :func:`no_head_start`)."""
+    return None
 
 
 def through_pluggy(selection: Selection, plugins: PluginHost, spec: ModelSpec) -> Selection:
@@ -133,6 +144,7 @@ def switched_off(host: Host, names: Sequence[str]) -> Iterator[None]:
             saved.append(_patch(runners, "submit", task_per_call(runners.tg, runner)))
         elif name == "head_start":
             saved.append(_patch(runner, "start", no_head_start(runner)))
+            saved.append(_patch(runner, "head_start", no_request))
         elif name == "remembered_buckets":
             # Every worker forgets its choice as soon as it is made.
             saved.append(_patch(Worker, "remember", lambda _worker, selection: selection))

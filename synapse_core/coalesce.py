@@ -132,10 +132,9 @@ class Coalescer:
         self._closed: SynapseError | None = None
 
     @staticmethod
-    def joins(call: Call) -> bool:
-        """Whether ``call`` may be served with others: an embed call whose
-        inputs are all encoded already."""
-        plan = call.plan
+    def joins(plan: Plan) -> bool:
+        """Whether a call of ``plan`` may be served with others: an embed call
+        whose inputs are all encoded already."""
         return plan.task == "embed" and all(item.ids is not None for item in plan.items)
 
     def submit(self, call: Call) -> None:

@@ -196,29 +196,38 @@ class Host:
         entry = self.catalog.entry(model, task)
         plan: Plan = plan_call(entry, texts, query, truncate)
         self._check_not_retired(model)
-        call = Call.new(plan, deadline or Deadline.never(), self._runners.event())
-        if self.config.coalesce and Coalescer.joins(call):
+        deadline = deadline or Deadline.never()
+        if self.config.coalesce and Coalescer.joins(plan):
+            call = Call.new(plan, deadline, self._runners.event())
             self._coalescer(model).submit(call)
-        else:
-            self._launch(call)
-        return call
+            return call
+        return self._start(plan, deadline)
 
     def _launch(self, call: Call) -> None:
-        """Start ``call``: its head start now, its detached task next."""
-        model = call.plan.model
+        """Start ``call``, made already: queued to be coalesced, or coalesced."""
         if call.admitted:  # queued, so it may start after a retire (_call checked the rest)
-            self._check_not_retired(model)
+            self._check_not_retired(call.plan.model)
+        self._start(call.plan, call.deadline, call)
+
+    def _start(self, plan: Plan, deadline: Deadline, call: Call | None = None) -> Call:
+        """Start a call of ``plan`` (``call``, or a new one): its head start
+        now, its detached task next. The first request is written before a
+        new call's record is made, which then overlaps the worker's compute."""
         runner = self._runner
-        worker = self._workers.get(model)
+        worker = self._workers.get(plan.model)
         if worker is None or worker.phase is Phase.EXITED:
-            if not call.admitted:
+            if call is None or not call.admitted:
                 runner.check_room()  # a refused call leaves no worker record behind
-            worker = self._worker(self.catalog.entries[model])
+            worker = self._worker(self.catalog.entries[plan.model])
         sup = self.supervisors[worker.lane.info.lane_id]
-        if not runner.start(call, sup, worker):
+        head = runner.head_start(plan, deadline, sup, worker)
+        if call is None:
+            call = Call.new(plan, deadline, self._runners.event())
+        if not runner.start(call, sup, worker, head):
             assert call.error is not None
             raise call.error  # before any await, as a refusal of the plan is
         self._runners.submit((call, sup, worker))
+        return call
 
     def _coalescer(self, model: str) -> Coalescer:
         coalescer = self._coalescers.get(model)

@@ -7,7 +7,8 @@ later group starts. A healthy worker is never restarted for it.
 
 The caller gives the task a head start: before waking it, the caller takes
 whatever is free at once (permit, an admitted shape's lease, the channel's
-turn, guard) and writes the first request, recording lease and guard only
+turn, guard). When all of it is free, the first request is written first,
+before the call's record is made, and permit, lease and guard are recorded
 after the write. With no await in between, nothing can cancel the hand-over
 halfway or see its order, and from then on the task owns it all as if it had
 taken it; that bookkeeping and waking the task overlap the worker's compute.
@@ -16,13 +17,12 @@ taken it; that bookkeeping and waking the task overlap the worker's compute.
 from __future__ import annotations
 
 import math
-from typing import cast
 
 import anyio
 
 from .call import Call
 from .channel import Exchange
-from .deadline import Clock, wait_bounded
+from .deadline import Clock, Deadline, wait_bounded
 from .errors import (
     CallerGone,
     DeadlineExceeded,
@@ -36,11 +36,12 @@ from .errors import (
     WorkerFault,
 )
 from .handoff import FutureEvent
-from .plan import Group, group_by_bucket, over_ceiling
+from .plan import Group, Plan
 from .plugins import PluginHost
 from .residency.supervisor import Backlog, Lease, Supervisor
-from .residency.worker import Phase, Selection, Worker
-from .wire import Frame, Infer, Output, Shape, expect_output, rows_of
+from .residency.worker import Phase, Worker
+from .steps import HeadStart, infer_request, plan_steps, step_shape, store_rows
+from .wire import Frame, Infer, Output, expect_output
 
 
 class CallRunner:
@@ -59,6 +60,8 @@ class CallRunner:
         self.permits = permits
         self.backlog = backlog
         self.max_waiting = max_waiting
+        #: calls in :meth:`_take_permit`: while any waits, no call starts ahead of it
+        self.permit_waiters = 0
 
     async def wait(self, call: Call) -> None:
         """The caller's side: wait for the result within the deadline, and
@@ -83,21 +86,59 @@ class CallRunner:
         if call.error is not None:
             raise call.error
 
-    def start(self, call: Call, supervisor: Supervisor, worker: Worker) -> bool:
-        """The head start, in the caller's task before the detached task wakes:
-        take what is free now and begin the first request.
+    def head_start(
+        self, plan: Plan, deadline: Deadline, supervisor: Supervisor, worker: Worker
+    ) -> HeadStart | Exception | None:
+        """Write a call's first request now, before its record is made, if
+        nothing has to wait: a permit free with no call waiting for one, the
+        worker ready, the first shape leasable and the channel idle.
 
-        Synchronous, so nothing cancels it halfway; what it takes belongs to
-        the call from then on, and :meth:`run` carries on from where it
-        stopped (the first thing that would have to wait). Waking the
-        detached task then overlaps the worker's compute. Returns False when
-        the call already ended with an error (in ``call.error``).
-
-        The permit is taken, or the call counted as waiting for it, here and
-        not in the detached task: calls arriving in one burst see each other,
-        and one that would make more than ``max_waiting`` calls wait is
-        refused with :class:`Overloaded` before it holds anything.
+        Returns what was begun, for :meth:`start` with the call made after
+        it; ``None`` if something would have to wait (nothing written); or
+        the exception raised before anything was written (a plan the
+        worker's buckets refuse, say), for :meth:`start` to end the call with.
         """
+        if (
+            self.permit_waiters
+            or self.permits.available_tokens < 1
+            or worker.phase is not Phase.READY
+            or worker.retiring
+            or deadline.expired(self.clock)
+        ):
+            return None
+        try:
+            steps = plan_steps(plan, worker, self.plugins)
+            step = steps[0]
+            shape = step_shape(worker, step)
+            begun = supervisor.begin_now(
+                worker, shape, lambda request_id: infer_request(plan, request_id, shape, step)
+            )
+        except Exception as exc:
+            return exc
+        return None if begun is None else HeadStart(steps, shape, *begun)
+
+    def start(
+        self,
+        call: Call,
+        supervisor: Supervisor,
+        worker: Worker,
+        head: HeadStart | Exception | None = None,
+    ) -> bool:
+        """The rest of the head start, before the detached task wakes: take
+        for ``call`` what is free now (synchronous: nothing cancels it halfway).
+
+        After :meth:`head_start` wrote, that is permit, lease and guard.
+        Otherwise the permit, or the call counts as waiting for it (or is
+        refused with :class:`Overloaded` before it holds anything: calls
+        arriving in one burst see each other here), and an admitted shape's
+        lease. :meth:`run` carries on from there. False when the call
+        already ended with an error (in ``call.error``).
+        """
+        if isinstance(head, HeadStart):
+            return self._record_head_start(call, supervisor, worker, head)
+        if head is not None:
+            self._end(call, supervisor, worker, head)
+            return False
         try:
             self.permits.acquire_on_behalf_of_nowait(call)
         except anyio.WouldBlock:
@@ -108,21 +149,30 @@ class CallRunner:
         if worker.phase is not Phase.READY or worker.retiring or call.deadline.expired(self.clock):
             return True
         try:
-            steps = call.steps = self._steps(call, worker)
-            step = steps[0]
-            shape = self._shape(worker, step)
-            begun = supervisor.lease_and_begin_now(
-                worker, shape, lambda request_id: self._infer(call, request_id, shape, step)
-            )
-            # From here on the worker computes while the call is recorded.
-            if begun is not None:
-                call.lease, request, exchange = begun
-                call.begun = (request, exchange)
-            else:
-                call.lease = supervisor.try_lease(worker, shape)
+            steps = call.steps = plan_steps(call.plan, worker, self.plugins)
+            call.lease = supervisor.try_lease(worker, step_shape(worker, steps[0]))
         except Exception as exc:
             self._end(call, supervisor, worker, exc)
             return False
+        worker.enter()
+        call.entered = True
+        return True
+
+    def _record_head_start(
+        self, call: Call, supervisor: Supervisor, worker: Worker, head: HeadStart
+    ) -> bool:
+        """Give ``call`` the request :meth:`head_start` wrote, with the permit
+        and lease it found free (nothing has run since)."""
+        try:
+            self.permits.acquire_on_behalf_of_nowait(call)
+            call.permit = True
+            call.lease = supervisor.lease_begun(worker, head.shape)
+        except Exception as exc:
+            supervisor.drop_begun(worker, head.exchange, f"a call's records failed: {exc!r}")
+            self._end(call, supervisor, worker, exc)
+            return False
+        call.steps = head.steps
+        call.begun = (head.request, head.exchange)
         worker.enter()
         call.entered = True
         return True
@@ -205,59 +255,19 @@ class CallRunner:
         if not call.queued:
             self.backlog.waiting += 1
             call.queued = True
-        await wait_bounded(
-            lambda: self.permits.acquire_on_behalf_of(call),
-            call.deadline,
-            self.clock,
-            DeadlineExceeded("deadline passed waiting for an execution permit"),
-        )
+        self.permit_waiters += 1
+        try:
+            await wait_bounded(
+                lambda: self.permits.acquire_on_behalf_of(call),
+                call.deadline,
+                self.clock,
+                DeadlineExceeded("deadline passed waiting for an execution permit"),
+            )
+        finally:
+            self.permit_waiters -= 1
         call.permit = True
         call.queued = False
         self.dequeue()
-
-    def _steps(self, call: Call, worker: Worker) -> list[Group]:
-        """The call's requests, smallest bucket first: batch-sized chunks of its groups."""
-        plan = call.plan
-        hello = worker.hello
-        assert hello is not None
-        selection = worker.selection
-        if (
-            selection is None
-            or selection.hello is not hello
-            or selection.plugins_version != self.plugins.version
-        ):
-            selection = worker.remember(
-                Selection(
-                    hello,
-                    self.plugins.version,
-                    self.plugins.bucket_selector(hello.buckets, worker.spec),
-                    worker.ceiling,
-                )
-            )
-        longest = plan.longest
-        if longest.length > selection.ceiling:
-            raise over_ceiling(plan.model, longest, selection.ceiling, pair=plan.query is not None)
-        return group_by_bucket(plan.items, selection.select, hello.max_batch)
-
-    @staticmethod
-    def _shape(worker: Worker, step: Group) -> Shape:
-        assert worker.hello is not None
-        return Shape(step.bucket, worker.hello.max_batch)
-
-    @classmethod
-    def _request(cls, call: Call, supervisor: Supervisor, lease: Lease, step: Group) -> Infer:
-        return cls._infer(call, supervisor.next_request_id(), lease.shape, step)
-
-    @staticmethod
-    def _infer(call: Call, request_id: int, shape: Shape, step: Group) -> Infer:
-        plan = call.plan
-        return Infer(
-            request_id,
-            shape,
-            plan.task,  # type: ignore[arg-type]
-            plan.encode(step.items),
-            plan.query,
-        )
 
     async def _serve(self, call: Call, supervisor: Supervisor, worker: Worker) -> None:
         """Each step in turn: begin its request (unless the head start did),
@@ -266,7 +276,7 @@ class CallRunner:
         plan = call.plan
         if call.steps is None:
             await supervisor.wait_ready(worker, call.deadline)
-            call.steps = self._steps(call, worker)
+            call.steps = plan_steps(call.plan, worker, self.plugins)
         steps = call.steps
         hello = worker.hello
         assert hello is not None
@@ -282,7 +292,7 @@ class CallRunner:
             assert lease is not None and begun is not None
             # While this request runs: store the last reply's rows, encode the next.
             if checked is not None:
-                self._store(call, *checked)
+                store_rows(call, *checked)
                 checked = None
             if index + 1 < len(steps):
                 plan.encode_ahead(steps[index + 1].items)
@@ -293,7 +303,7 @@ class CallRunner:
                 reply = exc
             checked = (step, self._finish_step(call, supervisor, worker, request, reply, width))
         if checked is not None:
-            self._store(call, *checked)
+            store_rows(call, *checked)
         call.identity = hello.identity
 
     async def _begin_step(
@@ -301,7 +311,7 @@ class CallRunner:
     ) -> bool:
         """Lease ``step``'s shape (one lease at a time) and begin its request,
         within the deadline; False if the caller gave up before it was sent."""
-        shape = self._shape(worker, step)
+        shape = step_shape(worker, step)
         lease = call.lease
         if lease is not None and lease.shape != shape:
             supervisor.release(lease)  # one lease at a time
@@ -316,7 +326,7 @@ class CallRunner:
             self._check_deadline(call, "during admission; no inference was sent")
             if call.is_abandoned():
                 return False
-        request = self._request(call, supervisor, lease, step)
+        request = infer_request(call.plan, supervisor.next_request_id(), lease.shape, step)
         try:
             call.begun = (request, await self._begin(call, supervisor, lease, request))
         except CallerGone:
@@ -365,16 +375,6 @@ class CallRunner:
                 f"({fault.reason}); it may have run and is not replayed"
             )
         return WorkerFault(f"worker for {model!r} failed: {fault.reason}; retry the call")
-
-    @staticmethod
-    def _store(call: Call, step: Group, output: Output) -> None:
-        rows = rows_of(output)
-        if len(rows) == len(call.rows):
-            # One request held every input, in input order.
-            call.rows = cast(list[list[float] | None], rows)
-            return
-        for item, row in zip(step.items, rows, strict=True):
-            call.rows[item.index] = row
 
     async def _begin(
         self, call: Call, supervisor: Supervisor, lease: Lease, request: Infer

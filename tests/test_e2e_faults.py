@@ -90,14 +90,14 @@ async def test_fault_of_a_request_begun_by_the_caller_is_not_replayed(
     """A warm call's request leaves from the caller's task (the head start);
     its fault is handled by the detached task exactly like any other."""
     begun: list[bool] = []
-    original = Supervisor.lease_and_begin_now
+    original = Supervisor.begin_now
 
     def spy(sup: Supervisor, worker: Any, shape: Any, request: Any) -> Any:
-        leased = original(sup, worker, shape, request)
-        begun.append(leased is not None and leased[2].written)
-        return leased
+        started = original(sup, worker, shape, request)
+        begun.append(started is not None and started[1].written)
+        return started
 
-    monkeypatch.setattr(Supervisor, "lease_and_begin_now", spy)
+    monkeypatch.setattr(Supervisor, "begin_now", spy)
     trace = tmp_path / "trace.jsonl"
     faults = {knob: 2, "only_generation": 1}
     cfg = make_config(

@@ -25,6 +25,7 @@ from benchmarks import shortcuts
 from benchmarks.harness import SMOKE
 from benchmarks.shortcut_switches import CONTROL, SHORTCUTS, applies, through_pluggy
 from synapse_core.handoff import OneShot
+from synapse_core.steps import plan_steps
 
 #: hand-offs per timed round (one is too short to time)
 HANDOFFS = 200
@@ -33,14 +34,14 @@ HANDOFFS = 200
 @pytest.mark.parametrize("variant", ["with", "without"])
 def test_remembered_bucket_choice(benchmark: Any, variant: str) -> None:
     runner, worker, call = pieces.steps_rig()
-    runner._steps(call, worker)
+    plan_steps(call.plan, worker, runner.plugins)
     benchmark.group = "remembered_buckets"
     forget = variant == "without"
 
     def steps() -> object:
         if forget:
             worker.selection = None
-        return runner._steps(call, worker)
+        return plan_steps(call.plan, worker, runner.plugins)
 
     assert len(benchmark(steps)) == 1
 
@@ -48,7 +49,7 @@ def test_remembered_bucket_choice(benchmark: Any, variant: str) -> None:
 @pytest.mark.parametrize("variant", ["with", "without"])
 def test_direct_bucket_hook(benchmark: Any, variant: str) -> None:
     runner, worker, call = pieces.steps_rig()
-    runner._steps(call, worker)
+    plan_steps(call.plan, worker, runner.plugins)
     benchmark.group = "direct_bucket_hook"
     assert worker.selection is not None and worker.hello is not None
     length = call.plan.longest.length

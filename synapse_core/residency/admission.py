@@ -231,19 +231,18 @@ class Admission(Lifecycle):
             return self._grant(worker, worker.generation, shape)
         return None
 
-    def lease_and_begin_now(
+    def begin_now(
         self, worker: Worker, shape: Shape, request: Callable[[int], Infer]
-    ) -> tuple[Lease, Infer, Exchange] | None:
-        """Lease ``shape`` and begin ``request(request_id)`` under it at once,
-        or ``None`` if either would have to wait (nothing is held then, though
-        a request id and the request's encoding may be spent).
+    ) -> tuple[Infer, Exchange] | None:
+        """Begin ``request(request_id)`` at once if ``shape`` could be leased
+        now and the channel is idle; ``None`` (nothing written, though a
+        request id and the request's encoding may be spent) if either would
+        have to wait.
 
-        The request is written before the lease's bookkeeping is done: with no
-        await in between no other task can tell the difference, and the
-        worker's compute then overlaps that bookkeeping instead of following
-        it. Should the bookkeeping fail (a lease watch that raises), the
-        written request's reply could only be misread by the next exchange:
-        the channel's turn is given back and the generation is recovered.
+        The lease is not taken here: its caller takes it with
+        :meth:`lease_begun` once its own records are made, with no await in
+        between, so that no other task can tell the difference and the
+        worker's compute overlaps that bookkeeping instead of following it.
         """
         channel = worker.channel
         if channel is None or not _leasable(worker, shape):
@@ -255,13 +254,18 @@ class Admission(Lifecycle):
             raise _unsendable(exc) from None
         if exchange is None:
             return None
-        try:
-            lease = self._grant(worker, worker.generation, shape)
-        except BaseException:
-            exchange.release()
-            self.report_fault(worker, worker.generation, "a lease failed after its request left")
-            raise
-        return lease, frame, exchange
+        return frame, exchange
+
+    def lease_begun(self, worker: Worker, shape: Shape) -> Lease:
+        """The lease of a request :meth:`begin_now` wrote, before any await."""
+        return self._grant(worker, worker.generation, shape)
+
+    def drop_begun(self, worker: Worker, exchange: Exchange, why: str) -> None:
+        """A request was written but its reply will not be read (the records
+        of its call failed): give the channel's turn back and recover the
+        generation, whose next exchange would otherwise misread that reply."""
+        exchange.release()
+        self.report_fault(worker, worker.generation, why)
 
     def _grant(self, worker: Worker, generation: int, shape: Shape) -> Lease:
         if worker.retiring:
