@@ -24,8 +24,9 @@ The shortcuts, and what stands in for each when it is switched off:
   hello and plugin set (``Worker.selection``); without, every call asks the
   plugins for a selector again.
 - ``head_start``: the caller takes permit, guard, lease and channel turn and
-  writes the first request before the detached task wakes
-  (``CallRunner.start``); without, the detached task takes everything.
+  writes the first request before the detached task wakes (before the
+  call's record, when all of it is free: ``CallRunner.head_start``, then
+  ``CallRunner.start``); without, the detached task takes everything.
 - ``direct_bucket_hook``: with only Synapse's own bucket hook registered,
   it is called directly and its choice kept per length; without, every
   sequence's bucket is asked of pluggy's hook caller.

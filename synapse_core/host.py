@@ -221,6 +221,8 @@ class Host:
             worker = self._worker(self.catalog.entries[plan.model])
         sup = self.supervisors[worker.lane.info.lane_id]
         head = runner.head_start(plan, deadline, sup, worker)
+        # Nothing that can fail goes here: a request written and never
+        # recorded would keep the channel's turn.
         if call is None:
             call = Call.new(plan, deadline, self._runners.event())
         if not runner.start(call, sup, worker, head):

@@ -60,7 +60,8 @@ class CallRunner:
         self.permits = permits
         self.backlog = backlog
         self.max_waiting = max_waiting
-        #: calls in :meth:`_take_permit`: while any waits, no call starts ahead of it
+        #: calls counted as waiting for a permit (``call.queued``), from the
+        #: head start on: while any waits, no new call takes one ahead of it
         self.permit_waiters = 0
 
     async def wait(self, call: Call) -> None:
@@ -89,15 +90,11 @@ class CallRunner:
     def head_start(
         self, plan: Plan, deadline: Deadline, supervisor: Supervisor, worker: Worker
     ) -> HeadStart | Exception | None:
-        """Write a call's first request now, before its record is made, if
-        nothing has to wait: a permit free with no call waiting for one, the
-        worker ready, the first shape leasable and the channel idle.
-
-        Returns what was begun, for :meth:`start` with the call made after
-        it; ``None`` if something would have to wait (nothing written); or
-        the exception raised before anything was written (a plan the
-        worker's buckets refuse, say), for :meth:`start` to end the call with.
-        """
+        """Write a call's first request before its record is made, if nothing
+        has to wait (a permit free with no call waiting for one, the worker
+        ready, the shape leasable, the channel idle). Returns what was begun,
+        for :meth:`start`; ``None`` (nothing written); or the exception raised
+        before anything was written, for :meth:`start` to end the call with."""
         if (
             self.permit_waiters
             or self.permits.available_tokens < 1
@@ -140,10 +137,12 @@ class CallRunner:
             self._end(call, supervisor, worker, head)
             return False
         try:
+            if self.permit_waiters:
+                raise anyio.WouldBlock  # first come, first served
             self.permits.acquire_on_behalf_of_nowait(call)
         except anyio.WouldBlock:
             self.enqueue(call.admitted)  # or Overloaded, before the call holds anything
-            call.queued = True
+            self._queue_for_permit(call)
             return True
         call.permit = True
         if worker.phase is not Phase.READY or worker.retiring or call.deadline.expired(self.clock):
@@ -168,8 +167,10 @@ class CallRunner:
             call.permit = True
             call.lease = supervisor.lease_begun(worker, head.shape)
         except Exception as exc:
-            supervisor.drop_begun(worker, head.exchange, f"a call's records failed: {exc!r}")
-            self._end(call, supervisor, worker, exc)
+            try:
+                supervisor.drop_begun(worker, head.exchange, f"a call's records failed: {exc!r}")
+            finally:
+                self._end(call, supervisor, worker, exc)
             return False
         call.steps = head.steps
         call.begun = (head.request, head.exchange)
@@ -178,8 +179,7 @@ class CallRunner:
         return True
 
     def check_room(self) -> None:
-        """Raise :class:`Overloaded` if a call arriving now would be refused
-        (for a caller about to create state for a call, before it does)."""
+        """Raise :class:`Overloaded` if a call arriving now would be refused."""
         if self.backlog.waiting >= self.max_waiting and self.permits.available_tokens < 1:
             raise self._overloaded()
 
@@ -194,10 +194,8 @@ class CallRunner:
         self.backlog.waiting -= 1
 
     def _overloaded(self) -> Overloaded:
-        return Overloaded(
-            f"{self.backlog.waiting} calls are already waiting (max_waiting = "
-            f"{self.max_waiting}); retry later"
-        )
+        n, cap = self.backlog.waiting, self.max_waiting
+        return Overloaded(f"{n} calls are already waiting (max_waiting = {cap}); retry later")
 
     async def run(self, call: Call, supervisor: Supervisor, worker: Worker) -> None:
         """The detached task. Every outcome ends in ``call``; only the task's own
@@ -241,8 +239,7 @@ class CallRunner:
             call.permit = False
             self.permits.release_on_behalf_of(call)
         elif call.queued:
-            call.queued = False
-            self.dequeue()
+            self._unqueue(call)
         if isinstance(error, SynapseError):
             call.fail(error)
         elif error is not None:  # a bug must not take the host's task group down
@@ -254,19 +251,21 @@ class CallRunner:
         a call counted as waiting (``call.queued``) since its head start."""
         if not call.queued:
             self.backlog.waiting += 1
-            call.queued = True
-        self.permit_waiters += 1
-        try:
-            await wait_bounded(
-                lambda: self.permits.acquire_on_behalf_of(call),
-                call.deadline,
-                self.clock,
-                DeadlineExceeded("deadline passed waiting for an execution permit"),
-            )
-        finally:
-            self.permit_waiters -= 1
+            self._queue_for_permit(call)
+        await wait_bounded(
+            lambda: self.permits.acquire_on_behalf_of(call),
+            call.deadline,
+            self.clock,
+            DeadlineExceeded("deadline passed waiting for an execution permit"),
+        )
         call.permit = True
-        call.queued = False
+        self._unqueue(call)
+
+    def _queue_for_permit(self, call: Call) -> None:
+        call.queued, self.permit_waiters = True, self.permit_waiters + 1
+
+    def _unqueue(self, call: Call) -> None:
+        call.queued, self.permit_waiters = False, self.permit_waiters - 1
         self.dequeue()
 
     async def _serve(self, call: Call, supervisor: Supervisor, worker: Worker) -> None:

@@ -110,3 +110,27 @@ async def test_a_call_refused_as_overloaded_creates_no_worker_record(
                 gate.armed = lambda model, frame: False
                 gate.release.set()
         assert len(transport.launches) == 1
+
+
+async def test_a_call_waiting_for_the_permit_keeps_its_place_when_the_permit_frees(
+    make_model: Any, make_config: Any
+) -> None:
+    """First come, first served: a call counted as waiting for the permit is
+    not overtaken by a later call when the permit frees before the waiting
+    call's detached task has run (the later call neither takes the permit
+    nor writes its request ahead of it)."""
+    cfg = make_config(make_model("m"), max_concurrent=1)
+    async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessFakeTransport())]) as host:
+        await host.embed("m", ["warm up"])
+        runner = host._runner
+        holder = object()
+        runner.permits.acquire_on_behalf_of_nowait(holder)  # a call holds the only permit
+        first = host._call("m", "embed", ["first"], None, None)
+        assert first.queued and not first.permit
+        runner.permits.release_on_behalf_of(holder)  # freed before first's task runs
+        second = host._call("m", "embed", ["second"], None, None)
+        assert second.queued and not second.permit and second.begun is None
+        with anyio.fail_after(HANG_GUARD_S):
+            await runner.wait(first)
+            await runner.wait(second)
+        assert (runner.permit_waiters, host.backlog.waiting) == (0, 0)
