@@ -39,7 +39,7 @@ from .handoff import FutureEvent
 from .plan import Group, Plan
 from .plugins import PluginHost
 from .residency.supervisor import Backlog, Lease, Supervisor
-from .residency.worker import Phase, Worker
+from .residency.worker import Worker
 from .steps import HeadStart, infer_request, plan_steps, step_shape, store_rows
 from .wire import Frame, Infer, Output, expect_output
 
@@ -90,18 +90,14 @@ class CallRunner:
     def head_start(
         self, plan: Plan, deadline: Deadline, supervisor: Supervisor, worker: Worker
     ) -> HeadStart | Exception | None:
-        """Write a call's first request before its record is made, if nothing
-        has to wait (a permit free with no call waiting for one, the worker
-        ready, the shape leasable, the channel idle). Returns what was begun,
-        for :meth:`start`; ``None`` (nothing written); or the exception raised
-        before anything was written, for :meth:`start` to end the call with."""
-        if (
-            self.permit_waiters
-            or self.permits.available_tokens < 1
-            or worker.phase is not Phase.READY
-            or worker.retiring
-            or deadline.expired(self.clock)
-        ):
+        """Work out a call's steps and write its first request before its
+        record is made, if nothing has to wait (a permit free with no call
+        waiting for one, the worker ready, the shape leasable, the channel
+        idle). Returns both (``begun`` None: nothing written) for :meth:`start`;
+        ``None`` if permit or worker is not free; or an exception raised
+        before anything was written."""
+        free = not self.permit_waiters and self.permits.available_tokens >= 1
+        if not (free and self._ready_now(worker, deadline)):
             return None
         try:
             steps = plan_steps(plan, worker, self.plugins)
@@ -112,7 +108,7 @@ class CallRunner:
             )
         except Exception as exc:
             return exc
-        return None if begun is None else HeadStart(steps, shape, *begun)
+        return HeadStart(steps, shape, begun)
 
     def start(
         self,
@@ -121,21 +117,17 @@ class CallRunner:
         worker: Worker,
         head: HeadStart | Exception | None = None,
     ) -> bool:
-        """The rest of the head start, before the detached task wakes: take
-        for ``call`` what is free now (synchronous: nothing cancels it halfway).
-
-        After :meth:`head_start` wrote, that is permit, lease and guard.
-        Otherwise the permit, or the call counts as waiting for it (or is
-        refused with :class:`Overloaded` before it holds anything: calls
-        arriving in one burst see each other here), and an admitted shape's
-        lease. :meth:`run` carries on from there. False when the call
-        already ended with an error (in ``call.error``).
-        """
-        if isinstance(head, HeadStart):
-            return self._record_head_start(call, supervisor, worker, head)
-        if head is not None:
+        """The rest of the head start, before the detached task wakes (nothing
+        cancels it halfway): take for ``call`` permit, lease and guard after
+        :meth:`head_start` wrote; else the permit, or count the call as waiting
+        (or refuse it with :class:`Overloaded`, holding nothing: calls arriving
+        in one burst see each other here), and an admitted shape's lease.
+        False when the call already ended with an error."""
+        if isinstance(head, Exception):
             self._end(call, supervisor, worker, head)
             return False
+        if head is not None and head.begun is not None:
+            return self._record_head_start(call, supervisor, worker, head)
         try:
             if self.permit_waiters:
                 raise anyio.WouldBlock  # first come, first served
@@ -145,10 +137,13 @@ class CallRunner:
             self._queue_for_permit(call)
             return True
         call.permit = True
-        if worker.phase is not Phase.READY or worker.retiring or call.deadline.expired(self.clock):
+        # A head start that wrote nothing found the worker ready, and its steps stand.
+        if head is None and not self._ready_now(worker, call.deadline):
             return True
         try:
-            steps = call.steps = plan_steps(call.plan, worker, self.plugins)
+            steps = call.steps = (
+                plan_steps(call.plan, worker, self.plugins) if head is None else head.steps
+            )
             call.lease = supervisor.try_lease(worker, step_shape(worker, steps[0]))
         except Exception as exc:
             self._end(call, supervisor, worker, exc)
@@ -162,18 +157,20 @@ class CallRunner:
     ) -> bool:
         """Give ``call`` the request :meth:`head_start` wrote, with the permit
         and lease it found free (nothing has run since)."""
+        begun = head.begun
+        assert begun is not None
         try:
             self.permits.acquire_on_behalf_of_nowait(call)
             call.permit = True
             call.lease = supervisor.lease_begun(worker, head.shape)
         except Exception as exc:
             try:
-                supervisor.drop_begun(worker, head.exchange, f"a call's records failed: {exc!r}")
+                supervisor.drop_begun(worker, begun[1], f"a call's records failed: {exc!r}")
             finally:
                 self._end(call, supervisor, worker, exc)
             return False
         call.steps = head.steps
-        call.begun = (head.request, head.exchange)
+        call.begun = begun
         worker.enter()
         call.entered = True
         return True
@@ -260,6 +257,10 @@ class CallRunner:
         )
         call.permit = True
         self._unqueue(call)
+
+    def _ready_now(self, worker: Worker, deadline: Deadline) -> bool:
+        """Whether a call could start on ``worker`` now, without waiting."""
+        return worker.takes_work and not deadline.expired(self.clock)
 
     def _queue_for_permit(self, call: Call) -> None:
         call.queued, self.permit_waiters = True, self.permit_waiters + 1

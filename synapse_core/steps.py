@@ -21,13 +21,14 @@ from .wire import Infer, Output, Shape, rows_of
 
 @attrs.frozen
 class HeadStart:
-    """A call's first request, written before the call's record was made
-    (see :meth:`~synapse_core.serving.CallRunner.head_start`)."""
+    """A call's steps, worked out before the call's record was made, and its
+    first request if that was written then (``begun``; see
+    :meth:`~synapse_core.serving.CallRunner.head_start`)."""
 
     steps: list[Group]
+    #: the shape of the first step
     shape: Shape
-    request: Infer
-    exchange: Exchange
+    begun: tuple[Infer, Exchange] | None
 
 
 def plan_steps(plan: Plan, worker: Worker, plugins: PluginHost) -> list[Group]:

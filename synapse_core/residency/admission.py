@@ -52,12 +52,12 @@ from ..wire import (
 from .lifecycle import CHANNEL_FAULTS, Lifecycle
 from .policy import AdmissionRequest, Refuse, Wait
 from .policy import Evict as EvictDecision
-from .worker import Phase, Worker
+from .worker import Worker
 
 
 def _leasable(worker: Worker, shape: Shape) -> bool:
     """Whether ``shape`` can be leased on ``worker`` now, without waiting."""
-    return worker.phase is Phase.READY and not worker.retiring and shape in worker.shapes
+    return worker.takes_work and shape in worker.shapes
 
 
 def _unsendable(exc: WireError) -> ProtocolError:
@@ -180,7 +180,7 @@ class Admission(Lifecycle):
         return {
             (w.worker_id, s)
             for w in self.workers.values()
-            if w.phase is Phase.READY and not w.retiring
+            if w.takes_work
             for s in w.shapes
             if (w.worker_id, s) not in leased
         }

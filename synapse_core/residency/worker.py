@@ -86,6 +86,11 @@ class Worker:
         return self.phase.value
 
     @property
+    def takes_work(self) -> bool:
+        """Ready and not retiring: new calls may start on it without waiting."""
+        return self.phase is Phase.READY and not self.retiring
+
+    @property
     def buckets(self) -> list[int]:
         return list(self.hello.buckets) if self.hello else []
 
