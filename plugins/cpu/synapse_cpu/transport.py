@@ -9,6 +9,7 @@ numpy: the host stays light, the forward pass lives in the workers.
 from __future__ import annotations
 
 import functools
+import logging
 from pathlib import Path
 
 import anyio
@@ -28,13 +29,14 @@ from synapse_core.plugin import (
 )
 
 from . import files
+from .cores import LANE_ID, usable_cores
 from .costs import HIDDEN, default_capacity_mib, weights_mib
 from .errors import ModelFilesError
 from .options import CpuOptions, parse_options
 from .tokenizer import HFTokenizer, check_fits
 
-LANE_ID = "cpu:0"
 WORKER = "synapse_cpu.worker:CpuWorker"
+log = logging.getLogger(__name__)
 
 
 def onnxruntime_problem() -> str:
@@ -44,10 +46,24 @@ def onnxruntime_problem() -> str:
     for module in ("onnxruntime", "onnx"):
         if importlib.util.find_spec(module) is None:
             return (
-                f"{module} is not installed: pip install 'synapse-cpu[onnx]' "
-                '(or set options.runtime = "numpy")'
+                f"{module} is not installed (a dependency of synapse-cpu): pip install "
+                f'{module} (or set options.runtime = "numpy")'
             )
     return ""
+
+
+def runtime_of(options: CpuOptions) -> str:
+    """The runtime a worker of ``options`` will run: the option, or onnxruntime
+    where it is installed, else numpy."""
+    if options.runtime is not None:
+        return options.runtime
+    return "numpy" if onnxruntime_problem() else "onnxruntime"
+
+
+@functools.cache
+def _fallback_notice(problem: str) -> None:
+    """Once per process: the default runtime is missing and numpy serves instead."""
+    log.warning("synapse-cpu: %s; serving on numpy, about 3x slower", problem.split(" (")[0])
 
 
 def model_files(options: CpuOptions) -> files.ModelFiles:
@@ -86,7 +102,7 @@ class ModelFacts:
 def model_facts(model: ModelSpec) -> ModelFacts:
     options = parse_options(model.options, source=f"model {model.name!r}")
     located = model_files(options)
-    return _facts(located.root, options.runtime, options.batch_tokens)
+    return _facts(located.root, runtime_of(options), options.batch_tokens)
 
 
 @functools.lru_cache(maxsize=64)
@@ -107,17 +123,41 @@ class CpuTransport(Transport):
     def describe(self) -> str:
         problem = onnxruntime_problem()
         wheel = files.wheel_model_dir()
+        runtimes = f"numpy (onnxruntime: {problem})" if problem else "onnxruntime (default), numpy"
         return "; ".join(
             [
-                "runtimes: numpy" + (f" (onnxruntime: {problem})" if problem else ", onnxruntime"),
+                f"runtimes: {runtimes}; {usable_cores()} cores",
                 f"model wheel: {wheel}" if wheel else f"model wheel missing: {files.INSTALL_HINT}",
                 f"lane {LANE_ID}: {default_capacity_mib()} MiB",
             ]
         )
 
+    def model_note(self, model: ModelSpec) -> str:
+        """For int8: that it is lossy, and its worst cosine to float32 once measured."""
+        options: CpuOptions = self.model_options(model)
+        if options.quantize is None:
+            return ""
+        from . import quantize
+        from .onnx_graph import default_cache_dir
+
+        located = model_files(options)
+        root = Path(options.cache_dir) if options.cache_dir else default_cache_dir()
+        sha256 = located.sha256
+        if sha256 is None:  # a folder without an expected hash: hash it (remembered)
+            stat = located.weights.stat()
+            sha256 = _verified(located.weights, stat.st_size, stat.st_mtime_ns, None)
+        loss = quantize.read_loss(root, sha256.lower())
+        if loss is None:
+            return (
+                f"{options.quantize} (dynamic quantization, lossy): worst cosine to float32 "
+                "measured when its graph is first built"
+            )
+        return loss.describe()
+
     def model_availability(self, model: ModelSpec) -> Availability:
         options: CpuOptions = self.model_options(model)
-        if options.runtime == "onnxruntime" and (problem := onnxruntime_problem()):
+        wants_onnx = options.runtime == "onnxruntime" or options.quantize is not None
+        if wants_onnx and (problem := onnxruntime_problem()):
             return Availability.no(problem)
         try:
             located = model_files(options)
@@ -145,9 +185,11 @@ class CpuTransport(Transport):
     async def launch(self, request: LaunchRequest) -> Launched:
         options: CpuOptions = self.model_options(request.model)
         await anyio.to_thread.run_sync(verify_before_launch, model_files(options))
-        # One BLAS thread unless the options ask otherwise, set before numpy loads
-        # (the worker also caps its pools with threadpoolctl).
-        threads = str(options.threads)
+        if options.runtime is None and (problem := onnxruntime_problem()):
+            _fallback_notice(problem)
+        # BLAS pools sized before numpy loads: the most threads a request may
+        # use (the worker sets each request's count within it).
+        threads = str(options.threads or usable_cores())
         env = {f"{pool}_NUM_THREADS": threads for pool in ("OPENBLAS", "OMP", "MKL")}
         return await spawn_worker(self.worker, request, env=env)
 

@@ -12,6 +12,7 @@ import sys
 from synapse_core.plugin import ModelWorker, worker_main
 
 from . import __version__, runtime
+from .cores import LANE_ID, CoreShare, lane_dir
 from .options import CpuOptions
 
 IMPLEMENTATION = "synapse-cpu"
@@ -23,14 +24,18 @@ class CpuWorker(ModelWorker):
     version = __version__
 
     def load(self, options: CpuOptions) -> None:
-        runtime.limit_threads(options.threads)
+        # Without a fixed count, each request runs on this worker's share of the
+        # cores among the lane's busy workers (see synapse_cpu.cores).
+        share = None if options.threads is not None else CoreShare(lane_dir(LANE_ID))
         self.runner = runtime.load(
             options.model_dir,
             options.sha256,
             options.runtime,
+            quantize=options.quantize,
             cache_dir=options.cache_dir,
             batch_tokens=options.batch_tokens,
             threads=options.threads,
+            share=share,
         )
         self.buckets = options.buckets
         self.max_batch = options.max_batch
@@ -44,7 +49,11 @@ class CpuWorker(ModelWorker):
         return self.runner.rerank(query, batch)
 
     def trace_facts(self) -> dict[str, object]:
-        return {"runtime": self.runner.runtime, "weights_sha256": self.runner.sha256}
+        return {
+            "runtime": self.runner.runtime,
+            "quantize": self.runner.quantize,
+            "weights_sha256": self.runner.sha256,
+        }
 
 
 if __name__ == "__main__":

@@ -53,7 +53,7 @@ async def test_served_vectors_match_the_reference_alone_and_mixed(
     async with host(config(entry("minilm"))) as h:
         alone = [(await h.embed("minilm", [t], deadline=deadline())).vectors[0] for t in texts]
         mixed = await h.embed("minilm", texts, deadline=deadline())
-        assert mixed.identity == "cpu:all-MiniLM-L6-v2:53aa5117:numpy"
+        assert mixed.identity == "cpu:all-MiniLM-L6-v2:53aa5117:onnxruntime"  # the default
         # The same text alone and inside an 11-text mixed call, across buckets.
         picked = [18, 0, 5, 19, 10, 16, 11, 3, 12, 1, 13]
         eleven = await h.embed("minilm", [texts[i] for i in picked], deadline=deadline())
@@ -64,19 +64,55 @@ async def test_served_vectors_match_the_reference_alone_and_mixed(
 
 
 @asyncio_only
-async def test_the_onnxruntime_worker_matches_the_reference(
+async def test_the_numpy_worker_matches_the_reference(
+    reference: dict[str, Any], reference_vectors: np.ndarray[Any, Any], matches_reference: Any
+) -> None:
+    async with host(config(entry("slow", runtime="numpy", threads=1))) as h:
+        result = await h.embed("slow", texts_of(reference), deadline=deadline())
+    assert result.identity == "cpu:all-MiniLM-L6-v2:53aa5117:numpy"
+    matches_reference(np.array(result.vectors, dtype=np.float32), reference_vectors)
+
+
+@asyncio_only
+async def test_the_int8_worker_serves_its_own_identity_within_its_tolerance(
     reference: dict[str, Any],
     reference_vectors: np.ndarray[Any, Any],
-    matches_reference: Any,
+    close_to_reference: Any,
     onnx_cache: Path,
 ) -> None:
-    pytest.importorskip("onnxruntime")
-    pytest.importorskip("onnx")
-    cfg = config(entry("fast", runtime="onnxruntime", cache_dir=str(onnx_cache)))
+    from synapse_cpu import quantize
+
+    cfg = config(entry("int8", quantize="int8", cache_dir=str(onnx_cache)), entry("fp32"))
     async with host(cfg) as h:
-        result = await h.embed("fast", texts_of(reference), deadline=deadline())
-    assert result.identity == "cpu:all-MiniLM-L6-v2:53aa5117:onnxruntime"
-    matches_reference(np.array(result.vectors, dtype=np.float32), reference_vectors)
+        result = await h.embed("int8", texts_of(reference), deadline=deadline())
+        exact = await h.embed("fp32", texts_of(reference), deadline=deadline())
+    assert result.identity == "cpu:all-MiniLM-L6-v2:53aa5117:onnxruntime-int8"
+    assert exact.identity == "cpu:all-MiniLM-L6-v2:53aa5117:onnxruntime"
+    loss = quantize.read_loss(onnx_cache, files.MINILM_SHA256)
+    assert loss is not None
+    close_to_reference(np.array(result.vectors, dtype=np.float32), reference_vectors, loss.min_cosine)
+
+
+def test_the_catalog_notes_int8_as_lossy_with_its_measured_cosine(
+    int8_model: runtime.Model, onnx_cache: Path
+) -> None:
+    from synapse_cpu import quantize
+
+    transport = synapse_cpu.transport.CpuTransport()
+    spec = host_config(entry("m", quantize="int8", cache_dir=str(onnx_cache))).models[0]
+    loss = quantize.read_loss(onnx_cache, files.MINILM_SHA256)
+    assert loss is not None and loss.min_cosine == int8_model.min_cosine
+    note = transport.model_note(spec)
+    assert note == loss.describe()
+    assert note.startswith(
+        f"int8 (dynamic quantization, lossy): worst cosine to float32 {loss.min_cosine:.4f}"
+    )
+    unbuilt = host_config(entry("m", quantize="int8", cache_dir=str(onnx_cache / "none"))).models[0]
+    assert transport.model_note(unbuilt) == (
+        "int8 (dynamic quantization, lossy): worst cosine to float32 measured when its "
+        "graph is first built"
+    )
+    assert transport.model_note(host_config(entry("m")).models[0]) == ""
 
 
 @asyncio_only
@@ -108,7 +144,7 @@ async def test_rerank_is_the_cosine_of_the_embeddings() -> None:
 @asyncio_only
 async def test_weights_are_charged_once_per_worker_and_each_shape_its_working_set() -> None:
     size = files.locate(None, None).weights.stat().st_size
-    weights = costs.weights_mib(size, "numpy")
+    weights = costs.weights_mib(size, "onnxruntime")  # the default runtime
 
     def working(bucket: int) -> int:
         return costs.shape_mib(Shape(bucket, 32), 2048)

@@ -116,3 +116,59 @@ def test_the_onnx_graph_is_cached_under_the_weights_hash(
     with pytest.raises(AssertionError, match="built again"):  # other weights: another file
         onnx_graph.cached_graph(weights, "b" * 64, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [first.name]  # no partial files
+
+
+def test_the_default_runtime_is_onnxruntime_and_numpy_the_fallback(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    assert runtime.resolve(None) == "onnxruntime"
+    assert runtime.resolve("numpy") == "numpy"
+    monkeypatch.setattr(runtime, "onnxruntime_importable", lambda: "onnxruntime cannot be imported")
+    with caplog.at_level("WARNING"):
+        assert runtime.resolve(None) == "numpy"
+    assert [r.getMessage() for r in caplog.records] == [
+        "synapse-cpu: onnxruntime cannot be imported; running on numpy (slower)"
+    ]
+
+
+def test_int8_matches_the_reference_at_its_reported_tolerance(
+    int8_model: runtime.Model,
+    reference: dict[str, Any],
+    reference_vectors: np.ndarray[Any, Any],
+    close_to_reference: Any,
+) -> None:
+    tolerance = int8_model.min_cosine
+    assert tolerance is not None
+    sequences = ids_of(int8_model, reference)
+    alone = np.stack([int8_model.embed([ids])[0] for ids in sequences])
+    close_to_reference(alone, reference_vectors, tolerance)
+    # Activations are quantized per forward slice: batch mates move a vector a
+    # little, never past the tolerance.
+    close_to_reference(int8_model.embed(sequences), reference_vectors, tolerance)
+
+
+def test_int8_names_its_conversion_and_is_not_float32(
+    int8_model: runtime.Model, onnxruntime_model: runtime.Model, reference: dict[str, Any]
+) -> None:
+    assert int8_model.identity == "cpu:all-MiniLM-L6-v2:53aa5117:onnxruntime-int8"
+    assert int8_model.identity != onnxruntime_model.identity
+    sequences = ids_of(int8_model, reference)
+    assert np.abs(int8_model.embed(sequences) - onnxruntime_model.embed(sequences)).max() > 1e-4
+
+
+def test_the_int8_graph_and_its_loss_are_built_once(
+    int8_model: runtime.Model, onnx_cache: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from synapse_cpu import quantize
+
+    loss = quantize.read_loss(onnx_cache, int8_model.sha256)
+    assert loss is not None and loss.min_cosine == int8_model.min_cosine
+    assert loss.texts == len(quantize.TEXTS) and loss.min_cosine <= loss.mean_cosine <= 1.0
+
+    def no_rebuild(*_: object) -> None:
+        raise AssertionError("the int8 graph was built or measured again")
+
+    monkeypatch.setattr(quantize, "quantize", no_rebuild)
+    monkeypatch.setattr(quantize, "measure", no_rebuild)
+    again = runtime.load(quantize="int8", cache_dir=str(onnx_cache))
+    assert again.min_cosine == int8_model.min_cosine

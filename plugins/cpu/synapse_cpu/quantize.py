@@ -1,0 +1,171 @@
+"""int8: a dynamically quantized copy of a float32 graph, built once, cached,
+and measured against the float32 vectors it replaces.
+
+onnxruntime's ``quantize_dynamic`` stores the weights of the graph's matrix
+products (and the embedding table) as int8 with a scale per output channel,
+and quantizes activations per call; ``reduce_range`` keeps weights to 7 bits,
+which avoids the saturation of the 8-bit products on CPUs without VNNI.
+This is a **lossy** conversion: its vectors are close to float32's, not equal,
+so its identity names it (``...:onnxruntime-int8``) and the worst cosine to
+the float32 vectors on :data:`TEXTS` is measured when the graph is built and
+kept next to it (``synapse catalog`` shows it).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+import numpy as np
+import numpy.typing as npt
+
+#: bump when the recipe changes: graphs of another recipe are not reused
+RECIPE_VERSION = 1
+RECIPE = {"per_channel": True, "reduce_range": True, "weight_type": "QInt8"}
+
+_SENTENCES = (
+    "A man is eating food.",
+    "A man is eating a piece of bread.",
+    "The stock market fell sharply today.",
+    "What is the capital of France?",
+    "Paris is the capital and most populous city of France.",
+    "I love pizza",
+    "How do I reset my password if I no longer have access to my email?",
+    "The committee postponed its decision until the next quarterly meeting.",
+    "Photosynthesis converts light energy into chemical energy stored in glucose.",
+    "She played the violin at the concert, and the audience stood to applaud.",
+    "Ceci n'est pas une pipe.",
+    "Der schnelle braune Fuchs springt über den faulen Hund.",
+    "東京は日本の首都です。",
+    "emoji 🙂🚀 and symbols #42 @home",
+    "ok",
+    "Refunds are issued within 14 days to the original payment method.",
+)
+#: the fixed texts the int8 graph is measured on: short, medium, long, other scripts
+TEXTS: tuple[str, ...] = (
+    *_SENTENCES,
+    " ".join(_SENTENCES[:8]),
+    " ".join(_SENTENCES[6:] * 2),
+    " ".join(_SENTENCES),
+    " ".join(reversed(_SENTENCES)),
+)
+#: a packed single sequence: (ids, mask)
+Packed = tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]
+Encode = Callable[[Sequence[str]], list[Packed]]
+
+
+@attrs.frozen
+class Loss:
+    """How far the int8 vectors are from float32's on :data:`TEXTS`."""
+
+    min_cosine: float
+    mean_cosine: float
+    texts: int
+    onnxruntime: str
+
+    def describe(self) -> str:
+        return (
+            f"int8 (dynamic quantization, lossy): worst cosine to float32 "
+            f"{self.min_cosine:.4f}, mean {self.mean_cosine:.4f} on {self.texts} fixed texts"
+        )
+
+
+def int8_path(graph: Path) -> Path:
+    return graph.with_name(f"{graph.stem}-int8-r{RECIPE_VERSION}.onnx")
+
+
+def loss_path(cache_root: Path, sha256: str) -> Path:
+    """Where the measured loss of the weights' int8 graph is kept (read by the catalog)."""
+    return cache_root / "int8" / f"{sha256}-r{RECIPE_VERSION}.json"
+
+
+def read_loss(cache_root: Path, sha256: str) -> Loss | None:
+    try:
+        data = json.loads(loss_path(cache_root, sha256).read_text(encoding="utf-8"))
+        return Loss(
+            float(data["min_cosine"]),
+            float(data["mean_cosine"]),
+            int(data["texts"]),
+            str(data["onnxruntime"]),
+        )
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def cached_int8(graph: Path, encode: Encode, cache_root: Path, sha256: str) -> tuple[Path, Loss]:
+    """The int8 graph of the float32 ``graph`` and its loss, built and measured
+    if either is not cached yet."""
+    import onnxruntime as ort
+
+    target = int8_path(graph)
+    built = not target.is_file()
+    if built:
+        _atomic(target, lambda tmp: quantize(graph, tmp))
+    loss = read_loss(cache_root, sha256)
+    if built or loss is None or loss.onnxruntime != ort.__version__:
+        loss = measure(graph, target, encode(TEXTS))
+        data = json.dumps(attrs.asdict(loss), indent=1)
+        _atomic(loss_path(cache_root, sha256), lambda tmp: _write(tmp, data))
+    return target, loss
+
+
+def _write(path: Path, text: str) -> None:
+    path.write_text(text, encoding="utf-8")
+
+
+def quantize(source: Path, target: Path) -> None:
+    from onnxruntime.quantization import QuantType, quantize_dynamic
+
+    # quantize_dynamic advises pre-processing on the root logger: not for users.
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.ERROR)
+    try:
+        quantize_dynamic(
+            str(source),
+            str(target),
+            per_channel=True,
+            reduce_range=True,
+            weight_type=QuantType.QInt8,
+        )
+    finally:
+        root.setLevel(level)
+
+
+def measure(graph: Path, quantized: Path, sequences: Sequence[Packed]) -> Loss:
+    """Cosines of each sequence's int8 vector with its float32 vector."""
+    import onnxruntime as ort
+
+    from .cores import usable_cores
+    from .runtime import onnx_session
+
+    sessions = [onnx_session(path, usable_cores()) for path in (graph, quantized)]
+    cosines = []
+    for ids, mask in sequences:
+        exact, approx = (_embed(s, ids, mask) for s in sessions)
+        cosines.append(float(exact @ approx / (np.linalg.norm(exact) * np.linalg.norm(approx))))
+    return Loss(min(cosines), float(np.mean(cosines)), len(cosines), ort.__version__)
+
+
+def _embed(session: Any, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.float32]) -> Any:
+    return session.run(["embeddings"], {"input_ids": ids, "attention_mask": mask})[0][0]
+
+
+def _atomic(path: Path, write: Callable[[Path], None]) -> None:
+    """Write aside, then rename: a concurrent worker never reads half a file."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(dir=path.parent, suffix=".tmp" + path.suffix)
+    os.close(fd)
+    tmp = Path(name)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

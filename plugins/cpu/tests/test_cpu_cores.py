@@ -1,0 +1,116 @@
+"""Threads without tuning: every usable core, shared out among the lane's busy workers."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from synapse_cpu import cores, runtime
+from synapse_cpu.options import parse_options
+
+HOLDER = """
+import sys
+from pathlib import Path
+from synapse_cpu.cores import CoreShare
+share = CoreShare(Path(sys.argv[1]), cores=4)
+with share.busy():
+    print("busy", flush=True)
+    sys.stdin.readline()
+"""
+
+
+def test_usable_cores_are_the_affinity_mask() -> None:
+    import os
+
+    assert cores.usable_cores() == len(os.sched_getaffinity(0)) >= 1
+
+
+def test_a_worker_alone_gets_every_core_and_busy_workers_share_them(tmp_path: Path) -> None:
+    first, second = cores.CoreShare(tmp_path, cores=4), cores.CoreShare(tmp_path, cores=4)
+    try:
+        with first.busy() as alone:
+            assert alone == 4
+            with second.busy() as shared:
+                assert shared == 2
+        with second.busy() as again:  # the first is idle again
+            assert again == 4
+    finally:
+        first.close()
+        second.close()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_one_core_each_at_least(tmp_path: Path) -> None:
+    shares = [cores.CoreShare(tmp_path, cores=2) for _ in range(3)]
+    try:
+        with shares[0].busy(), shares[1].busy(), shares[2].busy() as third:
+            assert third == 1
+    finally:
+        for share in shares:
+            share.close()
+
+
+@pytest.mark.subprocess
+def test_a_killed_worker_is_not_counted_busy(tmp_path: Path) -> None:
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    share = cores.CoreShare(tmp_path, cores=4)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline() == "busy\n"
+        assert share.busy_others() == 1
+        holder.kill()
+        holder.wait(timeout=30)
+        assert share.busy_others() == 0  # the kernel dropped its lock
+        assert cores.CoreShare(tmp_path, cores=4).busy_others() == 0
+    finally:
+        holder.kill()
+        share.close()
+    assert not list(tmp_path.glob(f"{holder.pid}.*.busy"))  # its mark was swept
+
+
+def test_a_model_runs_each_request_on_its_share(tmp_path: Path, onnxruntime_model: object) -> None:
+    assert isinstance(onnxruntime_model, runtime.Model)
+    share, other = cores.CoreShare(tmp_path, cores=2), cores.CoreShare(tmp_path, cores=2)
+    model = runtime.Model(**{**_fields(onnxruntime_model), "threads": None, "share": share})
+    seen: list[int] = []
+    run = model.run
+
+    def spy(ids: object, mask: object, threads: int) -> object:
+        seen.append(threads)
+        return run(ids, mask, threads)  # type: ignore[arg-type]
+
+    model.run = spy  # type: ignore[assignment]
+    try:
+        model.embed([[7592, 2088]])
+        with other.busy():
+            model.embed([[7592, 2088]])
+    finally:
+        share.close()
+        other.close()
+    assert seen == [2, 1]
+
+
+def _fields(model: runtime.Model) -> dict[str, object]:
+    import attrs
+
+    return {f.name: getattr(model, f.name) for f in attrs.fields(runtime.Model) if f.init}
+
+
+def test_threads_default_to_none_and_stay_an_option() -> None:
+    assert parse_options({}).threads is None
+    assert parse_options({"threads": 3}).threads == 3
+    with pytest.raises(Exception, match=r"options\.threads"):
+        parse_options({"threads": 0})
+
+
+def test_quantize_needs_onnxruntime() -> None:
+    assert parse_options({"quantize": "int8"}).quantize == "int8"
+    with pytest.raises(Exception, match=r"options\.quantize: int8 needs runtime"):
+        parse_options({"quantize": "int8", "runtime": "numpy"})
