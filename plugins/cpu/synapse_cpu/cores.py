@@ -13,10 +13,10 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import os
 import tempfile
 from collections.abc import Iterator
-import itertools
 from pathlib import Path
 
 #: the transport's one lane

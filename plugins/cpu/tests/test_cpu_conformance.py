@@ -10,6 +10,7 @@ weights once per process (``verify_before_launch`` remembers the file).
 from __future__ import annotations
 
 import itertools
+from pathlib import Path
 
 import pytest
 
@@ -39,11 +40,21 @@ class InProcessCpuTransport(InProcessWorkers, CpuTransport):
 
 
 class TestCpuTransport(Conformance):
+    """The default options: onnxruntime, float32, on the cores' share."""
+
+    options: dict[str, object] = OPTIONS
+    #: the fixture that builds this variant's graph first, so workers only load it
+    built = "onnxruntime_model"
+    #: how far two computations of one row may differ (the kit's default)
+    atol = 1e-5
+
     @pytest.fixture
-    def subject(self) -> Subject:
+    def subject(self, request: pytest.FixtureRequest, onnx_cache: Path) -> Subject:
+        request.getfixturevalue(self.built)
+        options = {**self.options, "cache_dir": str(onnx_cache)}
         models = [
             model_entry(
-                name, task=task, transport="cpu", package="all-MiniLM-L6-v2", defaults=OPTIONS
+                name, task=task, transport="cpu", package="all-MiniLM-L6-v2", defaults=options
             )
             for name, task in (("e", "embed"), ("r", "rerank"))
         ]
@@ -51,6 +62,24 @@ class TestCpuTransport(Conformance):
             transport=CpuTransport(),
             in_process=InProcessCpuTransport(),
             models=models,
+            atol=self.atol,
             # A worker's hello comes after the model loads: generous on a busy machine.
             settings={"exchange_timeout_s": 60.0},
         )
+
+
+class TestCpuInt8Transport(TestCpuTransport):
+    """The int8 graph keeps the same contract (its vectors are another identity's)."""
+
+    options = {**OPTIONS, "quantize": "int8"}
+    built = "int8_model"
+    # Activations are quantized per forward slice, so a row moves with its batch
+    # mates: up to 0.031 per value on the reference texts, a cosine above 0.98.
+    atol = 0.05
+
+
+class TestCpuNumpyTransport(TestCpuTransport):
+    """The numpy fallback, chosen explicitly."""
+
+    options = {**OPTIONS, "runtime": "numpy"}
+    built = "numpy_model"
