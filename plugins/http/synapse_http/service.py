@@ -28,7 +28,7 @@ class Service:
         self._config = config
         self._plugins = plugins
         self.settings = settings
-        self.metrics = Metrics(self)
+        self.metrics = Metrics(lambda: self._host)
         #: set when the server stops taking requests (``/health`` then says 503)
         self.stopping = False
 
