@@ -37,6 +37,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from . import events as _events
+from . import policy as _policy
 from ._lazy import lazy_getattr
 
 _EXPORTS = {
@@ -105,52 +107,39 @@ _EXPORTS = {
     "HashWorker": "worker.hashing",
 }
 
-#: Names that left this module for their audience's own (where they are
-#: now in the comment). They still resolve here, unlisted, only so that
-#: code written against the single façade keeps running while it moves:
-#: ``tests/test_plugin_audiences.py`` fails any plugin that imports one from
-#: here, except the few listed there.
+#: Names that left this module for their audience's own. They still
+#: resolve here, unlisted, only so that code written against the single
+#: façade keeps running while it moves: ``tests/test_plugin_audiences.py``
+#: fails any plugin that imports one from here, except the few listed there.
 _MOVED = {
-    # synapse_core.policy
-    "AdmissionRequest": "residency.policy",
-    "Decision": "residency.policy",
-    "Evict": "residency.policy",
-    "LaneView": "residency.policy",
-    "Refuse": "residency.policy",
-    "Reservation": "residency.policy",
-    "Wait": "residency.policy",
-    # synapse_core.events
-    "AdmissionCount": "observation",
-    "AnyEvent": "observation",
-    "Event": "observation",
-    "ShapeAdmitted": "observation",
-    "ShapeRefunded": "observation",
-    "WorkerExited": "observation",
-    "WorkerFaulted": "observation",
-    "WorkerInventory": "observation",
-    "WorkerStarted": "observation",
-    "Hello": "wire",
-    # synapse_core (the host API)
-    "Entry": "catalog",
-    "DEFAULT_CATALOG_SOURCE": "catalog",
-    "default_catalog_text": "catalog",
-    "default_config": "catalog",
-    "CLOSE_SLACK_S": "host",
-    # synapse_core.testing and synapse_core.testing.conformance
-    "catalog_toml": "testing",
-    "host_config": "testing",
-    "model_entry": "testing",
-    "eventually": "testing",
-    "pid_exists": "testing",
-    "transport_plugin": "testing",
-    "Conformance": "testing.conformance",
-    "Subject": "testing.conformance",
-    # synapse_core.cli
-    "make_cli": "cli",
-    "catalog_option": "cli",
-    "installed_plugins": "cli",
-    "load_config": "cli",
-    "unwrap": "cli",
+    name: where
+    for name, where in {
+        **_policy._EXPORTS,
+        **_events._EXPORTS,
+        # synapse_core (the host API)
+        "Hello": "wire",
+        "Entry": "catalog",
+        "DEFAULT_CATALOG_SOURCE": "catalog",
+        "default_catalog_text": "catalog",
+        "default_config": "catalog",
+        "CLOSE_SLACK_S": "host",
+        # synapse_core.testing and synapse_core.testing.conformance
+        "catalog_toml": "testing",
+        "host_config": "testing",
+        "model_entry": "testing",
+        "eventually": "testing",
+        "pid_exists": "testing",
+        "transport_plugin": "testing",
+        "Conformance": "testing.conformance",
+        "Subject": "testing.conformance",
+        # synapse_core.cli
+        "make_cli": "cli",
+        "catalog_option": "cli",
+        "installed_plugins": "cli",
+        "load_config": "cli",
+        "unwrap": "cli",
+    }.items()
+    if name not in _EXPORTS
 }
 
 __all__ = [
