@@ -121,21 +121,29 @@ class Coalescer:
         event: Callable[[], OneShot],
         line: Line,
         batch: Callable[[], int],
+        budget: int | None = None,
     ) -> None:
         self._launch = launch
         self._event = event
         self._line = line
         self._batch = batch
+        self._budget = budget
         self.running: Call | None = None
         self.queue: list[Call] = []
         self._dispatching = False
         self._closed: SynapseError | None = None
 
-    @staticmethod
-    def joins(plan: Plan) -> bool:
+    def joins(self, plan: Plan) -> bool:
         """Whether a call of ``plan`` may be served with others: an embed call
-        whose inputs are all encoded already."""
-        return plan.task == "embed" and all(item.ids is not None for item in plan.items)
+        whose inputs are all encoded already and that fits the budget of one
+        request. A call over it is cut into several requests, between which
+        other calls get the worker; as the queue's running call it would
+        hold every queued call back until its last request."""
+        items = plan.items
+        if plan.task != "embed" or not all(item.ids is not None for item in items):
+            return False
+        budget = self._budget
+        return budget is None or len(items) == 1 or sum(i.length for i in items) <= budget
 
     def submit(self, call: Call) -> None:
         """Start ``call`` now if the model has none of this queue running, else
@@ -187,13 +195,18 @@ class Coalescer:
             self._dispatching = False
 
     def _take(self) -> list[Call]:
-        """The longest run of queued calls, oldest first, that fits one request."""
+        """The longest run of queued calls, oldest first, that fits one request
+        (its batch size, and the budget counted in sequence lengths)."""
         room = self._batch()
+        budget = self._budget
         taken = 0
         size = 0
+        positions = 0
         for call in self.queue:
-            size += len(call.plan.items)
-            if taken and size > room:
+            items = call.plan.items
+            size += len(items)
+            positions += sum(item.length for item in items)
+            if taken and (size > room or (budget is not None and positions > budget)):
                 break
             taken += 1
         calls, self.queue = self.queue[:taken], self.queue[taken:]

@@ -23,6 +23,7 @@ from .residency.supervisor import Backlog, Supervisor
 from .residency.worker import Phase, Worker
 from .serving import CallRunner
 from .snapshot import HostSnapshot, take
+from .steps import request_budget
 
 #: most inputs a coalesced call takes before the worker has said its batch size
 COALESCE_BEFORE_HELLO = 32
@@ -197,9 +198,9 @@ class Host:
         plan: Plan = plan_call(entry, texts, query, truncate)
         self._check_not_retired(model)
         deadline = deadline or Deadline.never()
-        if self.config.coalesce and Coalescer.joins(plan):
+        if self.config.coalesce and (coalescer := self._coalescer(entry)).joins(plan):
             call = Call.new(plan, deadline, self._runners.event())
-            self._coalescer(model).submit(call)
+            coalescer.submit(call)
             return call
         return self._start(plan, deadline)
 
@@ -231,7 +232,8 @@ class Host:
         self._runners.submit((call, sup, worker))
         return call
 
-    def _coalescer(self, model: str) -> Coalescer:
+    def _coalescer(self, entry: Entry) -> Coalescer:
+        model = entry.spec.name
         coalescer = self._coalescers.get(model)
         if coalescer is None:
 
@@ -240,7 +242,9 @@ class Host:
                 hello = worker.hello if worker is not None else None
                 return hello.max_batch if hello is not None else COALESCE_BEFORE_HELLO
 
-            coalescer = Coalescer(self._launch, self._runners.event, self._runner, batch)
+            assert entry.transport is not None  # the catalog refused the call otherwise
+            budget = request_budget(entry.spec, entry.transport.transport)
+            coalescer = Coalescer(self._launch, self._runners.event, self._runner, batch, budget)
             self._coalescers[model] = coalescer
         return coalescer
 
