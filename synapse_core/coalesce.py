@@ -122,12 +122,14 @@ class Coalescer:
         line: Line,
         batch: Callable[[], int],
         budget: int | None = None,
+        bucket: Callable[[int], int] = lambda length: length,
     ) -> None:
         self._launch = launch
         self._event = event
         self._line = line
         self._batch = batch
         self._budget = budget
+        self._bucket = bucket
         self.running: Call | None = None
         self.queue: list[Call] = []
         self._dispatching = False
@@ -196,7 +198,7 @@ class Coalescer:
 
     def _take(self) -> list[Call]:
         """The longest run of queued calls, oldest first, that fits one request
-        (its batch size, and the budget counted in sequence lengths)."""
+        (its batch size and its budget)."""
         room = self._batch()
         budget = self._budget
         taken = 0
@@ -205,7 +207,8 @@ class Coalescer:
         for call in self.queue:
             items = call.plan.items
             size += len(items)
-            positions += sum(item.length for item in items)
+            if budget is not None:
+                positions += sum(self._bucket(item.length) for item in items)
             if taken and (size > room or (budget is not None and positions > budget)):
                 break
             taken += 1

@@ -242,9 +242,18 @@ class Host:
                 hello = worker.hello if worker is not None else None
                 return hello.max_batch if hello is not None else COALESCE_BEFORE_HELLO
 
+            def bucket(length: int) -> int:
+                worker = self._workers.get(model)
+                selection = worker.selection if worker is not None else None
+                if selection is None or length > selection.ceiling:
+                    return length  # refused when its call is planned on the worker
+                return selection.select(length)
+
             assert entry.transport is not None  # the catalog refused the call otherwise
             budget = request_budget(entry.spec, entry.transport.transport)
-            coalescer = Coalescer(self._launch, self._runners.event, self._runner, batch, budget)
+            coalescer = Coalescer(
+                self._launch, self._runners.event, self._runner, batch, budget, bucket
+            )
             self._coalescers[model] = coalescer
         return coalescer
 

@@ -177,6 +177,37 @@ async def test_short_calls_coalesce_between_the_bulk_calls_groups(
     assert results["bulk"].vectors == [pytest.approx(vector(t), abs=1e-6) for t in LONG]
 
 
+async def test_a_coalesced_call_takes_one_requests_worth(make_model: Any, make_config: Any) -> None:
+    """Queued short calls are coalesced up to one request's budget, counted in
+    buckets, so each caller has its rows once its own request is answered."""
+    held = HeldReplies()
+    transport = InProcessFakeTransport()
+    transport.reply_gate = held
+    cfg = make_config(budget_model(make_model), coalesce=True)
+    shorts = [f"s{i}" for i in range(7)]  # bucket 8: four to a request
+    results: dict[str, Any] = {}
+    done_after: list[set[str]] = []  # the short calls done after each answer
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.embed("m", [LONG[0], "warm"])
+        held.armed = True
+        async with anyio.create_task_group() as tg:
+            await started(tg, results, "bulk", lambda: host.embed("m", LONG))
+            await held.wait_for(1)
+            for text in shorts:
+                await started(tg, results, text, lambda text=text: host.embed("m", [text]))
+            index = 0
+            while index < len(held.received):
+                await held.answer(index)
+                done_after.append(set(results) - {"bulk"})
+                index += 1
+    rows = [len(f.sequences) for f in held.received if f.sequences[0] not in _ids(LONG)]
+    assert rows == [1, 4, 2]
+    fours = next(i for i, f in enumerate(held.received) if len(f.sequences) == 4)
+    assert done_after[fours] == set(shorts[:5])
+    for text in shorts:
+        assert results[text].vectors == [pytest.approx(vector(text), abs=1e-6)]
+
+
 def test_requests_are_cut_within_the_budget_and_keep_input_order() -> None:
     from synapse_core.plan import Item, group_by_bucket
 
