@@ -24,7 +24,7 @@ planning), so building the shared request cannot fail on one caller's text.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
@@ -32,6 +32,12 @@ from .call import Call
 from .errors import InternalError, Refused, SynapseError, WorkerRejected
 from .handoff import OneShot
 from .plan import Item, Plan
+
+if TYPE_CHECKING:
+    from .residency.worker import Selection, Worker
+
+#: most inputs a coalesced call takes before the worker has said its batch size
+BEFORE_HELLO = 32
 
 
 class Line(Protocol):
@@ -120,16 +126,14 @@ class Coalescer:
         launch: Callable[[Call], None],
         event: Callable[[], OneShot],
         line: Line,
-        batch: Callable[[], int],
+        worker: Callable[[], Worker | None],
         budget: int | None = None,
-        bucket: Callable[[int], int] = lambda length: length,
     ) -> None:
         self._launch = launch
         self._event = event
         self._line = line
-        self._batch = batch
+        self._worker = worker
         self._budget = budget
-        self._bucket = bucket
         self.running: Call | None = None
         self.queue: list[Call] = []
         self._dispatching = False
@@ -199,7 +203,10 @@ class Coalescer:
     def _take(self) -> list[Call]:
         """The longest run of queued calls, oldest first, that fits one request
         (its batch size and its budget)."""
-        room = self._batch()
+        worker = self._worker()
+        hello = worker.hello if worker is not None else None
+        room = hello.max_batch if hello is not None else BEFORE_HELLO
+        selection = worker.selection if worker is not None else None
         budget = self._budget
         taken = 0
         size = 0
@@ -208,7 +215,7 @@ class Coalescer:
             items = call.plan.items
             size += len(items)
             if budget is not None:
-                positions += sum(self._bucket(item.length) for item in items)
+                positions += sum(_positions(selection, item.length) for item in items)
             if taken and (size > room or (budget is not None and positions > budget)):
                 break
             taken += 1
@@ -250,3 +257,10 @@ class Coalescer:
             call.fail(
                 InternalError(f"internal error starting a call of {call.plan.model!r}: {exc!r}")
             )
+
+
+def _positions(selection: Selection | None, length: int) -> int:
+    """The positions a sequence of ``length`` takes in a request: its bucket."""
+    if selection is None or length > selection.ceiling:
+        return length  # refused when its call is planned on the worker
+    return selection.select(length)

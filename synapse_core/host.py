@@ -25,8 +25,6 @@ from .serving import CallRunner
 from .snapshot import HostSnapshot, take
 from .steps import request_budget
 
-#: most inputs a coalesced call takes before the worker has said its batch size
-COALESCE_BEFORE_HELLO = 32
 #: scheduling slack on top of the bounds a close is made of
 CLOSE_SLACK_S = 1.0
 #: most call runners kept parked for reuse (fewer when max_concurrent is lower)
@@ -236,23 +234,14 @@ class Host:
         model = entry.spec.name
         coalescer = self._coalescers.get(model)
         if coalescer is None:
-
-            def batch() -> int:
-                worker = self._workers.get(model)
-                hello = worker.hello if worker is not None else None
-                return hello.max_batch if hello is not None else COALESCE_BEFORE_HELLO
-
-            def bucket(length: int) -> int:
-                worker = self._workers.get(model)
-                selection = worker.selection if worker is not None else None
-                if selection is None or length > selection.ceiling:
-                    return length  # refused when its call is planned on the worker
-                return selection.select(length)
-
             assert entry.transport is not None  # the catalog refused the call otherwise
             budget = request_budget(entry.spec, entry.transport.transport)
             coalescer = Coalescer(
-                self._launch, self._runners.event, self._runner, batch, budget, bucket
+                self._launch,
+                self._runners.event,
+                self._runner,
+                lambda: self._workers.get(model),
+                budget,
             )
             self._coalescers[model] = coalescer
         return coalescer
