@@ -10,6 +10,7 @@ host alone, never by timing.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -63,11 +64,13 @@ class HeldReplies:
         self._releases[index].set()
         await anyio.wait_all_tasks_blocked()
 
-    async def answer_all(self) -> None:
-        """Answer requests one at a time, in order, until nothing more comes."""
+    async def answer_all(self, after: Callable[[], None] = lambda: None) -> None:
+        """Answer requests one at a time, in order, until nothing more comes;
+        ``after`` is told after each answer."""
         index = 0
         while index < len(self.received):
             await self.answer(index)
+            after()
             index += 1
 
 
@@ -88,6 +91,34 @@ async def started(tg: Any, results: dict[str, Any], name: str, call: Any) -> Non
     await anyio.wait_all_tasks_blocked()
 
 
+async def bulk_then_shorts(
+    cfg: synapse.HostConfig,
+    shorts: list[str],
+    after: Callable[[dict[str, Any]], None] = lambda results: None,
+) -> tuple[HeldReplies, dict[str, Any]]:
+    """Serve the bulk call of :data:`LONG` and, once its first request is with
+    the worker, each of ``shorts`` as a call of its own; answer every request
+    in turn (``after`` sees the results after each answer). Returns the
+    requests the worker received and each call's result, by name."""
+    held = HeldReplies()
+    transport = InProcessFakeTransport()
+    transport.reply_gate = held
+    results: dict[str, Any] = {}
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.embed("m", [LONG[0], "warm"])  # both shapes admitted: only inferences follow
+        held.armed = True
+        async with anyio.create_task_group() as tg:
+            await started(tg, results, "bulk", lambda: host.embed("m", LONG))
+            await held.wait_for(1)  # the bulk call's first request is with the worker
+            for text in shorts:
+                await started(tg, results, text, lambda text=text: host.embed("m", [text]))
+            await held.answer_all(lambda: after(results))
+    assert results["bulk"].vectors == [pytest.approx(vector(t), abs=1e-6) for t in LONG]
+    for text in shorts:
+        assert results[text].vectors == [pytest.approx(vector(text), abs=1e-6)]
+    return held, results
+
+
 def _ids(texts: list[str]) -> list[list[int]]:
     return [BasicTokenizer().encode(t) for t in texts]
 
@@ -95,19 +126,7 @@ def _ids(texts: list[str]) -> list[list[int]]:
 async def test_short_call_is_sent_before_the_bulk_calls_next_group(
     make_model: Any, make_config: Any
 ) -> None:
-    held = HeldReplies()
-    transport = InProcessFakeTransport()
-    transport.reply_gate = held
-    cfg = make_config(budget_model(make_model))
-    results: dict[str, Any] = {}
-    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
-        await host.embed("m", [LONG[0], "warm"])  # both shapes admitted: only inferences follow
-        held.armed = True
-        async with anyio.create_task_group() as tg:
-            await started(tg, results, "bulk", lambda: host.embed("m", LONG))
-            await held.wait_for(1)  # the bulk call's first group is with the worker
-            await started(tg, results, "short", lambda: host.embed("m", ["short"]))
-            await held.answer_all()
+    held, _ = await bulk_then_shorts(make_config(budget_model(make_model)), ["short"])
     order = ["short" if f.sequences == _ids(["short"]) else "bulk" for f in held.received]
     # The short call waited for one group of the bulk call, no more.
     assert order[:3] == ["bulk", "short", "bulk"]
@@ -118,8 +137,6 @@ async def test_short_call_is_sent_before_the_bulk_calls_next_group(
     ]
     ids = [f.request_id for f in held.received]
     assert ids == sorted(ids)
-    assert results["bulk"].vectors == [pytest.approx(vector(t), abs=1e-6) for t in LONG]
-    assert results["short"].vectors == [pytest.approx(vector("short"), abs=1e-6)]
 
 
 async def test_the_longest_waiting_call_goes_next(make_model: Any, make_config: Any) -> None:
@@ -153,59 +170,27 @@ async def test_the_longest_waiting_call_goes_next(make_model: Any, make_config: 
 async def test_short_calls_coalesce_between_the_bulk_calls_groups(
     make_model: Any, make_config: Any
 ) -> None:
-    held = HeldReplies()
-    transport = InProcessFakeTransport()
-    transport.reply_gate = held
     cfg = make_config(budget_model(make_model), coalesce=True)
-    shorts = ["s one", "s two", "s three"]
-    results: dict[str, Any] = {}
-    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
-        await host.embed("m", [LONG[0], "warm"])
-        held.armed = True
-        async with anyio.create_task_group() as tg:
-            await started(tg, results, "bulk", lambda: host.embed("m", LONG))
-            await held.wait_for(1)
-            for text in shorts:
-                await started(tg, results, text, lambda text=text: host.embed("m", [text]))
-            await held.answer_all()
+    held, _ = await bulk_then_shorts(cfg, ["s one", "s two", "s three"])
     sizes = ["bulk" if f.sequences[0] in _ids(LONG) else len(f.sequences) for f in held.received]
     # The first short call waits for one bulk group; the two queued behind it
     # are served together, in one request, after the bulk's next group.
     assert sizes == ["bulk", 1, "bulk", 2, "bulk", "bulk"]
-    for text in shorts:
-        assert results[text].vectors == [pytest.approx(vector(text), abs=1e-6)]
-    assert results["bulk"].vectors == [pytest.approx(vector(t), abs=1e-6) for t in LONG]
 
 
 async def test_a_coalesced_call_takes_one_requests_worth(make_model: Any, make_config: Any) -> None:
     """Queued short calls are coalesced up to one request's budget, counted in
     buckets, so each caller has its rows once its own request is answered."""
-    held = HeldReplies()
-    transport = InProcessFakeTransport()
-    transport.reply_gate = held
-    cfg = make_config(budget_model(make_model), coalesce=True)
     shorts = [f"s{i}" for i in range(7)]  # bucket 8: four to a request
-    results: dict[str, Any] = {}
     done_after: list[set[str]] = []  # the short calls done after each answer
-    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
-        await host.embed("m", [LONG[0], "warm"])
-        held.armed = True
-        async with anyio.create_task_group() as tg:
-            await started(tg, results, "bulk", lambda: host.embed("m", LONG))
-            await held.wait_for(1)
-            for text in shorts:
-                await started(tg, results, text, lambda text=text: host.embed("m", [text]))
-            index = 0
-            while index < len(held.received):
-                await held.answer(index)
-                done_after.append(set(results) - {"bulk"})
-                index += 1
+    cfg = make_config(budget_model(make_model), coalesce=True)
+    held, _ = await bulk_then_shorts(
+        cfg, shorts, lambda results: done_after.append(set(results) - {"bulk"})
+    )
     rows = [len(f.sequences) for f in held.received if f.sequences[0] not in _ids(LONG)]
     assert rows == [1, 4, 2]
     fours = next(i for i, f in enumerate(held.received) if len(f.sequences) == 4)
     assert done_after[fours] == set(shorts[:5])
-    for text in shorts:
-        assert results[text].vectors == [pytest.approx(vector(text), abs=1e-6)]
 
 
 def test_requests_are_cut_within_the_budget_and_keep_input_order() -> None:
