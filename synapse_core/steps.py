@@ -16,6 +16,7 @@ import attrs
 from .call import Call
 from .channel import Exchange
 from .config import ModelSpec
+from .errors import PluginError
 from .plan import Group, Plan, group_by_bucket, over_ceiling
 from .plugins import PluginHost
 from .residency.worker import Selection, Worker
@@ -68,7 +69,13 @@ def request_budget(spec: ModelSpec, transport: Transport) -> int | None:
     catalog's ``max_batch_tokens``, else its transport's default."""
     if spec.max_batch_tokens is not None:
         return spec.max_batch_tokens
-    return transport.max_batch_tokens(spec)
+    budget = transport.max_batch_tokens(spec)
+    if budget is not None and (type(budget) is not int or budget <= 0):
+        raise PluginError(
+            f"transport {transport.name!r} gave max_batch_tokens = {budget!r} for model "
+            f"{spec.name!r}; a transport's default must be a whole number above 0, or None"
+        )
+    return budget
 
 
 def step_shape(worker: Worker, step: Group) -> Shape:

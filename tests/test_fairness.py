@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import anyio
+import attrs
 import pytest
 
 import synapse_core as synapse
@@ -221,3 +222,23 @@ def test_max_batch_tokens_is_checked_in_the_catalog(bad: object) -> None:
         synapse.HostConfig.from_dict({"models": [{**entry, "max_batch_tokens": bad}]})
     config = synapse.HostConfig.from_dict({"models": [{**entry, "max_batch_tokens": 64}]})
     assert config.models[0].max_batch_tokens == 64
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5])
+def test_a_transports_bad_default_budget_is_a_plugin_error(bad: object) -> None:
+    from synapse_core.steps import request_budget
+
+    class Odd(InProcessFakeTransport):
+        def max_batch_tokens(self, model: Any) -> Any:
+            return bad
+
+    spec = synapse.HostConfig.from_dict(
+        {
+            "models": [
+                {"name": "a", "task": "embed", "transport": "fake", "package": "p", "ceiling": 8}
+            ]
+        }
+    ).models[0]
+    with pytest.raises(synapse.PluginError, match=r"transport 'fake' gave max_batch_tokens"):
+        request_budget(spec, Odd())
+    assert request_budget(attrs.evolve(spec, max_batch_tokens=16), Odd()) == 16
