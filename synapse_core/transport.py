@@ -111,6 +111,18 @@ class Transport:
         declared = getattr(self.model_options(model), "buckets", None)
         return None if declared is None else sorted(declared)
 
+    def max_batch_tokens(self, model: ModelSpec) -> int | None:
+        """The default budget of one request of ``model``, in positions
+        (bucket x sequences), for an entry that sets no ``max_batch_tokens``.
+
+        A call's work is cut into requests within it, and between two of them
+        the worker goes to whichever call has waited longest, so choose it from
+        the model's measured speed: one request should take about 100 ms.
+        ``None`` (the default): requests are bounded by ``max_batch`` alone.
+        Called once per worker hello; never spawn here.
+        """
+        return None
+
     def lane_for(self, model: ModelSpec) -> LaneInfo:
         """The lane ``model`` runs on."""
         return LaneInfo(f"{self.name}:0")
