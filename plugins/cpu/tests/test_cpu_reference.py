@@ -172,3 +172,19 @@ def test_the_int8_graph_and_its_loss_are_built_once(
     monkeypatch.setattr(quantize, "measure", no_rebuild)
     again = runtime.load(quantize="int8", cache_dir=str(onnx_cache))
     assert again.min_cosine == int8_model.min_cosine
+
+
+def test_the_published_reference_is_the_numpy_forward_pass(numpy_model: runtime.Model) -> None:
+    from importlib.metadata import entry_points
+
+    points = entry_points(group="synapse.references", name="all-MiniLM-L6-v2")
+    # An install older than the entry point lacks it: `pip install -e plugins/cpu` again.
+    assert len(points) == 1, f"synapse-cpu's reference entry point is not installed: {points}"
+    (point,) = points
+    reference = point.load()()
+    assert "synapse-cpu" in reference.name
+    ids = numpy_model.tokenizer.encode("A man is eating food.")
+    cls_id, sep_id = numpy_model.tokenizer.special_ids()
+    # positions, as another lane's device sees them: the special tokens included
+    (row,) = reference.embed([[cls_id, *ids, sep_id]])
+    assert np.array_equal(row, numpy_model.embed([ids])[0])
