@@ -1,9 +1,15 @@
 """The CPU lane: MiniLM served through the host against the same forward pass in-process.
 
-Every ratio compares the host (subprocess worker, one BLAS thread) with the
-numpy forward pass called in this process, also on one thread, measured in
-the same run and interleaved. Skipped (no figures) where synapse-cpu or the
-model wheel is not installed.
+Two kinds of ratio, each measured in the same run, sides alternating:
+
+- the shipped ``minilm`` entry with no options (onnxruntime, every core)
+  against onnxruntime called in this process on **the same graph file** with
+  intra-op threads = cores, on length-sorted batches of 32 (the limit a user
+  of onnxruntime reaches by hand), and its int8 variant against it;
+- the numpy runtime on one BLAS thread, through the host and in-process (the
+  figures kept from before onnxruntime was the default).
+
+Skipped (no figures) where synapse-cpu or the model wheel is not installed.
 """
 
 from __future__ import annotations
@@ -29,6 +35,9 @@ from .harness import Figure, Mode, Series, Target, rotating_p50
 SHORT = "What is the capital of France?"
 MODELS = ("cpu-a", "cpu-b")
 ONNX = "cpu-onnx"
+#: the shipped entry's name and options (none), and its int8 variant
+DEFAULT = "minilm"
+INT8 = "minilm-int8"
 DEADLINE_S = 600.0
 CALLERS = 4
 
@@ -43,10 +52,12 @@ class Plan:
     #: texts each caller embeds per scaling round
     scaling_texts: int
     cold_starts: int
+    #: texts of the default entry's bulk call (and its int8 variant's)
+    bulk_texts: int = 2000
 
 
 PLANS = {
-    "smoke": Plan(2, 3, 16, 8, 2),
+    "smoke": Plan(2, 3, 16, 8, 2, 64),
     "quick": Plan(3, 60, 512, 64, 2),
     "full": Plan(5, 200, 512, 192, 3),
 }
@@ -79,10 +90,6 @@ def available() -> str:
     return ""
 
 
-def onnx_installed() -> bool:
-    return all(importlib.util.find_spec(m) is not None for m in ("onnx", "onnxruntime"))
-
-
 def mixed_texts(count: int, seed: int = 1234) -> list[str]:
     """Sentences of common words, skewed short with a tail to the 256 ceiling."""
     rng = random.Random(seed)
@@ -99,9 +106,11 @@ entry = functools.partial(model_entry, transport="cpu", package="all-MiniLM-L6-v
 
 
 def config() -> HostConfig:
-    models = [entry(name) for name in MODELS]
-    if onnx_installed():
-        models.append(entry(ONNX, runtime="onnxruntime"))
+    # The numpy figures: one BLAS thread, as before onnxruntime was the default;
+    # cpu-onnx: onnxruntime on one thread, beside them.
+    models = [entry(name, runtime="numpy", threads=1) for name in MODELS]
+    models.append(entry(ONNX, runtime="onnxruntime", threads=1))
+    models += [entry(DEFAULT), entry(INT8, quantize="int8")]
     return host_config(*models, exchange_timeout_s=120.0)
 
 
@@ -165,8 +174,8 @@ def measure(mode: Mode) -> list[Figure]:
         ),
     ]
     figures += backend_figures(series, "cpu_", "numpy", Target("<=", 260.0))
-    if "onnx_tokens_per_s" in series.parts:
-        figures += backend_figures(series, "cpu_onnx_", "onnx", None)
+    figures += backend_figures(series, "cpu_onnx_", "onnx", None)
+    figures += default_figures(series, plan)
     if "sentence_transformers_s" in series.parts:
         figures.append(
             Figure(
@@ -178,6 +187,55 @@ def measure(mode: Mode) -> list[Figure]:
             )
         )
     return figures
+
+
+def default_figures(series: Series, plan: Plan) -> list[Figure]:
+    """The shipped entry with no options against onnxruntime by hand, and int8."""
+    return [
+        Figure(
+            "cpu_default_bulk_ratio_vs_ort_limit",
+            "ratio",
+            f"texts/s of {plan.bulk_texts} mixed-length texts through host.embed of the shipped "
+            "minilm entry (no options) / onnxruntime in-process on the same graph, intra-op "
+            "threads = cores, length-sorted batches of 32",
+            series.ratio("ort_limit_bulk_s", "default_bulk_s"),
+            Target(">=", 0.95),
+            series.medians("default_bulk_s", "ort_limit_bulk_s", "default_texts_per_s"),
+        ),
+        Figure(
+            "cpu_default_single_ratio_vs_ort_limit",
+            "ratio",
+            "p50 of host.embed of one short text on the shipped minilm entry / tokenise + "
+            "onnxruntime in-process on the same graph, intra-op threads = cores",
+            series.ratio("default_single_us", "ort_limit_single_us"),
+            Target("<=", 1.15),
+            series.medians("default_single_us", "ort_limit_single_us"),
+        ),
+        Figure(
+            "cpu_default_texts_per_s",
+            "texts/s",
+            f"texts per second of the {plan.bulk_texts}-text bulk call, shipped minilm entry",
+            series["default_texts_per_s"],
+        ),
+        Figure(
+            "cpu_int8_speedup_vs_fp32",
+            "ratio",
+            f"wall of the {plan.bulk_texts}-text bulk call through the host, default entry / "
+            'the same entry with quantize = "int8"',
+            series.ratio("default_bulk_s", "int8_bulk_s"),
+            Target(">=", 1.4),
+            series.medians("default_bulk_s", "int8_bulk_s"),
+        ),
+        Figure(
+            "cpu_int8_min_cosine",
+            "cosine",
+            "worst cosine of the int8 graph's vectors to float32's on the fixed text set, "
+            "measured when the graph was built (what synapse catalog shows)",
+            series["int8_min_cosine"],
+            Target(">=", 0.98),
+            series.medians("int8_mean_cosine"),
+        ),
+    ]
 
 
 def backend_figures(
@@ -210,10 +268,15 @@ def backend_figures(
 
 
 async def _measure(plan: Plan) -> Series:
-    from synapse_cpu import runtime
+    from synapse_cpu import quantize, runtime
 
-    runtime.limit_threads(1)
-    model = runtime.load()
+    model = runtime.load(runtime="numpy", threads=1)
+    fp32 = runtime.load()  # the default: builds the graph the workers then load
+    int8 = runtime.load(quantize="int8")
+    loss = quantize.read_loss(_cache_root(), fp32.sha256)
+    assert loss is not None and fp32.graph is not None and int8.min_cosine == loss.min_cosine
+    limit = OrtLimit(fp32)
+    bulk = mixed_texts(plan.bulk_texts, seed=2000)
     texts = mixed_texts(plan.composed_texts)
     positions = sum(model.tokenizer.positions(model.tokenizer.count(t)) for t in texts)
     series = Series()
@@ -228,6 +291,8 @@ async def _measure(plan: Plan) -> Series:
             series.add(**await _single(host, model, plan))
             series.add(**await _composed(host, model, texts, positions, rep))
             series.add(**await _scaling(host, texts[: plan.scaling_texts], rep))
+            series.add(**await _default(host, limit, bulk, plan, rep))
+            series.add(int8_min_cosine=loss.min_cosine, int8_mean_cosine=loss.mean_cosine)
             if st_encode is not None:
                 start = time.perf_counter()
                 st_encode(texts)
@@ -275,13 +340,71 @@ async def _composed(
     out["numpy_tokens_per_s"] = positions / out["composed_host_s"]
     out["numpy_texts_per_s"] = len(texts) / out["composed_host_s"]
     out["numpy_rss_mib"], out["numpy_hwm_mib"] = memory_mib(_pid(host, MODELS[0]))
-    if ONNX in host.catalog.entries:
+    start = time.perf_counter()
+    await host.embed(ONNX, texts, deadline=Deadline.after(DEADLINE_S))
+    wall = time.perf_counter() - start
+    out["onnx_tokens_per_s"] = positions / wall
+    out["onnx_texts_per_s"] = len(texts) / wall
+    out["onnx_rss_mib"], out["onnx_hwm_mib"] = memory_mib(_pid(host, ONNX))
+    return out
+
+
+def _cache_root() -> Path:
+    from synapse_cpu.onnx_graph import default_cache_dir
+
+    return default_cache_dir()
+
+
+class OrtLimit:
+    """onnxruntime by hand on the default entry's graph: every core, the best plain loop."""
+
+    def __init__(self, model: Any) -> None:
+        from synapse_cpu.cores import usable_cores
+        from synapse_cpu.runtime import onnx_session
+
+        self.model = model
+        self.session = onnx_session(model.graph, usable_cores())
+
+    def run(self, sequences: list[list[int]]) -> None:
+        from synapse_cpu import bert
+
+        ids, mask = bert.pack(sequences, self.model.cls_id, self.model.sep_id)
+        self.session.run(["embeddings"], {"input_ids": ids, "attention_mask": mask})
+
+    def bulk(self, texts: list[str]) -> None:
+        """Tokenise all, sort by length, run batches of 32."""
+        ordered = sorted(self.model.tokenizer.encode_batch(texts), key=len)
+        for start in range(0, len(ordered), 32):
+            self.run(ordered[start : start + 32])
+
+    def single(self, text: str) -> None:
+        self.run([self.model.tokenizer.encode(text)])
+
+
+async def _default(
+    host: Host, limit: OrtLimit, texts: list[str], plan: Plan, rep: int
+) -> dict[str, float]:
+    """The shipped entry against onnxruntime by hand, bulk and one short text; int8 bulk."""
+    out: dict[str, float] = {}
+    for side in ("host", "limit", "int8") if rep % 2 == 0 else ("int8", "limit", "host"):
         start = time.perf_counter()
-        await host.embed(ONNX, texts, deadline=Deadline.after(DEADLINE_S))
-        wall = time.perf_counter() - start
-        out["onnx_tokens_per_s"] = positions / wall
-        out["onnx_texts_per_s"] = len(texts) / wall
-        out["onnx_rss_mib"], out["onnx_hwm_mib"] = memory_mib(_pid(host, ONNX))
+        if side == "limit":
+            limit.bulk(texts)
+        else:
+            name = DEFAULT if side == "host" else INT8
+            await host.embed(name, texts, deadline=Deadline.after(DEADLINE_S))
+        key = {"host": "default_bulk_s", "limit": "ort_limit_bulk_s", "int8": "int8_bulk_s"}
+        out[key[side]] = time.perf_counter() - start
+    out["default_texts_per_s"] = len(texts) / out["default_bulk_s"]
+
+    async def through_host() -> None:
+        await host.embed(DEFAULT, [SHORT], deadline=Deadline.after(DEADLINE_S))
+
+    async def by_hand() -> None:
+        limit.single(SHORT)
+
+    host_us, limit_us = await rotating_p50([through_host, by_hand], plan.single_samples)
+    out.update(default_single_us=host_us, ort_limit_single_us=limit_us)
     return out
 
 

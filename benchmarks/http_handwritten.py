@@ -26,8 +26,7 @@ from .http_server import serve_until_signal
 def create_app() -> Starlette:
     from synapse_cpu import runtime
 
-    runtime.limit_threads(1)
-    model = runtime.load()
+    model = runtime.load(runtime="numpy", threads=1)
 
     def forward(texts: list[str]) -> list[list[float]]:
         vectors = model.embed([model.tokenizer.encode(text) for text in texts])

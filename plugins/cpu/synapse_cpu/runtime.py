@@ -82,6 +82,8 @@ class Model:
     #: a fixed thread count, or ``None``: a share of the cores, from ``share``
     threads: int | None = None
     share: CoreShare | None = None
+    #: the ONNX graph file the forward pass runs (``None`` on numpy)
+    graph: Path | None = None
     _current: int = attrs.field(init=False, default=0)
 
     def forward(self, ids: npt.NDArray[np.int64], mask: bert.F32) -> bert.F32:
@@ -178,6 +180,7 @@ def load(
     runtime = resolve(runtime)
     forward: Forward
     min_cosine = None
+    graph = None
     if runtime == "onnxruntime":
         from .onnx_graph import cached_graph, default_cache_dir
 
@@ -211,6 +214,7 @@ def load(
         min_cosine,
         threads,
         share,
+        graph,
     )
 
 
