@@ -310,3 +310,23 @@ def test_host_tokenizer_says_what_each_token_is() -> None:
         ("[SEP]", True, None),
     ]
     assert framed[1:-1] == pieces
+
+
+def test_without_onnxruntime_the_default_falls_back_to_numpy_and_insisting_is_refused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    transport = synapse_cpu.transport.CpuTransport()
+    default, insisting = (
+        host_config(entry("m", **o)).models[0] for o in ({}, {"runtime": "onnxruntime"})
+    )
+    assert synapse_cpu.transport.runtime_of(transport.model_options(default)) == "onnxruntime"
+    monkeypatch.setattr(
+        synapse_cpu.transport, "onnxruntime_problem", lambda: "onnxruntime is not installed (x)"
+    )
+    assert synapse_cpu.transport.runtime_of(transport.model_options(default)) == "numpy"
+    assert transport.model_availability(default).available
+    refused = transport.model_availability(insisting)
+    assert not refused.available and refused.reason == "onnxruntime is not installed (x)"
+    int8 = host_config(entry("m", quantize="int8")).models[0]
+    assert not transport.model_availability(int8).available
+    assert "numpy (onnxruntime: onnxruntime is not installed (x))" in transport.describe()
