@@ -13,7 +13,8 @@ not pay for the host's modules.
   :func:`spawn_worker`, :func:`launch_spec`, :func:`confirm_exit`,
   :data:`hookimpl`, :class:`ModelSpec`, :data:`Task`, tokenizers
   (:class:`BasicTokenizer` is the default one; :class:`DescribingTokenizer`
-  and :class:`TokenPiece` for one that can say what each token is).
+  and :class:`TokenPiece` for one that can say what each token is,
+  :class:`SizedTokenizer` for one that knows its vocabulary's size).
 - Options: :func:`parse_options`, :class:`FieldInvalid`,
   :class:`ConfigError`, :class:`WorkerOptions`, :class:`Faults`, the ready
   validators (:func:`positive`, ...), and :func:`structuring_problems` for a
@@ -66,6 +67,7 @@ _EXPORTS = {
     "BasicTokenizer": "tokenizer",
     "CountingTokenizer": "tokenizer",
     "DescribingTokenizer": "tokenizer",
+    "SizedTokenizer": "tokenizer",
     "TokenPiece": "tokenizer",
     "Tokenizer": "tokenizer",
     "LaneLocked": "errors",
@@ -190,6 +192,7 @@ __all__ = [
     "Shape",
     "ShapeAdmitted",
     "ShapeRefunded",
+    "SizedTokenizer",
     "Stop",
     "Subject",
     "SynapseError",
@@ -278,6 +281,7 @@ if TYPE_CHECKING:
         BasicTokenizer,
         CountingTokenizer,
         DescribingTokenizer,
+        SizedTokenizer,
         Tokenizer,
         TokenPiece,
     )
