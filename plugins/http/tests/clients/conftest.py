@@ -35,9 +35,9 @@ ENABLED = bool(os.environ.get("SYNAPSE_CLIENT_SUITE"))
 if not ENABLED:
     collect_ignore_glob = ["test_*.py"]
 
-#: tiktoken's cl100k_base file, named as tiktoken's cache names it: LangChain
-#: tokenises with it client-side, and the server decodes its token arrays
-TIKTOKEN_DATA = Path(__file__).parent.parent / "data"
+#: tiktoken's cl100k_base file (the parent conftest points TIKTOKEN_CACHE_DIR
+#: at it): LangChain tokenises with it, and the server decodes its token arrays
+TIKTOKEN_CACHE = Path(__file__).parent.parent / "data" / "tiktoken"
 
 #: switches read at import by the libraries (so set before any test module
 #: imports one)
@@ -51,9 +51,8 @@ QUIET_ENV = {
     "LANGCHAIN_TRACING_V2": "false",
     "LANGSMITH_TRACING": "false",
     "DO_NOT_TRACK": "1",
-    "TIKTOKEN_CACHE_DIR": str(TIKTOKEN_DATA),
     # litellm points TIKTOKEN_CACHE_DIR at its own copy on import unless this is set
-    "CUSTOM_TIKTOKEN_CACHE_DIR": str(TIKTOKEN_DATA),
+    "CUSTOM_TIKTOKEN_CACHE_DIR": str(TIKTOKEN_CACHE),
     # dummies, so no library looks further for a key
     "OPENAI_API_KEY": API_KEY,
     "CO_API_KEY": API_KEY,
@@ -163,17 +162,16 @@ QUERY = "What is a serving host for embedding models?"
 
 @pytest.fixture(scope="session")
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """One ``synapse serve`` for the whole suite (asyncio backend), MiniLM preloaded."""
+    """One ``synapse serve`` for the whole suite (asyncio backend)."""
     running = start_server(
         tmp_path_factory.mktemp("clients"),
         "asyncio",
         MODELS,
         "--api-key",
         API_KEY,
-        "--preload",
-        EMBED,
-        "--preload",
-        RERANK,
+        # every model's worker before any test, so the fuzzing can check that
+        # none was restarted
+        *(arg for entry in MODELS for arg in ("--preload", entry["name"])),
         plugins="mock,cpu,http",
         **SETTINGS,
     )
@@ -253,9 +251,3 @@ def expected_order(reference: Reference) -> Callable[[str, list[str]], list[int]
         return sorted(range(len(documents)), key=lambda i: -scores[i])
 
     return order
-
-
-def pending(what: str) -> pytest.MarkDecorator:
-    """Marks a test of server work not yet built (``what``). Strict: once the
-    work lands the test passes, the run fails, and the mark must go."""
-    return pytest.mark.xfail(strict=True, reason=f"needs {what} on the server")

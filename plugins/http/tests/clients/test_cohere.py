@@ -8,7 +8,7 @@ import cohere
 
 from synapse_http.testing import API_KEY
 
-from .conftest import QUERY, RERANK, TEXTS, pending
+from .conftest import QUERY, RERANK, TEXTS
 
 
 def test_cohere_v1_rerank_orders_as_host_rerank(
@@ -21,7 +21,6 @@ def test_cohere_v1_rerank_orders_as_host_rerank(
     assert scores == sorted(scores, reverse=True)
 
 
-@pending("POST /v2/rerank")
 def test_cohere_v2_rerank_orders_as_host_rerank(
     url: str, expected_order: Callable[[str, list[str]], list[int]]
 ) -> None:

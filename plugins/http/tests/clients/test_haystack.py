@@ -14,7 +14,7 @@ from haystack_integrations.components.embedders.huggingface_api import (
 
 from synapse_http.testing import API_KEY
 
-from .conftest import EMBED, QUERY, pending
+from .conftest import EMBED, QUERY
 
 
 def test_openai_text_embedder_matches_host_embed(
@@ -24,7 +24,6 @@ def test_openai_text_embedder_matches_host_embed(
     same_vectors([embedder.run(QUERY)["embedding"]], [QUERY])
 
 
-@pending("TEI's POST / alias")
 def test_huggingface_api_text_embedder_on_the_bare_url_matches_host_embed(
     url: str, same_vectors: Callable[[Any, list[str]], None]
 ) -> None:

@@ -10,10 +10,9 @@ from huggingface_hub import InferenceClient
 
 from synapse_http.testing import API_KEY
 
-from .conftest import QUERY, pending
+from .conftest import QUERY
 
 
-@pending("TEI's POST / alias")
 def test_inference_client_feature_extraction_matches_host_embed(
     url: str, same_vectors: Callable[[Any, list[str]], None]
 ) -> None:

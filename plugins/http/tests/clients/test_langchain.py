@@ -11,10 +11,9 @@ from langchain_openai import OpenAIEmbeddings
 
 from synapse_http.testing import API_KEY
 
-from .conftest import EMBED, QUERY, TEXTS, pending
+from .conftest import EMBED, QUERY, TEXTS
 
 
-@pending("tiktoken decoding of OpenAI token arrays")
 def test_langchain_defaults_send_token_ids_and_get_the_texts_vectors(
     v1: str, same_vectors: Callable[[Any, list[str]], None]
 ) -> None:
@@ -33,7 +32,6 @@ def test_langchain_with_texts_gets_host_embed_vectors(
     same_vectors([embeddings.embed_query(QUERY)], [QUERY])
 
 
-@pending("--max-inputs 2048 by default")
 def test_langchain_sends_its_default_chunk_of_a_thousand_documents_at_once(
     v1: str, same_vectors: Callable[[Any, list[str]], None]
 ) -> None:

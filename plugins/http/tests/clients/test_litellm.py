@@ -10,7 +10,7 @@ import litellm
 
 from synapse_http.testing import API_KEY
 
-from .conftest import EMBED, QUERY, RERANK, TEXTS, pending
+from .conftest import EMBED, QUERY, RERANK, TEXTS
 
 litellm.telemetry = False
 
@@ -22,7 +22,6 @@ def test_litellm_openai_embedding_matches_host_embed(
     same_vectors([d["embedding"] for d in response.data], TEXTS)
 
 
-@pending("TEI's POST /embeddings alias")
 def test_litellm_openai_embedding_on_the_bare_url(
     url: str, same_vectors: Callable[[Any, list[str]], None]
 ) -> None:
@@ -32,7 +31,6 @@ def test_litellm_openai_embedding_on_the_bare_url(
     same_vectors([response.data[0]["embedding"]], [QUERY])
 
 
-@pending("POST /v2/rerank")
 def test_litellm_cohere_rerank_orders_as_host_rerank(
     url: str, expected_order: Callable[[str, list[str]], list[int]]
 ) -> None:
