@@ -172,7 +172,11 @@ def _byte_offsets(text: str) -> Callable[[int], int]:
     return before.__getitem__
 
 
-@answers(Answer(body=Info, errors=(401, 404, 500, 503), summary="TEI's model information."))
+@answers(
+    Answer(
+        body=Info, errors=(401, 404, 500, 503), summary="TEI's model information.", names_model=True
+    )
+)
 async def info(request: Request) -> Response:
     service = service_of(request)
     entry = _entry(service, model_of(Incoming(request.scope), None, service, "embed"))
