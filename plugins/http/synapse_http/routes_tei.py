@@ -116,7 +116,6 @@ class ServedTask:
 
     def __init__(self, routes: dict[str, PostRoute[Any]]) -> None:
         self.routes = routes
-        self.__doc__ = type(self).__doc__
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.serve(scope["app"].state.synapse, scope, receive, send)
