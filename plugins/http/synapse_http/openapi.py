@@ -40,6 +40,31 @@ ERRORS = {
 }
 #: the errors of a route taking a JSON body
 POST_ERRORS = (401, 404, 408, 413, 422, 429, 500, 503, 504)
+#: how a request names its model besides its body (see ``pipeline.model_of``)
+MODEL_PARAMETERS = [
+    {
+        "name": "model",
+        "in": "query",
+        "required": False,
+        "description": "the catalog model to serve (else the body's, else the default)",
+        "schema": {"type": "string"},
+    },
+    {
+        "name": "X-Synapse-Model",
+        "in": "header",
+        "required": False,
+        "description": "the same, as a header",
+        "schema": {"type": "string"},
+    },
+]
+#: a POST request's own deadline (see ``pipeline.deadline_of``)
+TIMEOUT_PARAMETER = {
+    "name": "X-Synapse-Timeout-Ms",
+    "in": "header",
+    "required": False,
+    "description": "the call's deadline in milliseconds, if shorter than the server's",
+    "schema": {"type": "string"},
+}
 
 
 class Answer(msgspec.Struct, frozen=True):
@@ -49,6 +74,8 @@ class Answer(msgspec.Struct, frozen=True):
     media: str = JSON
     errors: tuple[int, ...] = (401, 500, 503)
     summary: str = ""
+    #: the route serves the model ``?model=`` or ``X-Synapse-Model`` names
+    names_model: bool = False
 
 
 def answers(answer: Answer) -> Callable[[F], F]:
@@ -110,6 +137,7 @@ def _operation(path: str, endpoint: object, types: list[object]) -> dict[str, An
         answer = _one_of([p.answers for p in posts], types)
         operation: dict[str, Any] = {
             "summary": _summary(endpoint),
+            "parameters": [*MODEL_PARAMETERS, TIMEOUT_PARAMETER],
             "requestBody": {"required": True, "content": {JSON: {"schema": request}}},
             "responses": {"200": _response("OK", JSON, answer)},
         }
@@ -121,6 +149,8 @@ def _operation(path: str, endpoint: object, types: list[object]) -> dict[str, An
             "summary": given.summary or _summary(endpoint),
             "responses": {"200": _response("OK", given.media, body)},
         }
+        if given.names_model:
+            operation["parameters"] = list(MODEL_PARAMETERS)
         statuses = given.errors
     for status in statuses:
         operation["responses"][str(status)] = _response(

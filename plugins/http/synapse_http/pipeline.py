@@ -117,17 +117,21 @@ def model_of(request: Incoming, named: str | None, service: Service, task: str) 
     """The model a request names: in its body, ``?model=``, ``X-Synapse-Model``,
     or else the catalog's default for ``task``. A name given empty is no
     model's (``unknown-model``), never the default."""
-    for given in (named, request.query("model"), request.header(HEADER_MODEL)):
-        if given is not None:
-            if not given:
-                raise Refused(
-                    "unknown-model",
-                    "the model's name is empty; name a catalog model (GET /v1/models "
-                    "lists them) or leave the name out for the default",
-                    model="",
-                )
-            return given
-    return service.default_model(task)  # type: ignore[arg-type]
+    given = named
+    if given is None:  # looked up only when needed: the body names it on most requests
+        given = request.query("model")
+        if given is None:
+            given = request.header(HEADER_MODEL)
+            if given is None:
+                return service.default_model(task)  # type: ignore[arg-type]
+    if not given:
+        raise Refused(
+            "unknown-model",
+            "the model's name is empty; name a catalog model (GET /v1/models lists them) "
+            "or leave the name out for the default",
+            model="",
+        )
+    return given
 
 
 def truncated_header(indexes: tuple[int, ...]) -> dict[str, str]:

@@ -116,7 +116,6 @@ class ServedTask:
 
     def __init__(self, routes: dict[str, PostRoute[Any]]) -> None:
         self.routes = routes
-        self.__doc__ = type(self).__doc__
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         await self.serve(scope["app"].state.synapse, scope, receive, send)
@@ -172,7 +171,11 @@ def _byte_offsets(text: str) -> Callable[[int], int]:
     return before.__getitem__
 
 
-@answers(Answer(body=Info, errors=(401, 404, 500, 503), summary="TEI's model information."))
+@answers(
+    Answer(
+        body=Info, errors=(401, 404, 500, 503), summary="TEI's model information.", names_model=True
+    )
+)
 async def info(request: Request) -> Response:
     service = service_of(request)
     entry = _entry(service, model_of(Incoming(request.scope), None, service, "embed"))

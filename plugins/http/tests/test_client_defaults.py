@@ -6,8 +6,9 @@ surrogate, ``served_model_name``, 2048 inputs)."""
 
 from __future__ import annotations
 
+import signal
 import sys
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from typing import Any, NamedTuple
 
@@ -19,7 +20,7 @@ import synapse_core as synapse
 from synapse_core.plugin import BasicTokenizer, host_config, transport_plugin
 from synapse_core.tokenizer import VOCAB
 from synapse_http import ServeSettings, create_app, tiktoken_ids
-from synapse_http.testing import model
+from synapse_http.testing import Server, model
 from synapse_mock_transport.inprocess import InProcessTransport
 
 pytestmark = pytest.mark.anyio
@@ -275,3 +276,16 @@ async def test_a_lone_surrogate_in_json_is_invalid_text_naming_its_input() -> No
         broken = await live.http.post("/embed", content=b'{"inputs": ["\\ud800"')
         assert broken.json()["error_type"] == "invalid-body"
         assert live.transport.launches == []
+
+
+@pytest.mark.subprocess
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_a_clean_sigterm_logs_no_traceback(serve: Callable[..., Server], backend: str) -> None:
+    server = serve(backend, [model("e")])
+    with server.client() as http:
+        assert http.post("/embed", json={"inputs": ["a"]}).status_code == 200
+    server.signal(signal.SIGTERM)
+    output = server.output()
+    assert server.wait() == 0, output
+    assert "stopped taking requests; 1 answered" in output
+    assert "Traceback" not in output and "CancelledError" not in output, output

@@ -66,6 +66,15 @@ async def test_every_route_is_described_with_the_schemas_of_its_structs() -> Non
     assert doc["components"]["securitySchemes"]["bearer"]["scheme"] == "bearer"
     assert doc["paths"]["/health"]["get"]["security"] == []
     assert "401" in doc["paths"]["/embed"]["post"]["responses"]
+    # Where a route reads the model's name and deadline besides its body.
+    named = {(p["in"], p["name"]) for p in doc["paths"]["/embed"]["post"]["parameters"]}
+    assert named == {
+        ("query", "model"),
+        ("header", "X-Synapse-Model"),
+        ("header", "X-Synapse-Timeout-Ms"),
+    }
+    info = {(p["in"], p["name"]) for p in doc["paths"]["/info"]["get"]["parameters"]}
+    assert info == {("query", "model"), ("header", "X-Synapse-Model")}
     root = doc["paths"]["/"]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert root == {
         "anyOf": [
