@@ -26,7 +26,7 @@ import anyio.from_thread
 import pytest
 
 import synapse_core as synapse
-from synapse_core.plugin import host_config, model_entry
+from synapse_core.testing import host_config, model_entry
 from synapse_http.testing import API_KEY, Server, model, start_server
 
 #: set by the nox session; the main suite (which may lack the libraries, numpy
