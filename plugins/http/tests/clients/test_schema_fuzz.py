@@ -12,6 +12,7 @@ holds no lease, call in flight or waiting call, and no worker was restarted.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import MutableMapping
 from typing import Any
 
 import schemathesis
@@ -35,6 +36,10 @@ SEED = 22
 EXAMPLES = 25
 #: seconds one request may take before the server counts as not answering
 REQUEST_S = 30.0
+#: sent with every case: the key, and a deadline. A fuzzed deadline of a few
+#: milliseconds would be answered 504 by design, which is not a finding.
+HEADERS = {**AUTH, "X-Synapse-Timeout-Ms": str(int(REQUEST_S * 1000))}
+MODEL = "X-Synapse-Model"
 CHECKS = [
     not_a_server_error,
     status_code_conformance,
@@ -46,9 +51,11 @@ CHECKS = [
 
 
 def model_names(task: str) -> st.SearchStrategy[str | None]:
-    """A body's ``model``: a served model of the route's task two times in three
-    (a random name only reaches ``unknown-model``)."""
-    return st.sampled_from([None, *(entry["name"] for entry in MODELS if entry["task"] == task)])
+    """The model a case names (in its body, ``?model=`` or ``X-Synapse-Model``):
+    a served model of the route's task four times in five, else the generated
+    name (which only reaches ``unknown-model``)."""
+    served = [entry["name"] for entry in MODELS if entry["task"] == task]
+    return st.sampled_from([None, *served, *served])
 
 
 def quiet(server: Server) -> dict[str, Any]:
@@ -72,7 +79,7 @@ def fuzz(
     operation: Any, mode: GenerationMode, url: str, counts: Counter[str], statuses: Statuses
 ) -> None:
     task = "rerank" if "rerank" in operation.path else "embed"
-    cases = operation.as_strategy(generation_mode=mode, headers=AUTH)
+    cases = operation.as_strategy(generation_mode=mode, headers=HEADERS)
 
     @seed(SEED)
     @settings(
@@ -84,8 +91,10 @@ def fuzz(
     )
     @given(case=cases, name=model_names(task))
     def run(case: Any, name: str | None) -> None:
-        if name is not None and isinstance(case.body, dict) and "model" in case.body:
-            case.body["model"] = name
+        if name is not None:  # wherever the case names a model
+            for part, key in ((case.body, "model"), (case.query, "model"), (case.headers, MODEL)):
+                if isinstance(part, MutableMapping) and key in part:
+                    part[key] = name
         counts[f"{mode.value} {operation.label}"] += 1
         response = case.call(base_url=url, timeout=REQUEST_S)
         statuses[mode, response.status_code] += 1
