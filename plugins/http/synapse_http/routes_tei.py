@@ -15,8 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from synapse_core import Refused
-from synapse_core.plugin import Entry, TokenPiece
+from synapse_core import Entry, Refused, TokenPiece
 
 from .errors import invalid
 from .inputs import check_dimensions, inputs_of, normalized, sigmoid, truncation
