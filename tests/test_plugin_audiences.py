@@ -223,6 +223,8 @@ def test_nothing_in_the_tree_reads_a_moved_name_from_the_transport_module() -> N
         for path in sorted(root.rglob("*.py")):
             if path.is_relative_to(ROOT / "plugins" / "ray") or ".venv" in path.parts:
                 continue
+            if TRANSPORT not in path.read_text(encoding="utf-8"):
+                continue  # parse only the files that can import it
             found += [
                 f"{path.relative_to(ROOT)}:{line} imports {name} from {TRANSPORT}"
                 for module, name, line in imports(path)
