@@ -56,7 +56,7 @@ ROUTES = [
     Route("/info", routes_tei.info, methods=["GET"]),
     Route("/health", routes_tei.health, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
-    Route("/openapi.json", openapi.openapi_json, methods=["GET"]),
+    Route("/openapi.json", openapi.json_route(OPEN_PATHS), methods=["GET"]),
     Route("/docs", openapi.docs, methods=["GET"]),
 ]
 #: metric labels: each route's path, and one label for every other path

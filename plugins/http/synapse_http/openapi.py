@@ -9,7 +9,7 @@ TEI's flat body elsewhere). ``/docs`` is Swagger UI reading ``/openapi.json``.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 import msgspec
@@ -196,18 +196,21 @@ def _resolved(value: object, refs: dict[str, Any]) -> Any:
     return value
 
 
-@answers(Answer(body=dict[str, Any], errors=(), summary="This OpenAPI 3.1 document."))
-async def openapi_json(request: Request) -> Response:
-    from .app import OPEN_PATHS  # the app imports this module
+def json_route(open_paths: Iterable[str]) -> Callable[[Request], Awaitable[Response]]:
+    """The endpoint of ``/openapi.json``, for an app whose ``open_paths`` need no key."""
 
-    state = request.app.state
-    cached: bytes | None = getattr(state, "openapi", None)
-    if cached is None:  # built once per app, on first asking
-        secured = service_of(request).settings.api_key is not None
-        cached = state.openapi = msgspec.json.encode(
-            document(request.app.routes, secured, OPEN_PATHS)
-        )
-    return Response(cached, media_type=JSON)
+    @answers(Answer(body=dict[str, Any], errors=(), summary="This OpenAPI 3.1 document."))
+    async def openapi_json(request: Request) -> Response:
+        state = request.app.state
+        cached: bytes | None = getattr(state, "openapi", None)
+        if cached is None:  # built once per app, on first asking
+            secured = service_of(request).settings.api_key is not None
+            cached = state.openapi = msgspec.json.encode(
+                document(request.app.routes, secured, open_paths)
+            )
+        return Response(cached, media_type=JSON)
+
+    return openapi_json
 
 
 #: Swagger UI from a CDN: the browser loads it, the server ships no assets

@@ -11,7 +11,7 @@ import uuid
 
 from starlette.responses import Response
 
-from synapse_core.plugin import Tokenizer, TokenPiece
+from synapse_core import Entry, TokenPiece
 
 from .inputs import sigmoid
 from .pipeline import Incoming as Incoming  # the handler's request
@@ -69,7 +69,7 @@ async def rerank_v2(request: Incoming, service: Service, body: CohereV2RerankReq
     cut: list[int] = []
     if body.max_tokens_per_doc is not None:
         entry = service.host.catalog.entry(model, "rerank")
-        documents, cut = cut_to(entry.tokenizer, body.documents, body.max_tokens_per_doc)
+        documents, cut = cut_to(entry, body.documents, body.max_tokens_per_doc)
     result = await service.host.rerank(
         model, body.query, documents, deadline=deadline_of(request, service), truncate=True
     )
@@ -89,13 +89,14 @@ def best_first(scores: list[float], top_n: int | None) -> list[tuple[int, float]
     return sorted(enumerate(scores), key=lambda pair: -pair[1])[:top_n]
 
 
-def cut_to(tokenizer: Tokenizer, texts: list[str], limit: int) -> tuple[list[str], list[int]]:
-    """``texts`` with each of more than ``limit`` tokens cut after its
+def cut_to(entry: Entry, texts: list[str], limit: int) -> tuple[list[str], list[int]]:
+    """``texts`` with each of more than ``limit`` tokens (of ``entry``'s
+    tokenizer) cut after its
     ``limit``-th token, and the indexes cut. The cut is made in the text, where
     the tokenizer says a token ends (``DescribingTokenizer``), so the host is
     given text as ever; a tokenizer that cannot say leaves the texts whole
     (still cut to the ceiling)."""
-    describe = getattr(tokenizer, "pieces", None)
+    describe = getattr(entry.tokenizer, "pieces", None)
     if describe is None:
         return texts, []
     out: list[str] = []

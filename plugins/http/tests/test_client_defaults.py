@@ -17,7 +17,8 @@ import pytest
 import tiktoken
 
 import synapse_core as synapse
-from synapse_core.plugin import BasicTokenizer, host_config, transport_plugin
+from synapse_core.plugin import BasicTokenizer
+from synapse_core.testing import host_config, transport_plugin
 from synapse_core.tokenizer import VOCAB
 from synapse_http import ServeSettings, create_app, tiktoken_ids
 from synapse_http.testing import Server, model

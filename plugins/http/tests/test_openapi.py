@@ -13,7 +13,7 @@ import msgspec
 import pytest
 
 import synapse_core as synapse
-from synapse_core.plugin import host_config, transport_plugin
+from synapse_core.testing import host_config, transport_plugin
 from synapse_http import ServeSettings, create_app
 from synapse_http.app import ROUTES
 from synapse_http.openapi import REF
