@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from synapse_core.plugin import Shape
 
 if TYPE_CHECKING:
-    from synapse_core.plugin import LaneView
+    from synapse_core.policy import LaneView
 
 MIB = 1 << 20
 #: interpreter, numpy, tokenizers and BLAS buffers of a loaded worker
