@@ -45,8 +45,8 @@ QUIET_ENV = {
     "ANONYMIZED_TELEMETRY": "False",  # chromadb
     "HAYSTACK_TELEMETRY_ENABLED": "False",
     "HF_HUB_DISABLE_TELEMETRY": "1",
-    "LITELLM_TELEMETRY": "False",
-    # litellm fetches its model price map from the network at import otherwise
+    # litellm (which has no telemetry switch left) fetches its model price map
+    # from the network at import otherwise
     "LITELLM_LOCAL_MODEL_COST_MAP": "True",
     "LANGCHAIN_TRACING_V2": "false",
     "LANGSMITH_TRACING": "false",

@@ -12,8 +12,6 @@ from synapse_http.testing import API_KEY
 
 from .conftest import EMBED, QUERY, RERANK, TEXTS
 
-litellm.telemetry = False
-
 
 def test_litellm_openai_embedding_matches_host_embed(
     v1: str, same_vectors: Callable[[Any, list[str]], None]
