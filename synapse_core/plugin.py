@@ -8,6 +8,7 @@ Names load on first use, so a worker process importing ``ModelWorker`` does
 not pay for the host's modules.
 
 - Transports: :class:`Transport`, :class:`Availability`, :class:`LaneInfo`,
+  :class:`ModelTraits` (and its :data:`Scorer`),
   :class:`LaneSession`, :class:`LaunchRequest`, :class:`Launched`,
   :class:`WorkerProcess` (:class:`ProcessGroup` for a group leader),
   :func:`spawn_worker`, :func:`launch_spec`, :func:`confirm_exit`,
@@ -52,6 +53,8 @@ _EXPORTS = {
     "Availability": "transport",
     "LaneInfo": "transport",
     "LaneSession": "transport",
+    "ModelTraits": "transport",
+    "Scorer": "transport",
     "LaunchRequest": "transport",
     "ProcessGroup": "transport",
     "Launched": "transport",
@@ -179,6 +182,7 @@ __all__ = [
     "LaunchSpec",
     "Launched",
     "ModelSpec",
+    "ModelTraits",
     "ModelWorker",
     "ProcessGroup",
     "RawReply",
@@ -186,6 +190,7 @@ __all__ = [
     "Reply",
     "Reservation",
     "Rows",
+    "Scorer",
     "Scores",
     "Shape",
     "ShapeAdmitted",
@@ -287,7 +292,9 @@ if TYPE_CHECKING:
         LaneSession,
         Launched,
         LaunchRequest,
+        ModelTraits,
         ProcessGroup,
+        Scorer,
         Transport,
         WorkerProcess,
     )

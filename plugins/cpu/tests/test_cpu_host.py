@@ -53,7 +53,7 @@ async def test_served_vectors_match_the_reference_alone_and_mixed(
     async with host(config(entry("minilm"))) as h:
         alone = [(await h.embed("minilm", [t], deadline=deadline())).vectors[0] for t in texts]
         mixed = await h.embed("minilm", texts, deadline=deadline())
-        assert mixed.identity == "cpu:all-MiniLM-L6-v2:53aa5117:numpy"
+        assert mixed.identity == "cpu:all-MiniLM-L6-v2:bert-mean-norm:53aa5117:numpy"
         # The same text alone and inside an 11-text mixed call, across buckets.
         picked = [18, 0, 5, 19, 10, 16, 11, 3, 12, 1, 13]
         eleven = await h.embed("minilm", [texts[i] for i in picked], deadline=deadline())
@@ -75,7 +75,7 @@ async def test_the_onnxruntime_worker_matches_the_reference(
     cfg = config(entry("fast", runtime="onnxruntime", cache_dir=str(onnx_cache)))
     async with host(cfg) as h:
         result = await h.embed("fast", texts_of(reference), deadline=deadline())
-    assert result.identity == "cpu:all-MiniLM-L6-v2:53aa5117:onnxruntime"
+    assert result.identity == "cpu:all-MiniLM-L6-v2:bert-mean-norm:53aa5117:onnxruntime"
     matches_reference(np.array(result.vectors, dtype=np.float32), reference_vectors)
 
 
