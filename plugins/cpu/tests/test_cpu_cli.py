@@ -26,7 +26,10 @@ def test_embed_json_with_the_shipped_minilm_matches_the_reference(
     result = run("embed", "minilm", *texts, "--json")
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert doc["identity"] == "cpu:all-MiniLM-L6-v2:bert-mean-norm:53aa5117:numpy" and doc["dims"] == 384
+    assert (
+        doc["identity"] == "cpu:all-MiniLM-L6-v2:bert-mean-norm:53aa5117:numpy"
+        and doc["dims"] == 384
+    )
     matches_reference(np.array(doc["vectors"], dtype=np.float32), reference_vectors)
 
 

@@ -182,12 +182,14 @@ async def test_a_folder_missing_a_file_is_unavailable_naming_it(
 
 @asyncio_only
 async def test_another_models_tokenizer_is_refused_naming_it(model_copy: Path) -> None:
-    from tokenizers import Tokenizer, models
+    from tokenizers import Tokenizer, models, processors
 
     path = model_copy / files.TOKENIZER
     path.unlink()
     vocab = {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, "hello": 3}
-    Tokenizer(models.WordLevel(vocab, unk_token="[UNK]")).save(str(path))
+    other = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    other.post_processor = processors.BertProcessing(("[SEP]", 2), ("[CLS]", 1))
+    other.save(str(path))
     async with host(config(entry("mismatch", model_dir=str(model_copy)))) as h:
         with pytest.raises(synapse.WorkerFault, match="has 4 tokens but the weights embed 30522"):
             await h.embed("mismatch", ["hello"], deadline=deadline())
@@ -262,7 +264,8 @@ def test_host_tokenizer_says_what_each_token_is() -> None:
     assert [p.text for p in pieces][:4] == ["Una", "ffa", "ble", "café"]
     assert all(text[p.start : p.stop] == p.text and not p.special for p in pieces)
     framed = tokenizer.pieces(text, special=True)
-    assert [p.id for p in (framed[0], framed[-1])] == list(tokenizer.special_ids())
+    framing = tokenizer.framing()
+    assert [p.id for p in (framed[0], framed[-1])] == [*framing.before, *framing.after]
     assert [(p.text, p.special, p.start) for p in (framed[0], framed[-1])] == [
         ("[CLS]", True, None),
         ("[SEP]", True, None),
