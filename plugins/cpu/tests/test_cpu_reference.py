@@ -129,7 +129,7 @@ def test_the_published_reference_is_the_numpy_forward_pass(numpy_model: runtime.
     reference = point.load()()
     assert "synapse-cpu" in reference.name
     ids = numpy_model.tokenizer.encode("A man is eating food.")
-    cls_id, sep_id = numpy_model.tokenizer.special_ids()
+    framing = numpy_model.framing
     # positions, as another lane's device sees them: the special tokens included
-    (row,) = reference.embed([[cls_id, *ids, sep_id]])
+    (row,) = reference.embed([[*framing.before, *ids, *framing.after]])
     assert np.array_equal(row, numpy_model.embed([ids])[0])
