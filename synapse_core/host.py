@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import math
 from collections.abc import AsyncIterator, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 
@@ -23,6 +22,7 @@ from .prompts import prompted
 from .residency.lane import Lane
 from .residency.supervisor import Backlog, Supervisor
 from .residency.worker import Phase, Worker
+from .scoring import scores_of
 from .serving import CallRunner
 from .snapshot import HostSnapshot, take
 from .steps import request_budget
@@ -109,9 +109,7 @@ class Host:
         tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
         raw = [row[0] for row in call.rows if row is not None]
-        scores = raw
-        if self.catalog.entries[model].traits.scorer == "cross-encoder":
-            scores = [_sigmoid(logit) for logit in raw]
+        scores = scores_of(self.catalog.entries[model].traits, raw)
         return RerankResult(model, scores, call.identity, call.plan.truncated, tokens, raw)
 
     async def load(self, model: str, *, deadline: Deadline | None = None) -> None:
@@ -302,14 +300,6 @@ class Host:
             self._workers[name] = worker
             sup.adopt(worker)
         return worker
-
-
-def _sigmoid(x: float) -> float:
-    # Split by sign: exp of a large positive argument would overflow.
-    if x >= 0:
-        return 1.0 / (1.0 + math.exp(-x))
-    e = math.exp(x)
-    return e / (1.0 + e)
 
 
 class _Slot:

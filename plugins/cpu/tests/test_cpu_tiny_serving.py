@@ -165,6 +165,28 @@ async def test_a_cross_encoder_as_an_embed_model_is_unavailable_and_others_serve
         assert len((await h.embed("bert-cls", ["hello"], deadline=deadline())).vectors[0]) == 64
 
 
+@asyncio_only
+async def test_an_unsupported_folder_is_unavailable_naming_the_file_and_others_serve(
+    tmp_path: Path,
+) -> None:
+    import shutil
+
+    root = tmp_path / "gpt"
+    shutil.copytree(TINY / "bert-cls", root)
+    config_json = root / "config.json"
+    config_json.write_text(json.dumps(json.loads(config_json.read_text()) | {"model_type": "gpt2"}))
+    other = tiny("bert-cls") | {"name": "gpt", "options": {"model_dir": str(root)}}
+    async with host(config(other, tiny("mpnet-mean"))) as h:
+        assert h.catalog.entries["gpt"].problem
+        with pytest.raises(synapse.Refused) as refused:
+            await h.embed("gpt", ["hello"])
+        assert len((await h.embed("mpnet-mean", ["hello"], deadline=deadline())).vectors) == 1
+    assert refused.value.code == "transport-unavailable"
+    assert f"{config_json}: model_type 'gpt2' is not supported; supported: bert" in (
+        refused.value.message
+    )
+
+
 def sigmoid(x: float) -> float:
     return 1.0 / (1.0 + math.exp(-x))
 
