@@ -10,13 +10,8 @@ from typing import Any
 import pytest
 
 import synapse_core as synapse
-from synapse_core.plugin import (
-    ModelSpec,
-    ModelTraits,
-    host_config,
-    model_entry,
-    transport_plugin,
-)
+from synapse_core.plugin import ModelSpec, ModelTraits
+from synapse_core.testing import host_config, model_entry, transport_plugin
 from synapse_mock_transport.inprocess import InProcessTransport
 
 pytestmark = pytest.mark.anyio

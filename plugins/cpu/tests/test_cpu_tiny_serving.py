@@ -19,7 +19,7 @@ import pytest
 
 import synapse_core as synapse
 import synapse_cpu.plugin
-from synapse_core.plugin import host_config, model_entry
+from synapse_core.testing import host_config, model_entry
 
 pytestmark = [pytest.mark.anyio, pytest.mark.subprocess]
 asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])
