@@ -228,3 +228,35 @@ async def test_http_routes_serve_cross_encoder_scores_logits_and_prompts() -> No
     assert cosines(vectors, embed_ref["vectors"][:2]).min() >= 0.99999
     assert info["model_type"]["reranker"]["scorer"] == "cross-encoder"
     assert embed_info["model_type"] == {"embedding": {"pooling": "mean"}}
+
+
+@asyncio_only
+async def test_a_folders_default_prompt_is_applied_by_serve_when_none_is_named(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("synapse_http")
+    import shutil
+
+    import httpx
+
+    from synapse_http import create_app
+
+    ref = REFERENCE["xlmr-mean"]
+    root = tmp_path / "e5"
+    shutil.copytree(TINY / "xlmr-mean", root)
+    st_config = root / "config_sentence_transformers.json"
+    data = json.loads(st_config.read_text()) | {"default_prompt_name": "passage"}
+    st_config.write_text(json.dumps(data))
+    entry = tiny("xlmr-mean") | {"name": "e5", "options": {"model_dir": str(root)}}
+    async with host(config(entry)) as h:
+        assert h.catalog.entries["e5"].traits.default_prompt == "passage"
+        plain = await h.embed("e5", ref["texts"][:4])  # the Python API: only when named
+        transport = httpx.ASGITransport(app=create_app(h))
+        async with httpx.AsyncClient(transport=transport, base_url="http://synapse") as http:
+            served = await http.post("/embed?model=e5", json={"inputs": ref["texts"][:4]})
+            named = await http.post(
+                "/embed?model=e5", json={"inputs": ref["texts"][:4], "prompt_name": "query"}
+            )
+    assert cosines(plain.vectors, ref["vectors"][:4]).min() >= 0.99999
+    assert cosines(served.json(), ref["prompted"]["passage"]).min() >= 0.99999
+    assert cosines(named.json(), ref["prompted"]["query"]).min() >= 0.99999
