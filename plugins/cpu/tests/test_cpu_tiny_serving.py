@@ -211,6 +211,9 @@ async def test_http_routes_serve_cross_encoder_scores_logits_and_prompts() -> No
             cohere = await http.post(
                 "/v1/rerank", json={"model": "xlmr-rerank", "query": query, "documents": [doc]}
             )
+            v2 = await http.post(
+                "/v2/rerank", json={"model": "xlmr-rerank", "query": query, "documents": [doc]}
+            )
             prompted = await http.post(
                 "/embed?model=xlmr-mean",
                 json={"inputs": embed_ref["texts"][:4], "prompt_name": "query"},
@@ -223,6 +226,7 @@ async def test_http_routes_serve_cross_encoder_scores_logits_and_prompts() -> No
     assert abs(scores[0]["score"] - rerank_ref["scores"][4]) <= 1e-5
     assert abs(raw[0]["score"] - rerank_ref["raw_scores"][4]) <= 1e-5
     assert abs(cohere.json()["results"][0]["relevance_score"] - rerank_ref["scores"][4]) <= 1e-5
+    assert abs(v2.json()["results"][0]["relevance_score"] - rerank_ref["scores"][4]) <= 1e-5
     assert cosines(prompted.json(), embed_ref["prompted"]["query"]).min() >= 0.99999
     vectors = [item["embedding"] for item in openai.json()["data"]]
     assert cosines(vectors, embed_ref["vectors"][:2]).min() >= 0.99999
