@@ -18,9 +18,11 @@ from .errors import HostClosed, Retired
 from .handoff import OneShot, event_factory
 from .plan import Plan, Truncate, plan_call
 from .plugins import PluginHost
+from .prompts import prompted
 from .residency.lane import Lane
 from .residency.supervisor import Backlog, Supervisor
 from .residency.worker import Phase, Worker
+from .scoring import scores_of
 from .serving import CallRunner
 from .snapshot import HostSnapshot, take
 from .steps import request_budget
@@ -68,14 +70,19 @@ class Host:
         *,
         deadline: Deadline | None = None,
         truncate: Truncate = False,
+        prompt_name: str | None = None,
     ) -> EmbedResult:
         """Embed ``texts``; one vector per text, in input order.
 
         A text may also be given as token ids of the model's tokenizer.
         ``truncate=True`` (or ``"end"``) cuts a text over the model's ceiling
         at its end to fit instead of refusing it, ``"start"`` at its start;
-        the result's ``truncated`` lists the indexes cut.
+        the result's ``truncated`` lists the indexes cut. ``prompt_name``
+        puts that prompt of the model (``synapse catalog`` lists them) in
+        front of each text, as sentence-transformers' ``prompt_name`` does.
         """
+        if prompt_name is not None:
+            texts = prompted(self.catalog.entry(model, "embed"), prompt_name, texts)
         call = self._call(model, "embed", texts, None, deadline, truncate)
         tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
@@ -93,14 +100,17 @@ class Host:
         """Score ``documents`` against ``query``; one score per document, in input order.
 
         ``truncate=True`` (or ``"end"``, or ``"start"``) cuts a document that
-        does not fit the ceiling with the query instead of refusing it;
-        ``truncated`` lists the indexes cut.
+        does not fit the ceiling with the query instead of refusing it (the
+        query is never cut); ``truncated`` lists the indexes cut. A
+        cross-encoder's scores are the sigmoid of its logits, which are the
+        result's ``raw_scores``.
         """
         call = self._call(model, "rerank", documents, query, deadline, truncate)
         tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
-        scores = [row[0] for row in call.rows if row is not None]
-        return RerankResult(model, scores, call.identity, call.plan.truncated, tokens)
+        raw = [row[0] for row in call.rows if row is not None]
+        scores = scores_of(self.catalog.entries[model].traits, raw)
+        return RerankResult(model, scores, call.identity, call.plan.truncated, tokens, raw)
 
     async def load(self, model: str, *, deadline: Deadline | None = None) -> None:
         """Start the model's worker and wait for its hello; no inference."""

@@ -11,12 +11,14 @@ the conformance suite). Names load on first use, so a worker process
 importing ``ModelWorker`` does not pay for the host's modules.
 
 - Transports: :class:`Transport`, :class:`Availability`, :class:`LaneInfo`,
+  :class:`ModelTraits` (and its :data:`Scorer`),
   :class:`LaneSession`, :class:`LaunchRequest`, :class:`Launched`,
   :class:`WorkerProcess` (:class:`ProcessGroup` for a group leader),
   :func:`spawn_worker`, :func:`launch_spec`, :func:`confirm_exit`,
   :data:`hookimpl`, :class:`ModelSpec`, :data:`Task`, tokenizers
   (:class:`BasicTokenizer` is the default one; :class:`DescribingTokenizer`
-  and :class:`TokenPiece` for one that can say what each token is), and the
+  and :class:`TokenPiece` for one that can say what each token is,
+  :class:`SizedTokenizer` for one that knows its vocabulary's size), and the
   errors a transport raises (:class:`LaneLocked`, :class:`SynapseError`).
 - Options: :func:`parse_options`, :class:`FieldInvalid`,
   :class:`ConfigError`, :class:`WorkerOptions`, :class:`Faults`, the ready
@@ -46,6 +48,8 @@ _EXPORTS = {
     "Availability": "transport",
     "LaneInfo": "transport",
     "LaneSession": "transport",
+    "ModelTraits": "transport",
+    "Scorer": "transport",
     "LaunchRequest": "transport",
     "ProcessGroup": "transport",
     "Launched": "transport",
@@ -60,6 +64,7 @@ _EXPORTS = {
     "BasicTokenizer": "tokenizer",
     "CountingTokenizer": "tokenizer",
     "DescribingTokenizer": "tokenizer",
+    "SizedTokenizer": "tokenizer",
     "TokenPiece": "tokenizer",
     "Tokenizer": "tokenizer",
     "LaneLocked": "errors",
@@ -171,13 +176,16 @@ __all__ = [
     "LaunchSpec",
     "Launched",
     "ModelSpec",
+    "ModelTraits",
     "ModelWorker",
     "ProcessGroup",
     "RawReply",
     "Reply",
     "Rows",
+    "Scorer",
     "Scores",
     "Shape",
+    "SizedTokenizer",
     "Stop",
     "SynapseError",
     "Task",
@@ -215,6 +223,7 @@ if TYPE_CHECKING:
         BasicTokenizer,
         CountingTokenizer,
         DescribingTokenizer,
+        SizedTokenizer,
         Tokenizer,
         TokenPiece,
     )
@@ -224,7 +233,9 @@ if TYPE_CHECKING:
         LaneSession,
         Launched,
         LaunchRequest,
+        ModelTraits,
         ProcessGroup,
+        Scorer,
         Transport,
         WorkerProcess,
     )

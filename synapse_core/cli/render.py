@@ -139,6 +139,7 @@ def catalog_doc(catalog: Catalog) -> Doc:
                 "description": spec.description,
                 "note": _model_note(entry),
                 "prompts": dict(spec.prompts),
+                "scorer": entry.traits.scorer,
             }
         )
     return {"source": catalog.source, "models": models}
@@ -166,7 +167,12 @@ def catalog_lines(doc: Doc) -> list[str]:
     notes = [
         f"  {m['name']}: {note}"
         for m in doc["models"]
-        for note in (m["description"], m["note"], _prompts_note(m["prompts"]))
+        for note in (
+            m["description"],
+            m["note"],
+            _scorer_note(m.get("scorer")),
+            _prompts_note(m["prompts"]),
+        )
         if note
     ]
     return [
@@ -184,6 +190,16 @@ def _model_note(entry: Entry) -> str:
         return entry.transport.transport.model_note(entry.spec)
     except Exception as exc:  # a plugin's bug must not hide the catalog
         return f"(transport {entry.spec.transport!r} failed to describe it: {exc!r})"
+
+
+_SCORERS = {
+    "cross-encoder": "cross-encoder: query and document scored together (sigmoid of the logit)",
+    "bi-encoder": "bi-encoder: cosine of separate embeddings (not a cross-encoder)",
+}
+
+
+def _scorer_note(scorer: str | None) -> str:
+    return _SCORERS.get(scorer or "", "")
 
 
 def _prompts_note(prompts: dict[str, str]) -> str:

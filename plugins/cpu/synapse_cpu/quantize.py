@@ -55,8 +55,8 @@ TEXTS: tuple[str, ...] = (
     " ".join(_SENTENCES),
     " ".join(reversed(_SENTENCES)),
 )
-#: a packed single sequence: (ids, mask)
-Packed = tuple[npt.NDArray[np.int64], npt.NDArray[np.float32]]
+#: a packed single sequence: (ids, token types, mask)
+Packed = tuple[npt.NDArray[np.int64], npt.NDArray[np.int64], npt.NDArray[np.float32]]
 Encode = Callable[[Sequence[str]], list[Packed]]
 
 
@@ -147,14 +147,23 @@ def measure(graph: Path, quantized: Path, sequences: Sequence[Packed]) -> Loss:
 
     sessions = [onnx_session(path, usable_cores()) for path in (graph, quantized)]
     cosines = []
-    for ids, mask in sequences:
-        exact, approx = (_embed(s, ids, mask) for s in sessions)
+    for packed in sequences:
+        exact, approx = (_embed(s, *packed) for s in sessions)
         cosines.append(float(exact @ approx / (np.linalg.norm(exact) * np.linalg.norm(approx))))
     return Loss(min(cosines), float(np.mean(cosines)), len(cosines), ort.__version__)
 
 
-def _embed(session: Any, ids: npt.NDArray[np.int64], mask: npt.NDArray[np.float32]) -> Any:
-    return session.run(["embeddings"], {"input_ids": ids, "attention_mask": mask})[0][0]
+def _embed(
+    session: Any,
+    ids: npt.NDArray[np.int64],
+    types: npt.NDArray[np.int64],
+    mask: npt.NDArray[np.float32],
+) -> Any:
+    feed = {"input_ids": ids, "token_type_ids": types, "attention_mask": mask}
+    names = {i.name for i in session.get_inputs()}
+    return np.atleast_1d(
+        session.run(["output"], {k: v for k, v in feed.items() if k in names})[0][0]
+    )
 
 
 def _atomic(path: Path, write: Callable[[Path], None]) -> None:

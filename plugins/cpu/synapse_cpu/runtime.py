@@ -17,18 +17,18 @@ from typing import Any, Literal, cast
 
 import attrs
 import numpy as np
-import numpy.typing as npt
 
-from . import bert, files
+from . import architectures, bert, files
 from .cores import CoreShare, usable_cores
 from .errors import ModelFilesError
+from .folder import Layout
 from .tokenizer import HFTokenizer, check_fits
 
 Runtime = Literal["numpy", "onnxruntime"]
 RUNTIMES: tuple[Runtime, ...] = ("numpy", "onnxruntime")
 Quantize = Literal["int8"]
-#: a forward pass over a packed batch on a given number of threads
-Forward = Callable[[npt.NDArray[np.int64], bert.F32, int], bert.F32]
+#: (ids, token types, mask, threads) -> vectors (rows, dims), or a cross-encoder's logits (rows,)
+Forward = Callable[[bert.I64, bert.I64, bert.F32, int], bert.F32]
 Vectors = bert.F32
 #: a forward slice pads its rows to at most this times its shortest row
 SLACK = 1.25
@@ -67,12 +67,10 @@ def resolve(runtime: Runtime | None) -> Runtime:
 class Model:
     files: files.ModelFiles
     sha256: str
-    config: bert.BertConfig
+    layout: Layout
     tokenizer: HFTokenizer
     runtime: Runtime
     run: Forward
-    cls_id: int
-    sep_id: int
     #: rows x padded width per forward call stays within this many positions
     batch_tokens: int = 2048
     #: ``"int8"``: the forward pass runs a dynamically quantized graph
@@ -86,9 +84,9 @@ class Model:
     graph: Path | None = None
     _current: int = attrs.field(init=False, default=0)
 
-    def forward(self, ids: npt.NDArray[np.int64], mask: bert.F32) -> bert.F32:
-        """Unit vectors of a packed batch, on the current request's threads."""
-        return self.run(ids, mask, self._current or self.threads or usable_cores())
+    def forward(self, ids: bert.I64, types: bert.I64, mask: bert.F32) -> bert.F32:
+        """A packed batch's rows, on the current request's threads."""
+        return self.run(ids, types, mask, self._current or self.threads or usable_cores())
 
     @contextlib.contextmanager
     def computing(self) -> Iterator[int]:
@@ -107,48 +105,69 @@ class Model:
 
     @property
     def dims(self) -> int:
-        return self.config.hidden
+        return 1 if self.layout.cross_encoder else self.layout.hidden
+
+    @property
+    def framing(self) -> bert.Framing:
+        return self.tokenizer.framing()
 
     @property
     def identity(self) -> str:
-        """Names the vector space: model, weights, runtime and conversion."""
+        """Names the vector space (or the scores): model, architecture and
+        pooling, weights, runtime and any lossy conversion (``-int8``); two
+        folders never share one."""
         conversion = f"-{self.quantize}" if self.quantize else ""
-        return f"cpu:{self.files.name}:{self.sha256[:8]}:{self.runtime}{conversion}"
+        kind = self.layout.kind
+        return f"cpu:{self.files.name}:{kind}:{self.sha256[:8]}:{self.runtime}{conversion}"
 
     def embed(self, sequences: Sequence[Sequence[int]]) -> bert.F32:
-        """Unit vectors, one row per token-id sequence (no special tokens), in order.
+        """Vectors, one row per token-id sequence (no special tokens), in order.
 
         Sequences run shortest first in slices of at most ``batch_tokens``
         positions, each padded only to its own longest and cut where padding
         would pass a quarter of the slice's shortest: the mask makes the
         result independent of this grouping.
         """
-        out = np.empty((len(sequences), self.dims), dtype=np.float32)
-        order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
+        framing = self.framing
+        out = np.empty((len(sequences), self.layout.hidden), dtype=np.float32)
         with self.computing():
-            self._slices(sequences, order, out)
+            for chunk in self._slices([len(s) + framing.single for s in sequences]):
+                out[chunk] = self.forward(*bert.pack([sequences[i] for i in chunk], framing))
         return out
 
-    def _slices(self, sequences: Sequence[Sequence[int]], order: list[int], out: bert.F32) -> None:
-        start = 0
+    def rerank(self, query: Sequence[int], documents: Sequence[Sequence[int]]) -> bert.F32:
+        """One score per document: a cross-encoder's logit for the pair (the
+        host turns it into a probability), or a bi-encoder's cosine of the
+        query's vector and the document's."""
+        if not self.layout.cross_encoder:
+            vectors = self.embed([query, *documents])
+            scores: bert.F32 = vectors[1:] @ vectors[0]
+            return scores
+        framing = self.framing
+        out = np.empty(len(documents), dtype=np.float32)
+        widths = [len(query) + len(d) + framing.pair for d in documents]
+        with self.computing():
+            for chunk in self._slices(widths):
+                pairs = bert.pack_pairs(query, [documents[i] for i in chunk], framing)
+                out[chunk] = self.forward(*pairs)
+        return out
+
+    def _slices(self, widths: Sequence[int]) -> list[list[int]]:
+        """Row indexes, shortest first, in slices of at most ``batch_tokens``
+        positions, cut where padding would pass a quarter of a slice's shortest."""
+        order = sorted(range(len(widths)), key=widths.__getitem__)
+        slices, start = [], 0
         while start < len(order):
             stop = start + 1
-            widest = (len(sequences[order[start]]) + 2) * SLACK
+            widest = widths[order[start]] * SLACK
             while stop < len(order):
-                width = len(sequences[order[stop]]) + 2
+                width = widths[order[stop]]
                 if width > widest or (stop - start + 1) * width > self.batch_tokens:
                     break
                 stop += 1
-            chunk = order[start:stop]
-            ids, mask = bert.pack([sequences[i] for i in chunk], self.cls_id, self.sep_id)
-            out[chunk] = self.forward(ids, mask)
+            slices.append(order[start:stop])
             start = stop
-
-    def rerank(self, query: Sequence[int], documents: Sequence[Sequence[int]]) -> bert.F32:
-        """Cosine similarity of the query's vector with each document's: a bi-encoder."""
-        vectors = self.embed([query, *documents])
-        scores: bert.F32 = vectors[1:] @ vectors[0]
-        return scores
+        return slices
 
 
 def load(
@@ -167,16 +186,15 @@ def load(
     usable core, or ``share``'s share of them).
 
     Raises :class:`ModelFilesError` naming the file at fault: missing, corrupt
-    (sha256 mismatch), not a BERT checkpoint, or a tokenizer that does not fit.
+    (sha256 mismatch), an architecture or pooling not supported, or a
+    tokenizer that does not fit.
     """
     located = files.locate(model_dir, sha256)
-    files.check_present(located)
+    layout = files.check_present(located)
     digest = files.verify_weights(located)
-    config = bert.BertConfig.from_json(files.read_json(located.config), str(located.config))
-    tokenizer = HFTokenizer(located.tokenizer)
+    tokenizer = HFTokenizer(located.tokenizer, pairs=layout.cross_encoder)
     check_fits(tokenizer, files.vocab_rows(located.weights))
-    cls_id, sep_id = tokenizer.special_ids()
-    weights = bert.weights_from_tensors(_tensors(located.weights), config, str(located.weights))
+    weights = read_weights(located, layout)
     runtime = resolve(runtime)
     forward: Forward
     min_cosine = None
@@ -186,15 +204,17 @@ def load(
 
         root = Path(cache_dir) if cache_dir else default_cache_dir()
         graph = cached_graph(weights, digest, graph_cache(root))
+        typed = weights.token_type is not None
+        positions = int(weights.position.shape[0])
         del weights  # the session holds its own copy
         if quantize == "int8":
             from . import quantize as int8
 
-            most = min(254, config.max_positions - 2)
-            encode = functools.partial(_fixed_sequences, tokenizer, cls_id, sep_id, most)
+            most = min(254, positions - 2)
+            encode = functools.partial(_fixed_sequences, tokenizer, most)
             graph, loss = int8.cached_int8(graph, encode, root, digest)
             min_cosine = loss.min_cosine
-        forward = OnnxSessions(graph).run
+        forward = OnnxSessions(graph, typed).run
     else:
         if quantize is not None:
             raise ValueError("quantize needs the onnxruntime runtime")
@@ -203,12 +223,10 @@ def load(
     return Model(
         located,
         digest,
-        config,
+        layout,
         tokenizer,
         runtime,
         forward,
-        cls_id,
-        sep_id,
         batch_tokens,
         quantize,
         min_cosine,
@@ -216,6 +234,13 @@ def load(
         share,
         graph,
     )
+
+
+def read_weights(located: files.ModelFiles, layout: Layout) -> bert.EncoderWeights:
+    """The folder's weights arranged for its architecture, pooling and head."""
+    data = files.read_json(located.config)
+    config = architectures.encoder_config(data, str(located.config))
+    return architectures.arrange(_tensors(located.weights), config, layout, str(located.weights))
 
 
 class LazyTensors(dict[str, Any]):
@@ -249,35 +274,37 @@ def graph_cache(root: Path) -> Path:
 
 
 def _fixed_sequences(
-    tokenizer: HFTokenizer, cls_id: int, sep_id: int, most: int, texts: Sequence[str]
-) -> list[tuple[npt.NDArray[np.int64], bert.F32]]:
+    tokenizer: HFTokenizer, most: int, texts: Sequence[str]
+) -> list[tuple[bert.I64, bert.I64, bert.F32]]:
     """Each text packed alone (no padding, at most ``most`` tokens), for comparing two graphs."""
-    return [bert.pack([tokenizer.encode(t)[:most]], cls_id, sep_id) for t in texts]
+    framing = tokenizer.framing()
+    return [bert.pack([tokenizer.encode(t)[:most]], framing) for t in texts]
 
 
 class NumpyForward:
     """The numpy encoder, with BLAS pools set to each call's thread count."""
 
-    def __init__(self, weights: bert.BertWeights) -> None:
+    def __init__(self, weights: bert.EncoderWeights) -> None:
         from threadpoolctl import ThreadpoolController
 
         self.weights = weights
         self._controller = ThreadpoolController()
         self._threads = 0
 
-    def run(self, ids: npt.NDArray[np.int64], mask: bert.F32, threads: int) -> bert.F32:
+    def run(self, ids: bert.I64, types: bert.I64, mask: bert.F32, threads: int) -> bert.F32:
         if threads != self._threads:
             self._controller.limit(limits=threads)
             self._threads = threads
-        return bert.encode(self.weights, ids, mask)
+        return bert.encode(self.weights, ids, types, mask)
 
 
 class OnnxSessions:
     """One onnxruntime session per thread count asked for (its intra-op pool
     is fixed when it is made), each made on first use."""
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, typed: bool) -> None:
         self.path = path
+        self.typed = typed
         self._sessions: dict[int, Any] = {}
 
     def session(self, threads: int) -> Any:
@@ -286,9 +313,11 @@ class OnnxSessions:
             session = self._sessions[threads] = onnx_session(self.path, threads)
         return session
 
-    def run(self, ids: npt.NDArray[np.int64], mask: bert.F32, threads: int) -> bert.F32:
-        inputs = {"input_ids": ids, "attention_mask": mask}
-        out: bert.F32 = self.session(threads).run(["embeddings"], inputs)[0]
+    def run(self, ids: bert.I64, types: bert.I64, mask: bert.F32, threads: int) -> bert.F32:
+        feed = {"input_ids": ids, "attention_mask": mask}
+        if self.typed:
+            feed["token_type_ids"] = types
+        out: bert.F32 = self.session(threads).run(["output"], feed)[0]
         return out
 
 

@@ -82,9 +82,9 @@ def test_a_model_runs_each_request_on_its_share(tmp_path: Path, onnxruntime_mode
     seen: list[int] = []
     run = model.run
 
-    def spy(ids: object, mask: object, threads: int) -> object:
+    def spy(ids: object, types: object, mask: object, threads: int) -> object:
         seen.append(threads)
-        return run(ids, mask, threads)  # type: ignore[arg-type]
+        return run(ids, types, mask, threads)  # type: ignore[arg-type]
 
     model.run = spy  # type: ignore[assignment]
     try:

@@ -54,7 +54,9 @@ async def test_served_vectors_match_the_reference_alone_and_mixed(
     async with host(config(entry("minilm"))) as h:
         alone = [(await h.embed("minilm", [t], deadline=deadline())).vectors[0] for t in texts]
         mixed = await h.embed("minilm", texts, deadline=deadline())
-        assert mixed.identity == "cpu:all-MiniLM-L6-v2:53aa5117:onnxruntime"  # the default
+        assert (
+            mixed.identity == "cpu:all-MiniLM-L6-v2:bert-mean-norm:53aa5117:onnxruntime"
+        )  # the default
         # The same text alone and inside an 11-text mixed call, across buckets.
         picked = [18, 0, 5, 19, 10, 16, 11, 3, 12, 1, 13]
         eleven = await h.embed("minilm", [texts[i] for i in picked], deadline=deadline())
@@ -70,7 +72,7 @@ async def test_the_numpy_worker_matches_the_reference(
 ) -> None:
     async with host(config(entry("slow", runtime="numpy", threads=1))) as h:
         result = await h.embed("slow", texts_of(reference), deadline=deadline())
-    assert result.identity == "cpu:all-MiniLM-L6-v2:53aa5117:numpy"
+    assert result.identity == "cpu:all-MiniLM-L6-v2:bert-mean-norm:53aa5117:numpy"
     matches_reference(np.array(result.vectors, dtype=np.float32), reference_vectors)
 
 
@@ -91,8 +93,8 @@ async def test_the_int8_worker_serves_its_own_identity_within_its_tolerance(
     async with host(cfg) as h:
         result = await h.embed("int8", texts_of(reference), deadline=deadline())
         exact = await h.embed("fp32", texts_of(reference), deadline=deadline())
-    assert result.identity == "cpu:all-MiniLM-L6-v2:53aa5117:onnxruntime-int8"
-    assert exact.identity == "cpu:all-MiniLM-L6-v2:53aa5117:onnxruntime"
+    assert result.identity == "cpu:all-MiniLM-L6-v2:bert-mean-norm:53aa5117:onnxruntime-int8"
+    assert exact.identity == "cpu:all-MiniLM-L6-v2:bert-mean-norm:53aa5117:onnxruntime"
     loss = quantize.read_loss(onnx_cache, files.MINILM_SHA256)
     assert loss is not None
     vectors = np.array(result.vectors, dtype=np.float32)
@@ -224,12 +226,14 @@ async def test_a_folder_missing_a_file_is_unavailable_naming_it(
 
 @asyncio_only
 async def test_another_models_tokenizer_is_refused_naming_it(model_copy: Path) -> None:
-    from tokenizers import Tokenizer, models
+    from tokenizers import Tokenizer, models, processors
 
     path = model_copy / files.TOKENIZER
     path.unlink()
     vocab = {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, "hello": 3}
-    Tokenizer(models.WordLevel(vocab, unk_token="[UNK]")).save(str(path))
+    other = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    other.post_processor = processors.BertProcessing(("[SEP]", 2), ("[CLS]", 1))
+    other.save(str(path))
     async with host(config(entry("mismatch", model_dir=str(model_copy)))) as h:
         with pytest.raises(synapse.WorkerFault, match="has 4 tokens but the weights embed 30522"):
             await h.embed("mismatch", ["hello"], deadline=deadline())
@@ -304,7 +308,8 @@ def test_host_tokenizer_says_what_each_token_is() -> None:
     assert [p.text for p in pieces][:4] == ["Una", "ffa", "ble", "café"]
     assert all(text[p.start : p.stop] == p.text and not p.special for p in pieces)
     framed = tokenizer.pieces(text, special=True)
-    assert [p.id for p in (framed[0], framed[-1])] == list(tokenizer.special_ids())
+    framing = tokenizer.framing()
+    assert [p.id for p in (framed[0], framed[-1])] == [*framing.before, *framing.after]
     assert [(p.text, p.special, p.start) for p in (framed[0], framed[-1])] == [
         ("[CLS]", True, None),
         ("[SEP]", True, None),
@@ -330,3 +335,17 @@ def test_without_onnxruntime_the_default_falls_back_to_numpy_and_insisting_is_re
     int8 = host_config(entry("m", quantize="int8")).models[0]
     assert not transport.model_availability(int8).available
     assert "numpy (onnxruntime: onnxruntime is not installed (x))" in transport.describe()
+
+
+@asyncio_only
+async def test_a_token_id_past_the_vocabulary_is_refused_before_the_worker_sees_it() -> None:
+    async with host(config(entry("minilm"))) as h:
+        with pytest.raises(synapse.Refused) as refused:
+            await h.embed("minilm", ["fine", [101, 30522]], deadline=deadline())
+        assert (refused.value.code, refused.value.index) == ("invalid-token", 1)
+        assert "token id 30522 at position 1 is past the vocabulary" in str(refused.value)
+        assert "(ids 0 to 30521)" in str(refused.value)
+        assert h.snapshot().lanes == {}  # refused in the plan: no worker was started
+        # The last id of the vocabulary is the model's, and served.
+        served = await h.embed("minilm", [[30521]], deadline=deadline())
+        assert len(served.vectors[0]) == 384

@@ -2,7 +2,8 @@
 127.0.0.1 ports, and reading their metrics. Needs the test extra (httpx).
 
 Each server runs the installed mock transport and HTTP plugins only
-(``SYNAPSE_PLUGINS=mock,http``), with a catalog written for the test.
+(``SYNAPSE_PLUGINS=mock,http``; ``plugins=`` names others), with a catalog
+written for the test.
 """
 
 from __future__ import annotations
@@ -40,10 +41,24 @@ model = functools.partial(
 class Server:
     """One ``synapse serve`` process; ``url`` once it listens."""
 
-    def __init__(self, proc: subprocess.Popen[str], url: str, lines: list[str]) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen[str],
+        url: str,
+        lines: list[str],
+        reader: threading.Thread | None = None,
+    ) -> None:
         self.proc = proc
         self.url = url
         self.lines = lines  # stderr, as read so far (a reader thread keeps reading)
+        self.reader = reader
+
+    def output(self, timeout: float = STOP_S) -> str:
+        """All the server printed on stderr, once it has exited."""
+        self.wait(timeout)
+        if self.reader is not None:
+            self.reader.join(timeout)
+        return "".join(self.lines)
 
     def signal(self, signum: int = signal.SIGTERM) -> None:
         self.proc.send_signal(signum)
@@ -73,11 +88,12 @@ def start_server(
     backend: str,
     models: list[dict[str, Any]],
     *args: str,
+    plugins: str = "mock,http",
     **settings: Any,
 ) -> Server:
     catalog = tmp / "catalog.toml"
     catalog.write_text(catalog_toml(*models, **settings), encoding="utf-8")
-    env = dict(os.environ, SYNAPSE_PLUGINS="mock,http", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, SYNAPSE_PLUGINS=plugins, PYTHONUNBUFFERED="1")
     env.pop("SYNAPSE_CATALOG", None)
     command = [sys.executable, "-m", "synapse_core.cli", "serve", "--catalog", str(catalog)]
     command += ["--port", "0", "--backend", backend, *args]
@@ -102,13 +118,14 @@ def start_server(
                 found.set()
         found.set()  # the process ended
 
-    threading.Thread(target=read, daemon=True).start()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     if not found.wait(START_S) or proc.poll() is not None:
         proc.kill()
         proc.wait()
         raise RuntimeError("synapse serve did not start:\n" + "".join(lines))
     match = next(m for m in map(_URL.search, lines) if m)
-    return Server(proc, match[1], lines)
+    return Server(proc, match[1], lines, reader)
 
 
 def metric(text: str, name: str, **labels: str) -> list[float]:
