@@ -45,12 +45,17 @@ def _prompt_names(instance: object, attribute: attrs.Attribute[Any], value: dict
             raise FieldInvalid(attribute.name, "a prompt needs a name; got an empty one")
 
 
+def _name(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if not value.strip():
+        raise FieldInvalid(attribute.name, f"a model needs a name; got {value!r}")
+
+
 @attrs.frozen
 class ModelSpec:
     """One catalog entry. Two entries may name the same ``package``: they are
     then two separate workers, each with its own shapes and reservations."""
 
-    name: str
+    name: str = attrs.field(validator=_name)
     task: Task
     transport: str
     package: str

@@ -29,7 +29,9 @@ not pay for the host's modules.
   kinds, :data:`AnyEvent`), :class:`Hello`, :class:`Entry` (a model as
   ``Host.catalog`` resolved it), :func:`default_config`, :func:`default_catalog_text`
   and :data:`DEFAULT_CATALOG_SOURCE`, :data:`CLOSE_SLACK_S` (the slack in
-  ``Host.aclose``'s bound: the exchange bound, four exit graces, and this).
+  ``Host.aclose``'s bound: the exchange bound, four exit graces, and this),
+  :func:`shown` and :data:`SHOWN_CHARS` (a client's name quoted for an
+  error or a log, cut when long).
 - Tests: the in-process helpers (:class:`InProcessWorkers`,
   :class:`InProcessProcess`, :class:`LaunchRecord`), :func:`transport_plugin`,
   :func:`model_entry`, :func:`catalog_toml` and :func:`host_config` (test
@@ -124,6 +126,8 @@ _EXPORTS = {
     "default_catalog_text": "catalog",
     "default_config": "catalog",
     "CLOSE_SLACK_S": "host",
+    "SHOWN_CHARS": "shown",
+    "shown": "shown",
     # tests
     "InProcessProcess": "inprocess",
     "InProcessWorkers": "inprocess",
@@ -147,6 +151,7 @@ _EXPORTS = {
 __all__ = [
     "CLOSE_SLACK_S",
     "DEFAULT_CATALOG_SOURCE",
+    "SHOWN_CHARS",
     "Action",
     "AdmissionCount",
     "AdmissionRequest",
@@ -226,6 +231,7 @@ __all__ = [
     "pid_exists",
     "positive",
     "seconds",
+    "shown",
     "spawn_worker",
     "structuring_problems",
     "transport_plugin",
@@ -265,6 +271,7 @@ if TYPE_CHECKING:
         Reservation,
         Wait,
     )
+    from .shown import SHOWN_CHARS, shown
     from .testing import (
         catalog_toml,
         eventually,

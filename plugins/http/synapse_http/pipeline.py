@@ -17,7 +17,15 @@ from synapse_core import Deadline, OutcomeUnknown, Refused, SynapseError, Worker
 
 from .body import ClientGone, read_body
 from .disconnect import until_disconnect
-from .errors import HTTPError, from_synapse, invalid, malformed, too_large, unexpected
+from .errors import (
+    HTTPError,
+    from_synapse,
+    invalid,
+    malformed,
+    too_large,
+    undecodable,
+    unexpected,
+)
 from .service import Service
 
 T = TypeVar("T")
@@ -74,6 +82,8 @@ def decode(body: bytes, schema: type[T]) -> T:
         return decoder.decode(body)  # type: ignore[no-any-return]
     except msgspec.DecodeError as exc:
         raise malformed(exc) from None
+    except Exception as exc:  # RecursionError: nesting deeper than the stack
+        raise undecodable(body, exc) from None
 
 
 def check_count(count: int, limit: int, field: str) -> None:

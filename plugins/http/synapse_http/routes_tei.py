@@ -15,7 +15,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from synapse_core import Refused
-from synapse_core.plugin import Entry, TokenPiece
+from synapse_core.plugin import Entry, TokenPiece, shown
 
 from .errors import invalid
 from .inputs import check_dimensions, inputs_of, normalized, sigmoid, truncation
@@ -182,7 +182,7 @@ def _entry(service: Service, model: str) -> Entry:
     if entry is None:
         raise Refused(
             "unknown-model",
-            f"model {model!r} is not in the catalog; GET /v1/models lists the models",
+            f"model {shown(model)} is not in the catalog; GET /v1/models lists the models",
             model=model,
         )
     return entry
@@ -202,7 +202,7 @@ def _prompted(
     if prompt is None:
         known = ", ".join(map(repr, sorted(entry.spec.prompts))) or "none in the catalog"
         raise invalid(
-            f"$.prompt_name: model {model!r} has no prompt {name!r}; its prompts: {known}",
+            f"$.prompt_name: model {model!r} has no prompt {shown(name)}; its prompts: {known}",
             "$.prompt_name",
             "unknown-prompt",
         )
