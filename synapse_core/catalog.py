@@ -91,7 +91,8 @@ class Catalog:
             try:
                 info.transport.validate_model(spec)
                 buckets = _known_buckets(info, spec)
-                problems.extend(f"models[{i}].{p}" for p in _size_problems(info, spec, config))
+                _check_options_size(spec)
+                problems.extend(f"models[{i}].{p}" for p in _frame_problems(info, spec, config))
             except ConfigError as exc:
                 problems.extend(f"models[{i}].{p}" for p in exc.problems)
             problem = (
@@ -151,19 +152,25 @@ FLOAT_BYTES = 4
 MAX_OPTIONS_BYTES = 64 * 1024
 
 
-def _size_problems(info: TransportInfo, spec: ModelSpec, config: HostConfig) -> list[str]:
-    """Options that would fail only once a worker starts or answers: options
-    too long for a worker's command line, and vectors (or a full batch of
-    them) too big for one frame of ``max_frame_bytes``."""
+def _check_options_size(spec: ModelSpec) -> None:
+    """Refuse options too long for a worker's command line."""
     try:
         size = len(msgspec.json.encode(spec.options))
     except (TypeError, msgspec.EncodeError):
-        size = 0  # not JSON: the transport's own check says so
+        return  # not JSON: the transport's own check says so
     if size > MAX_OPTIONS_BYTES:
-        return [
-            f"options: {size} bytes of options, over the {MAX_OPTIONS_BYTES} a worker "
-            "can be started with; make them shorter"
-        ]
+        raise ConfigError(
+            "",
+            [
+                f"options: {size} bytes of options, over the {MAX_OPTIONS_BYTES} a worker "
+                "can be started with; make them shorter"
+            ],
+        )
+
+
+def _frame_problems(info: TransportInfo, spec: ModelSpec, config: HostConfig) -> list[str]:
+    """Options that would fail only once a worker answers: vectors (or a full
+    batch of them) too big for one frame of ``max_frame_bytes``."""
     if info.transport.options_type is None:
         return []
     options = info.transport.model_options(spec)

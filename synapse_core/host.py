@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 import anyio
 from anyio.abc import TaskGroup
 
+from .bounds import OFFLOAD_CHARS, TOKENIZING_THREADS, bounded, characters, encoded
 from .call import Call, EmbedResult, RerankResult
 from .catalog import Catalog, Entry, default_config
 from .coalesce import Coalescer
@@ -59,6 +60,8 @@ class Host:
         self._runners = _Runners(tg, self._runner, min(config.max_concurrent, IDLE_RUNNERS))
         #: per model, when ``config.coalesce`` is on
         self._coalescers: dict[str, Coalescer] = {}
+        #: worker threads tokenising large calls (see :mod:`.bounds`)
+        self._tokenizing = anyio.CapacityLimiter(TOKENIZING_THREADS)
 
     # -- public API -----------------------------------------------------------------
 
@@ -77,7 +80,8 @@ class Host:
         at its end to fit instead of refusing it, ``"start"`` at its start;
         the result's ``truncated`` lists the indexes cut.
         """
-        call = self._call(model, "embed", texts, None, deadline, truncate)
+        plan = await self._plan_off_loop(model, "embed", texts, None, deadline, truncate)
+        call = self._call(model, "embed", texts, None, deadline, truncate, plan)
         tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
         return EmbedResult(model, call.rows, call.identity, call.plan.truncated, tokens)  # type: ignore[arg-type]
@@ -97,7 +101,8 @@ class Host:
         does not fit the ceiling with the query instead of refusing it;
         ``truncated`` lists the indexes cut.
         """
-        call = self._call(model, "rerank", documents, query, deadline, truncate)
+        plan = await self._plan_off_loop(model, "rerank", documents, query, deadline, truncate)
+        call = self._call(model, "rerank", documents, query, deadline, truncate, plan)
         tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
         scores = [row[0] for row in call.rows if row is not None]
@@ -186,15 +191,18 @@ class Host:
         query: str | None,
         deadline: Deadline | None,
         truncate: Truncate = False,
+        plan: Plan | None = None,
     ) -> Call:
-        """Plan and start a call; its caller then waits for it
-        (:meth:`CallRunner.wait`). Refusals, and errors of the head start, are
-        raised here, before the caller's first await."""
+        """Plan (unless ``plan`` is given) and start a call; its caller then
+        waits for it (:meth:`CallRunner.wait`). Refusals, and errors of the
+        head start, are raised here, before the caller's first await."""
         if self._closed:  # an attribute read: open hosts pay no call
             self._check_open()
         check_deadline(deadline)
-        entry = self.catalog.entry(model, task)
-        plan: Plan = plan_call(entry, texts, query, truncate)
+        if plan is None:
+            entry = self.catalog.entry(model, task)
+            bound, cut = bounded(entry, texts, query, truncate)
+            plan = _with_cut(plan_call(entry, bound, query, truncate), cut)
         self._check_not_retired(model)
         deadline = deadline or Deadline.never()
         if self.config.coalesce and Coalescer.joins(plan):
@@ -202,6 +210,31 @@ class Host:
             self._coalescer(model).submit(call)
             return call
         return self._start(plan, deadline)
+
+    async def _plan_off_loop(
+        self,
+        model: str,
+        task: Task,
+        texts: Sequence[str | Sequence[int]],
+        query: str | None,
+        deadline: Deadline | None,
+        truncate: Truncate,
+    ) -> Plan | None:
+        """The plan of a call whose texts are large together, tokenised in a
+        worker thread (see :mod:`.bounds`); ``None`` for any other call, which
+        :meth:`_call` plans on the spot. Texts too long for the model are
+        refused (or cut) before any of them is tokenised."""
+        if characters(texts, query) <= OFFLOAD_CHARS:
+            return None
+        self._check_open()
+        check_deadline(deadline)
+        entry = self.catalog.entry(model, task)
+        bound, cut = bounded(entry, texts, query, truncate)
+
+        def plan() -> Plan:
+            return _with_cut(plan_call(entry, encoded(entry, bound), query, truncate), cut)
+
+        return await anyio.to_thread.run_sync(plan, limiter=self._tokenizing)
 
     def _launch(self, call: Call) -> None:
         """Start ``call``, made already: queued to be coalesced, or coalesced."""
@@ -288,6 +321,13 @@ class Host:
             self._workers[name] = worker
             sup.adopt(worker)
         return worker
+
+
+def _with_cut(plan: Plan, cut: tuple[int, ...]) -> Plan:
+    """``plan``, also listing as truncated the texts ``cut`` before it was made."""
+    if cut:
+        plan.truncated = tuple(sorted({*plan.truncated, *cut}))
+    return plan
 
 
 class _Slot:

@@ -31,7 +31,9 @@ not pay for the host's modules.
   and :data:`DEFAULT_CATALOG_SOURCE`, :data:`CLOSE_SLACK_S` (the slack in
   ``Host.aclose``'s bound: the exchange bound, four exit graces, and this),
   :func:`shown` and :data:`SHOWN_CHARS` (a client's name quoted for an
-  error or a log, cut when long).
+  error or a log, cut when long), :func:`max_chars`, :data:`CHARS_PER_TOKEN`,
+  :func:`characters` and :data:`OFFLOAD_CHARS` (the bounds on tokenising,
+  for a front end that tokenises texts itself).
 - Tests: the in-process helpers (:class:`InProcessWorkers`,
   :class:`InProcessProcess`, :class:`LaunchRecord`), :func:`transport_plugin`,
   :func:`model_entry`, :func:`catalog_toml` and :func:`host_config` (test
@@ -127,6 +129,10 @@ _EXPORTS = {
     "default_config": "catalog",
     "CLOSE_SLACK_S": "host",
     "SHOWN_CHARS": "shown",
+    "CHARS_PER_TOKEN": "bounds",
+    "OFFLOAD_CHARS": "bounds",
+    "characters": "bounds",
+    "max_chars": "bounds",
     "shown": "shown",
     # tests
     "InProcessProcess": "inprocess",
@@ -149,8 +155,10 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "CHARS_PER_TOKEN",
     "CLOSE_SLACK_S",
     "DEFAULT_CATALOG_SOURCE",
+    "OFFLOAD_CHARS",
     "SHOWN_CHARS",
     "Action",
     "AdmissionCount",
@@ -215,6 +223,7 @@ __all__ = [
     "bucket_sizes",
     "catalog_option",
     "catalog_toml",
+    "characters",
     "confirm_exit",
     "count",
     "default_catalog_text",
@@ -226,6 +235,7 @@ __all__ = [
     "launch_spec",
     "load_config",
     "make_cli",
+    "max_chars",
     "model_entry",
     "parse_options",
     "pid_exists",
@@ -243,6 +253,7 @@ __all__ = [
 __getattr__ = lazy_getattr(__name__, "synapse_core", _EXPORTS, globals())
 
 if TYPE_CHECKING:
+    from .bounds import CHARS_PER_TOKEN, OFFLOAD_CHARS, characters, max_chars
     from .catalog import DEFAULT_CATALOG_SOURCE, Entry, default_catalog_text, default_config
     from .cli import catalog_option, installed_plugins, load_config, make_cli, unwrap
     from .config import ModelSpec, structuring_problems

@@ -101,7 +101,16 @@ async def tokenize(request: Incoming, service: Service, body: TokenizeRequest) -
     model = model_of(request, None, service, "embed")
     entry = _entry(service, model)
     texts = _prompted(service, model, body.prompt_name, texts)
-    return json_response([_tokens(entry, text, body.add_special_tokens) for text in texts])
+    special = body.add_special_tokens
+    tokenizer = entry.tokenizer
+
+    def positions(tokens: list[Token]) -> int:
+        return tokenizer.sequence_length([t.id for t in tokens if not t.special])
+
+    described = await service.tokenizing.describe(
+        entry, texts, lambda text: _tokens(entry, text, special), positions
+    )
+    return json_response(described)
 
 
 def _tokens(entry: Entry, text: str, special: bool) -> list[Token]:

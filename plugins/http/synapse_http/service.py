@@ -12,6 +12,7 @@ from .errors import HTTPError
 from .metrics import Metrics
 from .schemas import ErrorBody
 from .settings import ServeSettings
+from .tokenizing import Tokenizing
 
 
 class Service:
@@ -32,6 +33,8 @@ class Service:
         self.metrics = Metrics(self)
         #: set when the server stops taking requests (``/health`` then says 503)
         self.stopping = False
+        #: ``/tokenize``'s work, bounded (see :mod:`.tokenizing`)
+        self.tokenizing = Tokenizing()
 
     @property
     def host(self) -> Host:

@@ -1,0 +1,73 @@
+"""``/tokenize``'s work, bounded as ``/embed``'s inputs are.
+
+A text over the model's character bound (``ceiling`` times
+:data:`~synapse_core.plugin.CHARS_PER_TOKEN`) is refused before it is
+tokenised, and a text whose tokens do not fit the ceiling is refused with its
+index, as ``/embed`` refuses it: so an answer holds at most ``--max-inputs``
+times the ceiling tokens. Texts that are large together are tokenised in a
+worker thread, a few requests at a time, so ``/health`` and every other
+request go on being answered meanwhile.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import TypeVar
+
+import anyio
+
+from synapse_core import Refused
+from synapse_core.plugin import OFFLOAD_CHARS, Entry, characters, max_chars, shown
+
+T = TypeVar("T")
+
+
+class Tokenizing:
+    """Describes texts for ``/tokenize``; one per app, whose threads it bounds."""
+
+    def __init__(self, threads: int = 2) -> None:
+        self.limiter = anyio.CapacityLimiter(threads)
+
+    async def describe(
+        self,
+        entry: Entry,
+        texts: Sequence[str],
+        describe: Callable[[str], list[T]],
+        count: Callable[[list[T]], int],
+    ) -> list[list[T]]:
+        """``describe(text)`` of every text, refused as over the ceiling when a
+        text is too long (by :func:`max_chars`, before tokenising) or when the
+        ``count(described)`` positions of its tokens pass the ceiling."""
+        limit = max_chars(entry)
+        for index, text in enumerate(texts):
+            if len(text) > limit:
+                raise _over(
+                    entry,
+                    index,
+                    f"has {len(text)} characters: texts over {limit} are refused unread",
+                )
+
+        def run() -> list[list[T]]:
+            out = []
+            for index, text in enumerate(texts):
+                described = describe(text)
+                length = count(described)
+                if length > entry.ceiling:
+                    raise _over(entry, index, f"has {length} tokens")
+                out.append(described)
+            return out
+
+        if characters(texts) <= OFFLOAD_CHARS:
+            return run()
+        return await anyio.to_thread.run_sync(run, limiter=self.limiter)
+
+
+def _over(entry: Entry, index: int, what: str) -> Refused:
+    model = entry.spec.name
+    return Refused(
+        "over-ceiling",
+        f"input {index} {what}, over the ceiling of {entry.ceiling} tokens for model "
+        f"{shown(model)}; split it into shorter texts",
+        model=model,
+        index=index,
+    )

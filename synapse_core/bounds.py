@@ -1,0 +1,113 @@
+"""Bounds on the work a call costs before it runs.
+
+A text far longer than a model's ceiling is refused without being tokenised
+(a tokenizer's time grows with the text, and a 2 MB text takes seconds), or,
+when truncation was asked for, cut to that bound first. The bound is in
+characters, like TEI's max input length times a factor:
+``ceiling * CHARS_PER_TOKEN``. Text averages 4 to 6 characters per token
+(code and URLs fewer), so a text past 32 characters a token could not fit
+the ceiling as any tokenizer the host serves reads it; only a text of runs
+of spaces, or of words longer than a tokenizer's own word limit, could, and
+those are refused too.
+
+A call whose texts are large together is tokenised in a worker thread
+(:func:`encoded`), a few at a time, so the event loop goes on serving: each
+text is encoded by its own call of the tokenizer, and the loop runs between
+them even when a tokenizer holds the GIL while it works.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from .catalog import Entry
+from .errors import Refused
+from .plan import invalid_text
+from .shown import shown
+
+#: characters a text may have per token of the model's ceiling
+CHARS_PER_TOKEN = 32
+#: calls with more characters than this in all are tokenised off the event loop
+OFFLOAD_CHARS = 16 * 1024
+#: worker threads tokenising at once, host-wide
+TOKENIZING_THREADS = 2
+
+Texts = Sequence[str | Sequence[int]]
+
+
+def max_chars(entry: Entry) -> int:
+    """The longest text (in characters) ``entry``'s model is given to tokenise."""
+    return entry.ceiling * CHARS_PER_TOKEN
+
+
+def characters(texts: object, query: str | None = None) -> int:
+    """The characters of the texts (and query) of a call: what tokenising it costs."""
+    total = len(query) if isinstance(query, str) else 0
+    if isinstance(texts, str):
+        return total + len(texts)
+    if type(texts) is list or type(texts) is tuple:
+        for text in texts:
+            if type(text) is str:
+                total += len(text)
+    return total
+
+
+def bounded(
+    entry: Entry, texts: Texts, query: str | None, cut: str | bool
+) -> tuple[Texts, tuple[int, ...]]:
+    """``texts`` with every text over :func:`max_chars` refused (``over-ceiling``,
+    naming it), or with ``cut`` (``"start"``, or true for the end) cut to it at
+    that end; and the indexes cut. A query over it is refused: it is never cut.
+    Texts that are not a list, a tuple or one string are left to the plan."""
+    limit = max_chars(entry)
+    if isinstance(query, str) and len(query) > limit:
+        raise _too_long(entry, "the query", len(query), limit, None)
+    if isinstance(texts, str):
+        texts = [texts]
+    elif type(texts) is not list and type(texts) is not tuple:
+        return texts, ()
+    over = [i for i, text in enumerate(texts) if type(text) is str and len(text) > limit]
+    if not over:
+        return texts, ()
+    if not cut:
+        index = over[0]
+        what = "document" if query is not None else "input"
+        raise _too_long(entry, f"{what} {index}", len(texts[index]), limit, index)
+    kept = list(texts)
+    for index in over:
+        text = kept[index]
+        assert isinstance(text, str)
+        kept[index] = text[-limit:] if cut == "start" else text[:limit]
+    return kept, tuple(over)
+
+
+def encoded(entry: Entry, texts: Texts) -> list[str | Sequence[int]]:
+    """``texts`` with each valid text replaced by its token ids, as the plan
+    would encode it; run in a worker thread. A text the tokenizer fails on,
+    or that is not valid text, is left as it is, for the plan to refuse with
+    its index as it always does."""
+    tokenizer = entry.tokenizer
+    model = entry.spec.name
+    out: list[str | Sequence[int]] = []
+    for index, text in enumerate(texts):
+        if type(text) is str and (text.isascii() or invalid_text(model, text, "", index) is None):
+            try:
+                out.append(tokenizer.encode(text))
+                continue
+            except Exception:  # the plan reports it, naming the input
+                pass
+        out.append(text)
+    return out
+
+
+def _too_long(entry: Entry, what: str, length: int, limit: int, index: int | None) -> Refused:
+    model = entry.spec.name
+    return Refused(
+        "over-ceiling",
+        f"{what} has {length} characters, more than model {shown(model)} could take in its "
+        f"ceiling of {entry.ceiling} tokens (texts over {limit} characters, "
+        f"{CHARS_PER_TOKEN} a token, are refused unread); split it into shorter texts"
+        + ("" if index is None else ", or ask for truncation explicitly"),
+        model=model,
+        index=index,
+    )
