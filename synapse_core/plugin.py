@@ -32,7 +32,7 @@ not pay for the host's modules.
   ``Host.aclose``'s bound: the exchange bound, four exit graces, and this),
   :func:`shown` and :data:`SHOWN_CHARS` (a client's name quoted for an
   error or a log, cut when long), :func:`max_chars`, :data:`CHARS_PER_TOKEN`,
-  :func:`characters` and :data:`OFFLOAD_CHARS` (the bounds on tokenising,
+  :func:`bounded`, :func:`characters` and :data:`OFFLOAD_CHARS` (the bounds on tokenising,
   for a front end that tokenises texts itself).
 - Tests: the in-process helpers (:class:`InProcessWorkers`,
   :class:`InProcessProcess`, :class:`LaunchRecord`), :func:`transport_plugin`,
@@ -131,6 +131,7 @@ _EXPORTS = {
     "SHOWN_CHARS": "shown",
     "CHARS_PER_TOKEN": "bounds",
     "OFFLOAD_CHARS": "bounds",
+    "bounded": "bounds",
     "characters": "bounds",
     "max_chars": "bounds",
     "shown": "shown",
@@ -220,6 +221,7 @@ __all__ = [
     "WorkerProcess",
     "WorkerStarted",
     "appendable_file",
+    "bounded",
     "bucket_sizes",
     "catalog_option",
     "catalog_toml",
@@ -253,7 +255,7 @@ __all__ = [
 __getattr__ = lazy_getattr(__name__, "synapse_core", _EXPORTS, globals())
 
 if TYPE_CHECKING:
-    from .bounds import CHARS_PER_TOKEN, OFFLOAD_CHARS, characters, max_chars
+    from .bounds import CHARS_PER_TOKEN, OFFLOAD_CHARS, bounded, characters, max_chars
     from .catalog import DEFAULT_CATALOG_SOURCE, Entry, default_catalog_text, default_config
     from .cli import catalog_option, installed_plugins, load_config, make_cli, unwrap
     from .config import ModelSpec, structuring_problems

@@ -17,7 +17,7 @@ from typing import TypeVar
 import anyio
 
 from synapse_core import Refused
-from synapse_core.plugin import OFFLOAD_CHARS, Entry, characters, max_chars, shown
+from synapse_core.plugin import OFFLOAD_CHARS, Entry, bounded, characters, shown
 
 T = TypeVar("T")
 
@@ -36,16 +36,9 @@ class Tokenizing:
         count: Callable[[list[T]], int],
     ) -> list[list[T]]:
         """``describe(text)`` of every text, refused as over the ceiling when a
-        text is too long (by :func:`max_chars`, before tokenising) or when the
+        text is too long (by its characters, before tokenising) or when the
         ``count(described)`` positions of its tokens pass the ceiling."""
-        limit = max_chars(entry)
-        for index, text in enumerate(texts):
-            if len(text) > limit:
-                raise _over(
-                    entry,
-                    index,
-                    f"has {len(text)} characters: texts over {limit} are refused unread",
-                )
+        bounded(entry, texts, None, False)  # refuses a text over max_chars, unread
 
         def run() -> list[list[T]]:
             out = []
@@ -53,7 +46,7 @@ class Tokenizing:
                 described = describe(text)
                 length = count(described)
                 if length > entry.ceiling:
-                    raise _over(entry, index, f"has {length} tokens")
+                    raise _over(entry, index, length)
                 out.append(described)
             return out
 
@@ -62,11 +55,11 @@ class Tokenizing:
         return await anyio.to_thread.run_sync(run, limiter=self.limiter)
 
 
-def _over(entry: Entry, index: int, what: str) -> Refused:
+def _over(entry: Entry, index: int, length: int) -> Refused:
     model = entry.spec.name
     return Refused(
         "over-ceiling",
-        f"input {index} {what}, over the ceiling of {entry.ceiling} tokens for model "
+        f"input {index} has {length} tokens, over the ceiling of {entry.ceiling} for model "
         f"{shown(model)}; split it into shorter texts",
         model=model,
         index=index,
