@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ipaddress
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -135,8 +136,11 @@ def serve_command(
     requests in flight finish (a second signal stops at once); every worker's
     exit is confirmed before the command exits.
     """
-    from .server import Listening, backend_options, serve  # the server's libraries load only here
+    # the server's libraries load only here
+    from .server import BindError, Listening, backend_options, serve
 
+    if api_key is None and ENV_API_KEY in os.environ:
+        api_key = os.environ[ENV_API_KEY]  # click reads an empty variable as unset
     if api_key is not None and not api_key.strip():
         raise click.BadParameter(
             "the key is empty, which would turn authentication off; give a key, or leave "
@@ -172,19 +176,22 @@ def serve_command(
             names = ", ".join(where.unavailable)
             click.echo(f"synapse: not servable here: {names} (see 'synapse catalog')", err=True)
 
-    anyio.run(
-        lambda: serve(
-            config,
-            settings,
-            host=host,
-            port=port,
-            backend="trio" if backend == "trio" else "asyncio",
-            plugins=plugins,
-            on_listening=listening,
-        ),
-        backend=backend,
-        backend_options=backend_options("trio" if backend == "trio" else "asyncio"),
-    )
+    try:
+        anyio.run(
+            lambda: serve(
+                config,
+                settings,
+                host=host,
+                port=port,
+                backend="trio" if backend == "trio" else "asyncio",
+                plugins=plugins,
+                on_listening=listening,
+            ),
+            backend=backend,
+            backend_options=backend_options("trio" if backend == "trio" else "asyncio"),
+        )
+    except BindError as exc:
+        raise click.ClickException(f"{exc.strerror}; pick another --host or --port") from None
 
 
 def loopback(host: str) -> bool:

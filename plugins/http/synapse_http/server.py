@@ -56,6 +56,10 @@ class Listening:
     unavailable: list[str]
 
 
+class BindError(OSError):
+    """The address cannot be bound (in use, not this machine's, not allowed)."""
+
+
 def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -65,9 +69,9 @@ def bind(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((host, port))
-    except OSError:
+    except OSError as exc:
         sock.close()
-        raise
+        raise BindError(exc.errno, f"cannot bind {host}:{port}: {exc.strerror}") from None
     sock.listen(BACKLOG)
     sock.set_inheritable(False)
     return sock
