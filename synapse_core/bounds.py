@@ -18,7 +18,9 @@ them even when a tokenizer holds the GIL while it works.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import ctypes
+import sys
+from collections.abc import Callable, Sequence
 
 from .catalog import Entry
 from .errors import Refused
@@ -81,23 +83,68 @@ def bounded(
     return kept, tuple(over)
 
 
-def encoded(entry: Entry, texts: Texts) -> list[str | Sequence[int]]:
+def encoded(entry: Entry, texts: Texts, truncate: object) -> list[str | Sequence[int]]:
     """``texts`` with each valid text replaced by its token ids, as the plan
     would encode it; run in a worker thread. A text the tokenizer fails on,
     or that is not valid text, is left as it is, for the plan to refuse with
-    its index as it always does."""
+    its index as it always does; so are the texts after one the plan will
+    refuse as over the ceiling (unless ``truncate``), which are never read."""
     tokenizer = entry.tokenizer
     model = entry.spec.name
     out: list[str | Sequence[int]] = []
     for index, text in enumerate(texts):
         if type(text) is str and (text.isascii() or invalid_text(model, text, "", index) is None):
             try:
-                out.append(tokenizer.encode(text))
-                continue
+                ids = tokenizer.encode(text)
             except Exception:  # the plan reports it, naming the input
-                pass
-        out.append(text)
+                out.append(text)
+                continue
+            out.append(ids)
+            if not truncate and tokenizer.sequence_length(ids) > entry.ceiling:
+                out.extend(texts[index + 1 :])
+                break
+        else:
+            out.append(text)
     return out
+
+
+def give_back() -> None:
+    """Return the memory freed by a large piece of work to the system, where
+    the C library can (glibc keeps what a worker thread freed in that
+    thread's own arena otherwise, and the process stays at its peak)."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+#: blocks at least this large are mapped on their own (see :func:`map_large_blocks`)
+MAP_BLOCK_BYTES = 256 * 1024
+#: glibc's mallopt parameter for it
+_M_MMAP_THRESHOLD = -3
+
+
+def map_large_blocks() -> None:
+    """Have the C library map every block of :data:`MAP_BLOCK_BYTES` or more on
+    its own, so that freeing one (a large body, a large answer) returns it to
+    the system at once. For a server process: glibc otherwise raises that
+    threshold to the size of the first large block freed, and later ones
+    come from its heap, which stays at the process's peak."""
+    libc = _libc()
+    if libc is not None:
+        libc.mallopt(_M_MMAP_THRESHOLD, MAP_BLOCK_BYTES)
+
+
+def _libc() -> ctypes.CDLL | None:
+    if sys.platform != "linux":
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        libc.malloc_trim, libc.mallopt  # noqa: B018 (glibc's; musl has neither)
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_malloc_trim: Callable[[int], int] | None = getattr(_libc(), "malloc_trim", None)
 
 
 def _too_long(entry: Entry, what: str, length: int, limit: int, index: int | None) -> Refused:

@@ -9,7 +9,14 @@ from contextlib import asynccontextmanager
 import anyio
 from anyio.abc import TaskGroup
 
-from .bounds import OFFLOAD_CHARS, TOKENIZING_THREADS, bounded, characters, encoded
+from .bounds import (
+    OFFLOAD_CHARS,
+    TOKENIZING_THREADS,
+    bounded,
+    characters,
+    encoded,
+    give_back,
+)
 from .call import Call, EmbedResult, RerankResult
 from .catalog import Catalog, Entry, default_config
 from .coalesce import Coalescer
@@ -232,7 +239,16 @@ class Host:
         bound, cut = bounded(entry, texts, query, truncate)
 
         def plan() -> Plan:
-            return _with_cut(plan_call(entry, encoded(entry, bound), query, truncate), cut)
+            ids = encoded(entry, bound, truncate)
+            try:
+                return _with_cut(plan_call(entry, ids, query, truncate), cut)
+            except Exception as exc:
+                # Refused: let go of every id (the traceback's frames hold
+                # them too) before the memory is given back.
+                del ids
+                refusal = exc.with_traceback(None)
+            give_back()
+            raise refusal
 
         return await anyio.to_thread.run_sync(plan, limiter=self._tokenizing)
 

@@ -32,8 +32,9 @@ not pay for the host's modules.
   ``Host.aclose``'s bound: the exchange bound, four exit graces, and this),
   :func:`shown` and :data:`SHOWN_CHARS` (a client's name quoted for an
   error or a log, cut when long), :func:`max_chars`, :data:`CHARS_PER_TOKEN`,
-  :func:`bounded`, :func:`characters` and :data:`OFFLOAD_CHARS` (the bounds on tokenising,
-  for a front end that tokenises texts itself).
+  :func:`bounded`, :func:`characters`, :data:`OFFLOAD_CHARS`,
+  :func:`give_back` and :func:`map_large_blocks` (the bounds on tokenising
+  and on the memory it leaves, for a front end that tokenises texts itself).
 - Tests: the in-process helpers (:class:`InProcessWorkers`,
   :class:`InProcessProcess`, :class:`LaunchRecord`), :func:`transport_plugin`,
   :func:`model_entry`, :func:`catalog_toml` and :func:`host_config` (test
@@ -133,6 +134,8 @@ _EXPORTS = {
     "OFFLOAD_CHARS": "bounds",
     "bounded": "bounds",
     "characters": "bounds",
+    "give_back": "bounds",
+    "map_large_blocks": "bounds",
     "max_chars": "bounds",
     "shown": "shown",
     # tests
@@ -231,12 +234,14 @@ __all__ = [
     "default_catalog_text",
     "default_config",
     "eventually",
+    "give_back",
     "hookimpl",
     "host_config",
     "installed_plugins",
     "launch_spec",
     "load_config",
     "make_cli",
+    "map_large_blocks",
     "max_chars",
     "model_entry",
     "parse_options",
@@ -255,7 +260,15 @@ __all__ = [
 __getattr__ = lazy_getattr(__name__, "synapse_core", _EXPORTS, globals())
 
 if TYPE_CHECKING:
-    from .bounds import CHARS_PER_TOKEN, OFFLOAD_CHARS, bounded, characters, max_chars
+    from .bounds import (
+        CHARS_PER_TOKEN,
+        OFFLOAD_CHARS,
+        bounded,
+        characters,
+        give_back,
+        map_large_blocks,
+        max_chars,
+    )
     from .catalog import DEFAULT_CATALOG_SOURCE, Entry, default_catalog_text, default_config
     from .cli import catalog_option, installed_plugins, load_config, make_cli, unwrap
     from .config import ModelSpec, structuring_problems

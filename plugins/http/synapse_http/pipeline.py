@@ -7,6 +7,7 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
+import anyio
 import msgspec
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
@@ -14,6 +15,7 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from synapse_core import Deadline, OutcomeUnknown, Refused, SynapseError, WorkerFault
+from synapse_core.plugin import give_back
 
 from .body import ClientGone, read_body
 from .disconnect import until_disconnect
@@ -35,6 +37,8 @@ CLIENT_GONE = 499
 HEADER_MODEL = b"x-synapse-model"
 HEADER_TIMEOUT = b"x-synapse-timeout-ms"
 HEADER_TRUNCATED = "X-Synapse-Truncated"
+#: after answering a body this large, the memory it took is given back
+GIVE_BACK_BYTES = 1024 * 1024
 
 _encoder = msgspec.json.Encoder()
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
@@ -153,7 +157,22 @@ class PostRoute(Generic[T]):
 
     async def serve(self, service: Service, scope: Scope, receive: Receive, send: Send) -> int:
         """Answer one request; returns the status answered (499: the client went away)."""
+        answer, size = await self._answer(service, scope, receive)
+        await answer(scope, receive, send)
+        status = answer.status_code
+        if size >= GIVE_BACK_BYTES:
+            # Everything made of a large body is gone now (it lived in
+            # _answer's frame): return that memory to the system.
+            del answer
+            await anyio.to_thread.run_sync(give_back)
+        return status
+
+    async def _answer(
+        self, service: Service, scope: Scope, receive: Receive
+    ) -> tuple[Response, int]:
+        """The answer to the request, and the size of its body."""
         request = Incoming(scope)
+        size = 0
         try:
             settings = service.settings
             raw = await read_body(
@@ -162,6 +181,7 @@ class PostRoute(Generic[T]):
                 settings.max_body_bytes,
                 settings.request_timeout_s,
             )
+            size = len(raw)
             body = decode(raw, self.schema)
             handler = self.handler
             answer = await until_disconnect(receive, lambda: handler(request, service, body))
@@ -175,8 +195,7 @@ class PostRoute(Generic[T]):
             answer = error_response(unexpected(exc), request.path)
         if answer is None:
             answer = Response(status_code=CLIENT_GONE)  # nobody reads it
-        await answer(scope, receive, send)
-        return answer.status_code
+        return answer, size
 
 
 def post(schema: type[T]) -> Callable[[Handler[T]], PostRoute[T]]:

@@ -20,6 +20,7 @@ from synapse_core.plugin import Entry, TokenPiece, shown
 from .errors import invalid
 from .inputs import check_dimensions, inputs_of, normalized, sigmoid, truncation
 from .pipeline import (
+    JSON,
     Incoming,
     check_count,
     deadline_of,
@@ -107,10 +108,10 @@ async def tokenize(request: Incoming, service: Service, body: TokenizeRequest) -
     def positions(tokens: list[Token]) -> int:
         return tokenizer.sequence_length([t.id for t in tokens if not t.special])
 
-    described = await service.tokenizing.describe(
+    answer = await service.tokenizing.answer(
         entry, texts, lambda text: _tokens(entry, text, special), positions
     )
-    return json_response(described)
+    return Response(answer, media_type=JSON)
 
 
 def _tokens(entry: Entry, text: str, special: bool) -> list[Token]:

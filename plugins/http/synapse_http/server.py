@@ -23,6 +23,7 @@ import attrs
 from starlette.types import ASGIApp
 
 from synapse_core import Host, HostConfig, PluginHost, open_host
+from synapse_core.plugin import map_large_blocks
 
 from .app import create_app
 from .service import Service, preload
@@ -94,6 +95,7 @@ async def serve(
     host is retiring them after the grace period.
     """
     sock = bind(host, port)
+    map_large_blocks()  # a large body's memory goes back once it is answered
     stop, force = anyio.Event(), anyio.Event()
     opened: list[Host] = []
     with contextlib.ExitStack() as closing:

@@ -15,11 +15,13 @@ from collections.abc import Callable, Sequence
 from typing import TypeVar
 
 import anyio
+import msgspec
 
 from synapse_core import Refused
-from synapse_core.plugin import OFFLOAD_CHARS, Entry, bounded, characters, shown
+from synapse_core.plugin import OFFLOAD_CHARS, Entry, bounded, characters, give_back, shown
 
 T = TypeVar("T")
+_encoder = msgspec.json.Encoder()
 
 
 class Tokenizing:
@@ -28,31 +30,43 @@ class Tokenizing:
     def __init__(self, threads: int = 2) -> None:
         self.limiter = anyio.CapacityLimiter(threads)
 
-    async def describe(
+    async def answer(
         self,
         entry: Entry,
         texts: Sequence[str],
         describe: Callable[[str], list[T]],
         count: Callable[[list[T]], int],
-    ) -> list[list[T]]:
-        """``describe(text)`` of every text, refused as over the ceiling when a
-        text is too long (by its characters, before tokenising) or when the
-        ``count(described)`` positions of its tokens pass the ceiling."""
+    ) -> bytes:
+        """The JSON list of ``describe(text)`` for every text, refused as over
+        the ceiling when a text is too long (by its characters, before
+        tokenising) or when the ``count(described)`` positions of its tokens
+        pass the ceiling. Encoded in the worker thread too when the texts are
+        large: an answer of many tokens takes a while to write."""
         bounded(entry, texts, None, False)  # refuses a text over max_chars, unread
 
-        def run() -> list[list[T]]:
+        def run() -> bytes:
+            # Each text's tokens are written as soon as they are described:
+            # only one text's pieces are ever held, and no one step of the
+            # work holds the GIL for long.
             out = []
             for index, text in enumerate(texts):
                 described = describe(text)
                 length = count(described)
                 if length > entry.ceiling:
                     raise _over(entry, index, length)
-                out.append(described)
-            return out
+                out.append(_encoder.encode(described))
+            return b"[" + b",".join(out) + b"]"
 
         if characters(texts) <= OFFLOAD_CHARS:
             return run()
-        return await anyio.to_thread.run_sync(run, limiter=self.limiter)
+
+        def offloaded() -> bytes:
+            try:
+                return run()
+            finally:
+                give_back()  # the pieces are gone: return their memory
+
+        return await anyio.to_thread.run_sync(offloaded, limiter=self.limiter)
 
 
 def _over(entry: Entry, index: int, length: int) -> Refused:
