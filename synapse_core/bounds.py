@@ -22,9 +22,11 @@ import ctypes
 import sys
 from collections.abc import Callable, Sequence
 
+import anyio
+
 from .catalog import Entry
 from .errors import Refused
-from .plan import invalid_text
+from .plan import Plan, Truncate, invalid_text, plan_call
 from .shown import shown
 
 #: characters a text may have per token of the model's ceiling
@@ -81,6 +83,45 @@ def bounded(
         assert isinstance(text, str)
         kept[index] = text[-limit:] if cut == "start" else text[:limit]
     return kept, tuple(over)
+
+
+def planned(entry: Entry, texts: Texts, query: str | None, truncate: Truncate) -> Plan:
+    """The plan of a call, its texts :func:`bounded` first."""
+    bound, cut = bounded(entry, texts, query, truncate)
+    return _with_cut(plan_call(entry, bound, query, truncate), cut)
+
+
+async def planned_off_loop(
+    entry: Entry,
+    texts: Texts,
+    query: str | None,
+    truncate: Truncate,
+    limiter: anyio.CapacityLimiter,
+) -> Plan:
+    """:func:`planned`, but the texts (bounded first, on the event loop)
+    tokenised in a worker thread and planned from their ids there."""
+    bound, cut = bounded(entry, texts, query, truncate)
+
+    def plan() -> Plan:
+        ids = encoded(entry, bound, truncate)
+        try:
+            return _with_cut(plan_call(entry, ids, query, truncate), cut)
+        except Exception as exc:
+            # Refused: let go of every id (the traceback's frames hold them
+            # too) before the memory is given back.
+            del ids
+            refusal = exc.with_traceback(None)
+        give_back()
+        raise refusal
+
+    return await anyio.to_thread.run_sync(plan, limiter=limiter)
+
+
+def _with_cut(plan: Plan, cut: tuple[int, ...]) -> Plan:
+    """``plan``, also listing as truncated the texts ``cut`` before it was made."""
+    if cut:
+        plan.truncated = tuple(sorted({*plan.truncated, *cut}))
+    return plan
 
 
 def encoded(entry: Entry, texts: Texts, truncate: object) -> list[str | Sequence[int]]:

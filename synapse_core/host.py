@@ -9,14 +9,7 @@ from contextlib import asynccontextmanager
 import anyio
 from anyio.abc import TaskGroup
 
-from .bounds import (
-    OFFLOAD_CHARS,
-    TOKENIZING_THREADS,
-    bounded,
-    characters,
-    encoded,
-    give_back,
-)
+from .bounds import OFFLOAD_CHARS, TOKENIZING_THREADS, characters, planned, planned_off_loop
 from .call import Call, EmbedResult, RerankResult
 from .catalog import Catalog, Entry, default_config
 from .coalesce import Coalescer
@@ -24,7 +17,7 @@ from .config import HostConfig, Task
 from .deadline import Clock, Deadline, check_deadline, monotonic
 from .errors import HostClosed, Retired
 from .handoff import OneShot, event_factory
-from .plan import Plan, Truncate, plan_call
+from .plan import Plan, Truncate
 from .plugins import PluginHost
 from .residency.lane import Lane
 from .residency.supervisor import Backlog, Supervisor
@@ -207,9 +200,7 @@ class Host:
             self._check_open()
         check_deadline(deadline)
         if plan is None:
-            entry = self.catalog.entry(model, task)
-            bound, cut = bounded(entry, texts, query, truncate)
-            plan = _with_cut(plan_call(entry, bound, query, truncate), cut)
+            plan = planned(self.catalog.entry(model, task), texts, query, truncate)
         self._check_not_retired(model)
         deadline = deadline or Deadline.never()
         if self.config.coalesce and Coalescer.joins(plan):
@@ -236,21 +227,7 @@ class Host:
         self._check_open()
         check_deadline(deadline)
         entry = self.catalog.entry(model, task)
-        bound, cut = bounded(entry, texts, query, truncate)
-
-        def plan() -> Plan:
-            ids = encoded(entry, bound, truncate)
-            try:
-                return _with_cut(plan_call(entry, ids, query, truncate), cut)
-            except Exception as exc:
-                # Refused: let go of every id (the traceback's frames hold
-                # them too) before the memory is given back.
-                del ids
-                refusal = exc.with_traceback(None)
-            give_back()
-            raise refusal
-
-        return await anyio.to_thread.run_sync(plan, limiter=self._tokenizing)
+        return await planned_off_loop(entry, texts, query, truncate, self._tokenizing)
 
     def _launch(self, call: Call) -> None:
         """Start ``call``, made already: queued to be coalesced, or coalesced."""
@@ -337,13 +314,6 @@ class Host:
             self._workers[name] = worker
             sup.adopt(worker)
         return worker
-
-
-def _with_cut(plan: Plan, cut: tuple[int, ...]) -> Plan:
-    """``plan``, also listing as truncated the texts ``cut`` before it was made."""
-    if cut:
-        plan.truncated = tuple(sorted({*plan.truncated, *cut}))
-    return plan
 
 
 class _Slot:
