@@ -21,13 +21,19 @@ from __future__ import annotations
 import ctypes
 import sys
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import anyio
 
 from .catalog import Entry
+from .config import Task
+from .deadline import Deadline, check_deadline
 from .errors import Refused
+from .naming import shown
 from .plan import Plan, Truncate, invalid_text, plan_call
-from .shown import shown
+
+if TYPE_CHECKING:
+    from .host import Host
 
 #: characters a text may have per token of the model's ceiling
 CHARS_PER_TOKEN = 32
@@ -91,15 +97,24 @@ def planned(entry: Entry, texts: Texts, query: str | None, truncate: Truncate) -
     return _with_cut(plan_call(entry, bound, query, truncate), cut)
 
 
-async def planned_off_loop(
-    entry: Entry,
+async def plan_large(
+    host: Host,
+    model: str,
+    task: Task,
     texts: Texts,
     query: str | None,
+    deadline: Deadline | None,
     truncate: Truncate,
-    limiter: anyio.CapacityLimiter,
-) -> Plan:
-    """:func:`planned`, but the texts (bounded first, on the event loop)
-    tokenised in a worker thread and planned from their ids there."""
+) -> Plan | None:
+    """The plan of a call whose texts are large together (over
+    :data:`OFFLOAD_CHARS`): bounded on the event loop, then tokenised and
+    planned in a worker thread (at most ``host.tokenizing`` at once). ``None``
+    for any other call, which the host plans on the spot (:func:`planned`)."""
+    if characters(texts, query) <= OFFLOAD_CHARS:
+        return None
+    host._check_open()
+    check_deadline(deadline)
+    entry = host.catalog.entry(model, task)
     bound, cut = bounded(entry, texts, query, truncate)
 
     def plan() -> Plan:
@@ -114,7 +129,7 @@ async def planned_off_loop(
         give_back()
         raise refusal
 
-    return await anyio.to_thread.run_sync(plan, limiter=limiter)
+    return await anyio.to_thread.run_sync(plan, limiter=host.tokenizing)
 
 
 def _with_cut(plan: Plan, cut: tuple[int, ...]) -> Plan:

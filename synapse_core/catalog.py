@@ -13,8 +13,8 @@ import msgspec
 
 from .config import HostConfig, ModelSpec, Task
 from .errors import ConfigError, Refused
+from .naming import shown
 from .plugins import PluginHost, TransportInfo
-from .shown import shown
 from .tokenizer import BasicTokenizer, Tokenizer
 from .transport import LaneInfo
 from .wire import bucket_problem

@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import anyio
 from anyio.abc import TaskGroup
 
-from .bounds import OFFLOAD_CHARS, TOKENIZING_THREADS, characters, planned, planned_off_loop
+from .bounds import TOKENIZING_THREADS, plan_large, planned
 from .call import Call, EmbedResult, RerankResult
 from .catalog import Catalog, Entry, default_config
 from .coalesce import Coalescer
@@ -24,9 +24,8 @@ from .residency.supervisor import Backlog, Supervisor
 from .residency.worker import Phase, Worker
 from .serving import CallRunner
 from .snapshot import HostSnapshot, take
+from .steps import request_budget
 
-#: most inputs a coalesced call takes before the worker has said its batch size
-COALESCE_BEFORE_HELLO = 32
 #: scheduling slack on top of the bounds a close is made of
 CLOSE_SLACK_S = 1.0
 #: most call runners kept parked for reuse (fewer when max_concurrent is lower)
@@ -61,7 +60,7 @@ class Host:
         #: per model, when ``config.coalesce`` is on
         self._coalescers: dict[str, Coalescer] = {}
         #: worker threads tokenising large calls (see :mod:`.bounds`)
-        self._tokenizing = anyio.CapacityLimiter(TOKENIZING_THREADS)
+        self.tokenizing = anyio.CapacityLimiter(TOKENIZING_THREADS)
 
     # -- public API -----------------------------------------------------------------
 
@@ -80,7 +79,7 @@ class Host:
         at its end to fit instead of refusing it, ``"start"`` at its start;
         the result's ``truncated`` lists the indexes cut.
         """
-        plan = await self._plan_off_loop(model, "embed", texts, None, deadline, truncate)
+        plan = await plan_large(self, model, "embed", texts, None, deadline, truncate)
         call = self._call(model, "embed", texts, None, deadline, truncate, plan)
         tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
@@ -101,7 +100,7 @@ class Host:
         does not fit the ceiling with the query instead of refusing it;
         ``truncated`` lists the indexes cut.
         """
-        plan = await self._plan_off_loop(model, "rerank", documents, query, deadline, truncate)
+        plan = await plan_large(self, model, "rerank", documents, query, deadline, truncate)
         call = self._call(model, "rerank", documents, query, deadline, truncate, plan)
         tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
@@ -193,41 +192,21 @@ class Host:
         truncate: Truncate = False,
         plan: Plan | None = None,
     ) -> Call:
-        """Plan (unless ``plan`` is given) and start a call; its caller then
-        waits for it (:meth:`CallRunner.wait`). Refusals, and errors of the
-        head start, are raised here, before the caller's first await."""
+        """Plan (unless ``plan`` is given) and start a call; its caller then waits
+        for it (:meth:`CallRunner.wait`). Refusals, and errors of the head
+        start, are raised here, before the caller's first await."""
         if self._closed:  # an attribute read: open hosts pay no call
             self._check_open()
         check_deadline(deadline)
-        if plan is None:
-            plan = planned(self.catalog.entry(model, task), texts, query, truncate)
+        entry = self.catalog.entry(model, task)
+        plan = plan or planned(entry, texts, query, truncate)
         self._check_not_retired(model)
         deadline = deadline or Deadline.never()
-        if self.config.coalesce and Coalescer.joins(plan):
+        if self.config.coalesce and (coalescer := self._coalescer(entry)).joins(plan):
             call = Call.new(plan, deadline, self._runners.event())
-            self._coalescer(model).submit(call)
+            coalescer.submit(call)
             return call
         return self._start(plan, deadline)
-
-    async def _plan_off_loop(
-        self,
-        model: str,
-        task: Task,
-        texts: Sequence[str | Sequence[int]],
-        query: str | None,
-        deadline: Deadline | None,
-        truncate: Truncate,
-    ) -> Plan | None:
-        """The plan of a call whose texts are large together, tokenised in a
-        worker thread (see :mod:`.bounds`); ``None`` for any other call, which
-        :meth:`_call` plans on the spot. Texts too long for the model are
-        refused (or cut) before any of them is tokenised."""
-        if characters(texts, query) <= OFFLOAD_CHARS:
-            return None
-        self._check_open()
-        check_deadline(deadline)
-        entry = self.catalog.entry(model, task)
-        return await planned_off_loop(entry, texts, query, truncate, self._tokenizing)
 
     def _launch(self, call: Call) -> None:
         """Start ``call``, made already: queued to be coalesced, or coalesced."""
@@ -257,16 +236,19 @@ class Host:
         self._runners.submit((call, sup, worker))
         return call
 
-    def _coalescer(self, model: str) -> Coalescer:
+    def _coalescer(self, entry: Entry) -> Coalescer:
+        model = entry.spec.name
         coalescer = self._coalescers.get(model)
         if coalescer is None:
-
-            def batch() -> int:
-                worker = self._workers.get(model)
-                hello = worker.hello if worker is not None else None
-                return hello.max_batch if hello is not None else COALESCE_BEFORE_HELLO
-
-            coalescer = Coalescer(self._launch, self._runners.event, self._runner, batch)
+            assert entry.transport is not None  # the catalog refused the call otherwise
+            budget = request_budget(entry.spec, entry.transport.transport)
+            coalescer = Coalescer(
+                self._launch,
+                self._runners.event,
+                self._runner,
+                lambda: self._workers.get(model),
+                budget,
+            )
             self._coalescers[model] = coalescer
         return coalescer
 

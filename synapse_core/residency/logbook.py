@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 
-from ..shown import shown
+from ..naming import shown
 from .worker import Worker
 
 log = logging.getLogger("synapse.workers")

@@ -16,6 +16,7 @@ import uuid
 import msgspec
 
 from synapse_core import (
+    SHOWN_CHARS,
     DeadlineExceeded,
     OutcomeUnknown,
     Overloaded,
@@ -23,7 +24,6 @@ from synapse_core import (
     SynapseError,
     WorkerFault,
 )
-from synapse_core.plugin import SHOWN_CHARS
 
 from .schemas import UNSET, ErrorBody
 

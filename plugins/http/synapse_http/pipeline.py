@@ -14,8 +14,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from synapse_core import Deadline, OutcomeUnknown, Refused, SynapseError, WorkerFault
-from synapse_core.plugin import give_back
+from synapse_core import (
+    Deadline,
+    OutcomeUnknown,
+    Refused,
+    SynapseError,
+    WorkerFault,
+    give_back,
+)
 
 from .body import ClientGone, read_body
 from .disconnect import until_disconnect

@@ -17,8 +17,7 @@ from typing import TypeVar
 import anyio
 import msgspec
 
-from synapse_core import Refused
-from synapse_core.plugin import OFFLOAD_CHARS, Entry, bounded, characters, give_back, shown
+from synapse_core import OFFLOAD_CHARS, Entry, Refused, bounded, characters, give_back, shown
 
 T = TypeVar("T")
 _encoder = msgspec.json.Encoder()

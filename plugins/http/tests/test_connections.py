@@ -17,7 +17,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from synapse_core.plugin import catalog_toml
+from synapse_core.testing import catalog_toml
 from synapse_http.cli import loopback
 from synapse_http.testing import API_KEY, Server, metric, model
 

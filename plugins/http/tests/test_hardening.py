@@ -16,15 +16,9 @@ import httpx
 import pytest
 
 import synapse_core as synapse
-from synapse_core.plugin import (
-    OFFLOAD_CHARS,
-    Availability,
-    BasicTokenizer,
-    TokenPiece,
-    catalog_toml,
-    host_config,
-    transport_plugin,
-)
+from synapse_core import OFFLOAD_CHARS
+from synapse_core.plugin import Availability, BasicTokenizer, TokenPiece
+from synapse_core.testing import catalog_toml, host_config, transport_plugin
 from synapse_http import ServeSettings, create_app
 from synapse_http.testing import model
 from synapse_mock_transport.inprocess import InProcessTransport
