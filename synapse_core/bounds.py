@@ -21,19 +21,27 @@ from __future__ import annotations
 import ctypes
 import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import anyio
 
-from .catalog import Entry
+from .catalog import Catalog, Entry
 from .config import Task
 from .deadline import Deadline, check_deadline
 from .errors import Refused
 from .naming import shown
 from .plan import Plan, Truncate, invalid_text, plan_call
 
-if TYPE_CHECKING:
-    from .host import Host
+
+class Planning(Protocol):
+    """What :func:`plan_large` needs of a host."""
+
+    catalog: Catalog
+    #: worker threads tokenising at once
+    tokenizing: anyio.CapacityLimiter
+
+    def _check_open(self) -> None: ...
+
 
 #: characters a text may have per token of the model's ceiling
 CHARS_PER_TOKEN = 32
@@ -98,7 +106,7 @@ def planned(entry: Entry, texts: Texts, query: str | None, truncate: Truncate) -
 
 
 async def plan_large(
-    host: Host,
+    host: Planning,
     model: str,
     task: Task,
     texts: Texts,
