@@ -154,6 +154,9 @@ def main() -> None:
             with httpx.Client(base_url=url, timeout=60) as http:
                 assert http.post("/embed", json={"inputs": ["warm up"] * 32}).status_code == 200
                 http.post("/tokenize", json={"inputs": ["warm up"] * 32})
+                # One request large enough for the worker threads: they, and
+                # their stacks and arenas, belong to the server's start.
+                http.post("/tokenize", json={"inputs": ["warm up " * 100] * 40})
             probe(url, None, 50)  # warm the probe's path too
             warm = rss_mib(proc.pid)
             alone = probe(url, None, PROBES_ALONE)
