@@ -241,7 +241,10 @@ async def _uvicorn(
 
     config = uvicorn.Config(
         app,
-        lifespan="on",
+        # The app is given an open host, so its lifespan does nothing; "on"
+        # would leave uvicorn's lifespan task waiting for a shutdown message
+        # that a forced exit never sends, and log its CancelledError traceback.
+        lifespan="off",
         http=uvicorn_connection.protocol(settings.header_timeout_s),
         # Typed int, but used as asyncio.wait_for's timeout and call_later's
         # delay: a float works.
