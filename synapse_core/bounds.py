@@ -22,25 +22,60 @@ import ctypes
 import sys
 from collections.abc import Callable, Sequence
 from typing import Protocol
+from weakref import WeakKeyDictionary
 
 import anyio
 
+from .call import Call
 from .catalog import Catalog, Entry
 from .config import Task
 from .deadline import Deadline, check_deadline
 from .errors import Refused
 from .naming import shown
-from .plan import Plan, Truncate, invalid_text, plan_call
+
+# Plan and Truncate are the host's too: it reads them from here.
+from .plan import Plan as Plan
+from .plan import Truncate as Truncate
+from .plan import invalid_text, plan_call
 
 
 class Planning(Protocol):
-    """What :func:`plan_large` needs of a host."""
+    """What :func:`started` needs of a host."""
 
     catalog: Catalog
-    #: worker threads tokenising at once
-    tokenizing: anyio.CapacityLimiter
 
     def _check_open(self) -> None: ...
+
+    def _call(
+        self,
+        model: str,
+        task: Task,
+        texts: Texts,
+        query: str | None,
+        deadline: Deadline | None,
+        truncate: Truncate = False,
+        plan: Plan | None = None,
+    ) -> Call: ...
+
+
+#: per host, the worker threads tokenising its large calls
+_limiters: WeakKeyDictionary[Planning, anyio.CapacityLimiter] = WeakKeyDictionary()
+
+
+async def started(
+    host: Planning,
+    model: str,
+    task: Task,
+    texts: Texts,
+    query: str | None,
+    deadline: Deadline | None,
+    truncate: Truncate,
+) -> Call:
+    """``host._call`` of the call, planned first by :func:`plan_large` when its
+    texts are large. A small call is planned and started without a pause, so
+    its refusals and errors are raised before its caller's first await."""
+    plan = await plan_large(host, model, task, texts, query, deadline, truncate)
+    return host._call(model, task, texts, query, deadline, truncate, plan)
 
 
 #: characters a text may have per token of the model's ceiling
@@ -116,7 +151,8 @@ async def plan_large(
 ) -> Plan | None:
     """The plan of a call whose texts are large together (over
     :data:`OFFLOAD_CHARS`): bounded on the event loop, then tokenised and
-    planned in a worker thread (at most ``host.tokenizing`` at once). ``None``
+    planned in a worker thread (at most :data:`TOKENIZING_THREADS` at once per
+    host). ``None``
     for any other call, which the host plans on the spot (:func:`planned`)."""
     if characters(texts, query) <= OFFLOAD_CHARS:
         return None
@@ -137,7 +173,10 @@ async def plan_large(
         give_back()
         raise refusal
 
-    return await anyio.to_thread.run_sync(plan, limiter=host.tokenizing)
+    limiter = _limiters.get(host)
+    if limiter is None:
+        limiter = _limiters[host] = anyio.CapacityLimiter(TOKENIZING_THREADS)
+    return await anyio.to_thread.run_sync(plan, limiter=limiter)
 
 
 def _with_cut(plan: Plan, cut: tuple[int, ...]) -> Plan:

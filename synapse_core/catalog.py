@@ -16,7 +16,7 @@ from .errors import ConfigError, Refused
 from .naming import shown
 from .plugins import PluginHost, TransportInfo
 from .tokenizer import BasicTokenizer, Tokenizer
-from .transport import LaneInfo
+from .transport import LaneInfo, ModelTraits
 from .wire import bucket_problem
 
 DEFAULT_CATALOG = "default_catalog.toml"
@@ -50,6 +50,9 @@ class Entry:
     #: the buckets its workers will report, when the transport knows them
     #: before one starts (``Transport.buckets``); else ``None``
     buckets: tuple[int, ...] | None = None
+    #: what the transport read in the model's files (``Transport.traits``);
+    #: their prompts are in ``spec.prompts`` already
+    traits: ModelTraits = attrs.field(factory=ModelTraits)
     #: the longest sequence served: the catalog ceiling, capped by the
     #: largest known bucket (worked out once: every call reads it)
     ceiling: int = attrs.field(init=False)
@@ -100,6 +103,9 @@ class Catalog:
                 if info.availability.available
                 else (f"transport {spec.transport!r} cannot run here: {info.availability.reason}")
             )
+            traits = _traits(info, spec) if not problem else ModelTraits()
+            if traits.prompts:
+                spec = attrs.evolve(spec, prompts={**traits.prompts, **spec.prompts})
             self.entries[spec.name] = Entry(
                 spec,
                 info,
@@ -107,6 +113,7 @@ class Catalog:
                 info.transport.tokenizer(spec),
                 problem,
                 buckets,
+                traits,
             )
         problems.extend(_unknown_lanes(self.config, self.entries))
         if problems:
@@ -191,6 +198,14 @@ def _frame_problems(info: TransportInfo, spec: ModelSpec, config: HostConfig) ->
             "max_frame_bytes"
         ]
     return []
+
+
+def _traits(info: TransportInfo, spec: ModelSpec) -> ModelTraits:
+    """The transport's traits of ``spec``; the defaults if it fails to say."""
+    try:
+        return info.transport.traits(spec)
+    except Exception:
+        return ModelTraits()
 
 
 def _known_buckets(info: TransportInfo, spec: ModelSpec) -> tuple[int, ...] | None:

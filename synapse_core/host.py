@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import anyio
 from anyio.abc import TaskGroup
 
-from .bounds import TOKENIZING_THREADS, plan_large, planned
+from .bounds import Plan, Truncate, planned, started
 from .call import Call, EmbedResult, RerankResult
 from .catalog import Catalog, Entry, default_config
 from .coalesce import Coalescer
@@ -17,11 +17,12 @@ from .config import HostConfig, Task
 from .deadline import Clock, Deadline, check_deadline, monotonic
 from .errors import HostClosed, Retired
 from .handoff import OneShot, event_factory
-from .plan import Plan, Truncate
 from .plugins import PluginHost
+from .prompts import prompted
 from .residency.lane import Lane
 from .residency.supervisor import Backlog, Supervisor
 from .residency.worker import Phase, Worker
+from .scoring import scores_of
 from .serving import CallRunner
 from .snapshot import HostSnapshot, take
 from .steps import request_budget
@@ -59,8 +60,6 @@ class Host:
         self._runners = _Runners(tg, self._runner, min(config.max_concurrent, IDLE_RUNNERS))
         #: per model, when ``config.coalesce`` is on
         self._coalescers: dict[str, Coalescer] = {}
-        #: worker threads tokenising large calls (see :mod:`.bounds`)
-        self.tokenizing = anyio.CapacityLimiter(TOKENIZING_THREADS)
 
     # -- public API -----------------------------------------------------------------
 
@@ -71,16 +70,20 @@ class Host:
         *,
         deadline: Deadline | None = None,
         truncate: Truncate = False,
+        prompt_name: str | None = None,
     ) -> EmbedResult:
         """Embed ``texts``; one vector per text, in input order.
 
         A text may also be given as token ids of the model's tokenizer.
         ``truncate=True`` (or ``"end"``) cuts a text over the model's ceiling
         at its end to fit instead of refusing it, ``"start"`` at its start;
-        the result's ``truncated`` lists the indexes cut.
+        the result's ``truncated`` lists the indexes cut. ``prompt_name``
+        puts that prompt of the model (``synapse catalog`` lists them) in
+        front of each text, as sentence-transformers' ``prompt_name`` does.
         """
-        plan = await plan_large(self, model, "embed", texts, None, deadline, truncate)
-        call = self._call(model, "embed", texts, None, deadline, truncate, plan)
+        if prompt_name is not None:
+            texts = prompted(self.catalog.entry(model, "embed"), prompt_name, texts)
+        call = await started(self, model, "embed", texts, None, deadline, truncate)
         tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
         return EmbedResult(model, call.rows, call.identity, call.plan.truncated, tokens)  # type: ignore[arg-type]
@@ -97,15 +100,17 @@ class Host:
         """Score ``documents`` against ``query``; one score per document, in input order.
 
         ``truncate=True`` (or ``"end"``, or ``"start"``) cuts a document that
-        does not fit the ceiling with the query instead of refusing it;
-        ``truncated`` lists the indexes cut.
+        does not fit the ceiling with the query instead of refusing it (the
+        query is never cut); ``truncated`` lists the indexes cut. A
+        cross-encoder's scores are the sigmoid of its logits, which are the
+        result's ``raw_scores``.
         """
-        plan = await plan_large(self, model, "rerank", documents, query, deadline, truncate)
-        call = self._call(model, "rerank", documents, query, deadline, truncate, plan)
+        call = await started(self, model, "rerank", documents, query, deadline, truncate)
         tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
-        scores = [row[0] for row in call.rows if row is not None]
-        return RerankResult(model, scores, call.identity, call.plan.truncated, tokens)
+        raw = [row[0] for row in call.rows if row is not None]
+        scores = scores_of(self.catalog.entries[model].traits, raw)
+        return RerankResult(model, scores, call.identity, call.plan.truncated, tokens, raw)
 
     async def load(self, model: str, *, deadline: Deadline | None = None) -> None:
         """Start the model's worker and wait for its hello; no inference."""
@@ -192,9 +197,8 @@ class Host:
         truncate: Truncate = False,
         plan: Plan | None = None,
     ) -> Call:
-        """Plan (unless ``plan`` is given) and start a call; its caller then waits
-        for it (:meth:`CallRunner.wait`). Refusals, and errors of the head
-        start, are raised here, before the caller's first await."""
+        """Plan (unless given ``plan``) and start a call, raising refusals and
+        head-start errors before the caller's first await (then it waits)."""
         if self._closed:  # an attribute read: open hosts pay no call
             self._check_open()
         check_deadline(deadline)

@@ -32,15 +32,16 @@ from .service import Service
 
 @post(CohereRerankRequest, CohereRerankResponse)
 async def rerank(request: Incoming, service: Service, body: CohereRerankRequest) -> Response:
-    """``relevance_score`` is the model's score through a sigmoid, as TEI's
-    ``/rerank`` gives it by default: in [0, 1], in the model's order."""
+    """``relevance_score`` is the model's raw score (a cross-encoder's logit)
+    through a sigmoid, as TEI's ``/rerank`` gives it by default: in [0, 1],
+    in the model's order."""
     texts = [d if isinstance(d, str) else d.text for d in body.documents]
     check_count(len(texts), service.settings.max_inputs, "documents")
     model = model_of(request, body.model, service, "rerank")
     result = await service.host.rerank(
         model, body.query, texts, deadline=deadline_of(request, service), truncate=body.truncate
     )
-    ranked = best_first(result.scores, body.top_n)
+    ranked = best_first(result.raw_scores, body.top_n)
     answer = CohereRerankResponse(
         id=uuid.uuid4().hex,
         results=[
@@ -76,8 +77,9 @@ async def rerank_v2(request: Incoming, service: Service, body: CohereV2RerankReq
     answer = CohereV2RerankResponse(
         id=uuid.uuid4().hex,
         results=[
+            # the raw scores (a cross-encoder's logits) through a sigmoid, as /v1/rerank's
             V2RerankResult(index=i, relevance_score=sigmoid(score))
-            for i, score in best_first(result.scores, body.top_n)
+            for i, score in best_first(result.raw_scores, body.top_n)
         ],
     )
     truncated = tuple(sorted({*cut, *result.truncated}))
