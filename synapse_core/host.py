@@ -9,6 +9,7 @@ from contextlib import asynccontextmanager
 import anyio
 from anyio.abc import TaskGroup
 
+from .bounds import Plan, Truncate, planned, started
 from .call import Call, EmbedResult, RerankResult
 from .catalog import Catalog, Entry, default_config
 from .coalesce import Coalescer
@@ -16,7 +17,6 @@ from .config import HostConfig, Task
 from .deadline import Clock, Deadline, check_deadline, monotonic
 from .errors import HostClosed, Retired
 from .handoff import OneShot, event_factory
-from .plan import Plan, Truncate, plan_call
 from .plugins import PluginHost
 from .prompts import prompted
 from .residency.lane import Lane
@@ -83,7 +83,7 @@ class Host:
         """
         if prompt_name is not None:
             texts = prompted(self.catalog.entry(model, "embed"), prompt_name, texts)
-        call = self._call(model, "embed", texts, None, deadline, truncate)
+        call = await started(self, model, "embed", texts, None, deadline, truncate)
         tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
         return EmbedResult(model, call.rows, call.identity, call.plan.truncated, tokens)  # type: ignore[arg-type]
@@ -105,7 +105,7 @@ class Host:
         cross-encoder's scores are the sigmoid of its logits, which are the
         result's ``raw_scores``.
         """
-        call = self._call(model, "rerank", documents, query, deadline, truncate)
+        call = await started(self, model, "rerank", documents, query, deadline, truncate)
         tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
         raw = [row[0] for row in call.rows if row is not None]
@@ -195,15 +195,15 @@ class Host:
         query: str | None,
         deadline: Deadline | None,
         truncate: Truncate = False,
+        plan: Plan | None = None,
     ) -> Call:
-        """Plan and start a call; its caller then waits for it
-        (:meth:`CallRunner.wait`). Refusals, and errors of the head start, are
-        raised here, before the caller's first await."""
+        """Plan (unless given ``plan``) and start a call, raising refusals and
+        head-start errors before the caller's first await (then it waits)."""
         if self._closed:  # an attribute read: open hosts pay no call
             self._check_open()
         check_deadline(deadline)
         entry = self.catalog.entry(model, task)
-        plan: Plan = plan_call(entry, texts, query, truncate)
+        plan = plan or planned(entry, texts, query, truncate)
         self._check_not_retired(model)
         deadline = deadline or Deadline.never()
         if self.config.coalesce and (coalescer := self._coalescer(entry)).joins(plan):

@@ -96,7 +96,8 @@ def start_server(
     env = dict(os.environ, SYNAPSE_PLUGINS=plugins, PYTHONUNBUFFERED="1")
     env.pop("SYNAPSE_CATALOG", None)
     command = [sys.executable, "-m", "synapse_core.cli", "serve", "--catalog", str(catalog)]
-    command += ["--port", "0", "--backend", backend, *args]
+    # No drain unless a test asks for one: every server here is stopped with SIGTERM.
+    command += ["--port", "0", "--backend", backend, "--drain-grace", "0", *args]
     proc = subprocess.Popen(
         command,
         stdin=subprocess.DEVNULL,
