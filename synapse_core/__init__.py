@@ -35,6 +35,7 @@ _EXPORTS = {
     "FakeClock": "deadline",
     "open_host": "host",
     "Host": "host",
+    "AroundCall": "host",
     "EmbedResult": "call",
     "RerankResult": "call",
     "HostSnapshot": "snapshot",
@@ -59,6 +60,7 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "AroundCall",
     "CapacityExhausted",
     "ConfigError",
     "Deadline",
@@ -119,7 +121,7 @@ if TYPE_CHECKING:
         WorkerRejected,
     )
     from .hookspecs import hookimpl
-    from .host import Host, open_host
+    from .host import AroundCall, Host, open_host
     from .plugins import PluginHost
     from .snapshot import HostSnapshot
     from .transport import Transport
