@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from .testing import alive, wait_until
+from .testing import PATIENT_RAY, alive, wait_until
 
 #: the sandbox's first process: loopback up, then wait to be ended
 _INIT = "ip link set lo up && echo up && exec sleep infinity"
@@ -93,6 +93,7 @@ class Sandbox:
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         env["RAY_TMPDIR"] = str(self.ray_tmp)
+        env.update(PATIENT_RAY)
         env["PYTHONUNBUFFERED"] = "1"
         return env
 

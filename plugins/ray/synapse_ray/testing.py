@@ -28,6 +28,11 @@ LANES = 2
 BOUND_S = 120.0
 
 
+#: Ray's settings for a loaded machine: its raylet gives the dashboard agent
+#: 30 s to start by default and aborts past that ("The current node timed
+#: out during startup"), which a busy 2-core machine can exceed
+PATIENT_RAY = {"RAY_agent_register_timeout_ms": "120000"}
+
 #: the mock options of :func:`mock_model`'s entries
 MOCK_OPTIONS: dict[str, Any] = {"buckets": [8, 16, 32], "dims": 8, "max_batch": 4}
 #: catalog settings of the tests: short bounds, so a broken test fails quickly
@@ -147,6 +152,7 @@ def start_serve(catalog: Path, args: Mapping[str, str]) -> ServeApp:
     # may not. Off, so that a killed replica's workers must end by Synapse's
     # own rule (a worker watches its host process).
     os.environ["RAY_kill_child_processes_on_worker_exit"] = "0"  # noqa: SIM112 (Ray spells it so)
+    os.environ.update(PATIENT_RAY)
     ray.init(
         address="local",  # a new instance, never one found running on this machine
         num_cpus=2,
