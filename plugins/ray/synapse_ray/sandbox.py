@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from types import TracebackType
 
-from .testing import PATIENT_RAY, alive, wait_until
+from .testing import STARTUP_ATTEMPTS, STARTUP_TIMED_OUT, alive, end_processes, wait_until
 
 #: the sandbox's first process: loopback up, then wait to be ended
 _INIT = "ip link set lo up && echo up && exec sleep infinity"
@@ -93,7 +93,6 @@ class Sandbox:
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_")}
         env["RAY_TMPDIR"] = str(self.ray_tmp)
-        env.update(PATIENT_RAY)
         env["PYTHONUNBUFFERED"] = "1"
         return env
 
@@ -114,16 +113,41 @@ class Sandbox:
         ]
 
     def run(self, command: str, timeout: float) -> subprocess.CompletedProcess[str]:
-        """Run a shell command to its end (at most ``timeout`` seconds)."""
-        return subprocess.run(
-            self._enter(command),
-            cwd=self.cwd,
-            env=self.env(),
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            check=False,
-        )
+        """Run a shell command to its end (at most ``timeout`` seconds); one
+        whose Ray start-up timed out is run again, after what it left is ended."""
+        for attempt in range(1, STARTUP_ATTEMPTS + 1):
+            before = self.processes()
+            done = subprocess.run(
+                self._enter(command),
+                cwd=self.cwd,
+                env=self.env(),
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                check=False,
+            )
+            if done.returncode == 0 or STARTUP_TIMED_OUT not in done.stdout + done.stderr:
+                break
+            if attempt < STARTUP_ATTEMPTS:
+                end_processes(self.processes() - before)
+        return done
+
+    def serve(self, command: str, log: Path, ready: str, timeout: float) -> Started:
+        """Start a long-running command and wait until it says ``ready``; one
+        whose Ray start-up timed out is started again, as :meth:`run` does."""
+        for attempt in range(1, STARTUP_ATTEMPTS + 1):
+            before = self.processes()
+            started = self.start(command, log.with_suffix(f".{attempt}{log.suffix}"))
+            try:
+                started.wait_for(ready, timeout)
+                return started
+            except AssertionError:
+                if not started.ended or STARTUP_TIMED_OUT not in started.output:
+                    raise
+                if attempt == STARTUP_ATTEMPTS:
+                    raise
+                end_processes(self.processes() - before)
+        raise AssertionError("unreachable")
 
     def start(self, command: str, log: Path) -> Started:
         """Start a long-running shell command, its output going to ``log``."""
@@ -204,6 +228,10 @@ class Started:
         self._entered = entered
         self.pid = pid
         self.log = log
+
+    @property
+    def ended(self) -> bool:
+        return self._entered.poll() is not None
 
     @property
     def output(self) -> str:

@@ -116,8 +116,7 @@ def test_run_it_on_one_machine_as_written(box: Sandbox, tmp_path: Path) -> None:
             for command in commands(block.text):
                 if command.startswith(SERVES):
                     served += 1
-                    serving = box.start(command, tmp_path / f"serve-{served}.log")
-                    serving.wait_for(READY, ANSWER_S)
+                    serving = box.serve(command, tmp_path / f"serve-{served}.log", READY, ANSWER_S)
                     ask()
                 else:
                     done = box.run(command, COMMAND_S)

@@ -54,8 +54,8 @@ def box(tmp_path: Path) -> Iterator[Sandbox]:
 
 def test_plain_serve_run_answers_and_ctrl_c_leaves_nothing(box: Sandbox, tmp_path: Path) -> None:
     catalog = write_catalog(tmp_path, mock_model("m"))
-    served = box.start(f".venv/bin/serve run synapse_ray:app catalog={catalog}", tmp_path / "log")
-    served.wait_for(READY, ANSWER_S)
+    command = f".venv/bin/serve run synapse_ray:app catalog={catalog}"
+    served = box.serve(command, tmp_path / "serve.log", READY, ANSWER_S)
     # One line says that the replica runs without a lane, and how to get more.
     (said,) = [line for line in served.output.splitlines() if "offers the 'synapse_lane'" in line]
     assert """ray start --head --resources='{"synapse_lane": N}'""" in said
