@@ -19,6 +19,7 @@ from pathlib import Path
 from . import (
     composed,
     cpu,
+    fairness,
     grants,
     http_cpu,
     http_serving,
@@ -47,6 +48,7 @@ GROUPS: dict[str, Group] = {
     "scaling": scaling.measure,
     "soak": soak.measure,
     "cpu": cpu.measure,
+    "fairness": fairness.measure,
     "shortcuts": shortcuts.measure,
 }
 # synapse serve's figures, when the synapse-http plugin is installed.

@@ -113,7 +113,7 @@ def through_pluggy(selection: Selection, plugins: PluginHost, spec: ModelSpec) -
     def select(length: int) -> int:
         return plugins.select_bucket(length, hello.buckets, spec)
 
-    return Selection(hello, selection.plugins_version, select, selection.ceiling)
+    return Selection(hello, selection.plugins_version, select, selection.ceiling, selection.budget)
 
 
 def _patch(owner: object, attribute: str, value: object) -> Callable[[], None]:

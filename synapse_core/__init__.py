@@ -11,10 +11,13 @@ Public API::
 Names are imported lazily so worker processes, which need only
 :mod:`synapse_core.wire`, start quickly.
 
-This module is the host API (for applications and tools) and
-:mod:`synapse_core.plugin` is the plugin API (for transports, their workers
-and their tests). Every other module of the package is internal: it may
-change in any release.
+This module is the host API (for applications and tools, and for plugins
+that drive a host). Each kind of plugin has a published module of its own:
+:mod:`synapse_core.plugin` (transports and their workers),
+:mod:`synapse_core.policy` (residency policies), :mod:`synapse_core.events`
+(observers), :mod:`synapse_core.cli` (plugins that add commands) and
+:mod:`synapse_core.testing` (tests). Every other module of the package is
+internal: it may change in any release.
 """
 
 from __future__ import annotations
@@ -28,12 +31,16 @@ __version__ = "0.1.0"
 _EXPORTS = {
     "HostConfig": "config",
     "default_config": "catalog",
+    "default_catalog_text": "catalog",
+    "DEFAULT_CATALOG_SOURCE": "catalog",
+    "Entry": "catalog",
     "ModelSpec": "config",
     "LaneConfig": "config",
     "RestartBudget": "config",
     "Deadline": "deadline",
     "FakeClock": "deadline",
     "open_host": "host",
+    "CLOSE_SLACK_S": "host",
     "Host": "host",
     "AroundCall": "host",
     "EmbedResult": "call",
@@ -42,6 +49,9 @@ _EXPORTS = {
     "hookimpl": "hookspecs",
     "PluginHost": "plugins",
     "Transport": "transport",
+    "Hello": "wire",
+    "Task": "wire",
+    "TokenPiece": "tokenizer",
     "SynapseError": "errors",
     "ConfigError": "errors",
     "Refused": "errors",
@@ -60,13 +70,17 @@ _EXPORTS = {
 }
 
 __all__ = [
+    "CLOSE_SLACK_S",
+    "DEFAULT_CATALOG_SOURCE",
     "AroundCall",
     "CapacityExhausted",
     "ConfigError",
     "Deadline",
     "DeadlineExceeded",
     "EmbedResult",
+    "Entry",
     "FakeClock",
+    "Hello",
     "Host",
     "HostClosed",
     "HostConfig",
@@ -85,10 +99,13 @@ __all__ = [
     "RestartBudget",
     "Retired",
     "SynapseError",
+    "Task",
+    "TokenPiece",
     "Transport",
     "WorkerFault",
     "WorkerRejected",
     "__version__",
+    "default_catalog_text",
     "default_config",
     "hookimpl",
     "open_host",
@@ -100,7 +117,7 @@ __getattr__ = lazy_getattr(__name__, __name__, _EXPORTS, globals())
 
 if TYPE_CHECKING:
     from .call import EmbedResult, RerankResult
-    from .catalog import default_config
+    from .catalog import DEFAULT_CATALOG_SOURCE, Entry, default_catalog_text, default_config
     from .config import HostConfig, LaneConfig, ModelSpec, RestartBudget
     from .deadline import Deadline, FakeClock
     from .errors import (
@@ -121,7 +138,9 @@ if TYPE_CHECKING:
         WorkerRejected,
     )
     from .hookspecs import hookimpl
-    from .host import AroundCall, Host, open_host
+    from .host import CLOSE_SLACK_S, AroundCall, Host, open_host
     from .plugins import PluginHost
     from .snapshot import HostSnapshot
+    from .tokenizer import TokenPiece
     from .transport import Transport
+    from .wire import Hello, Task

@@ -24,7 +24,7 @@ planning), so building the shared request cannot fail on one caller's text.
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import attrs
 
@@ -32,6 +32,12 @@ from .call import Call
 from .errors import InternalError, Refused, SynapseError, WorkerRejected
 from .handoff import OneShot
 from .plan import Item, Plan
+
+if TYPE_CHECKING:
+    from .residency.worker import Selection, Worker
+
+#: most inputs a coalesced call takes before the worker has said its batch size
+BEFORE_HELLO = 32
 
 
 class Line(Protocol):
@@ -120,22 +126,30 @@ class Coalescer:
         launch: Callable[[Call], None],
         event: Callable[[], OneShot],
         line: Line,
-        batch: Callable[[], int],
+        worker: Callable[[], Worker | None],
+        budget: int | None = None,
     ) -> None:
         self._launch = launch
         self._event = event
         self._line = line
-        self._batch = batch
+        self._worker = worker
+        self._budget = budget
         self.running: Call | None = None
         self.queue: list[Call] = []
         self._dispatching = False
         self._closed: SynapseError | None = None
 
-    @staticmethod
-    def joins(plan: Plan) -> bool:
+    def joins(self, plan: Plan) -> bool:
         """Whether a call of ``plan`` may be served with others: an embed call
-        whose inputs are all encoded already."""
-        return plan.task == "embed" and all(item.ids is not None for item in plan.items)
+        whose inputs are all encoded already and that fits the budget of one
+        request. A call over it is cut into several requests, between which
+        other calls get the worker; as the queue's running call it would
+        hold every queued call back until its last request."""
+        items = plan.items
+        if plan.task != "embed" or not all(item.ids is not None for item in items):
+            return False
+        budget = self._budget
+        return budget is None or len(items) == 1 or sum(i.length for i in items) <= budget
 
     def submit(self, call: Call) -> None:
         """Start ``call`` now if the model has none of this queue running, else
@@ -187,13 +201,22 @@ class Coalescer:
             self._dispatching = False
 
     def _take(self) -> list[Call]:
-        """The longest run of queued calls, oldest first, that fits one request."""
-        room = self._batch()
+        """The longest run of queued calls, oldest first, that fits one request
+        (its batch size and its budget)."""
+        worker = self._worker()
+        hello = worker.hello if worker is not None else None
+        room = hello.max_batch if hello is not None else BEFORE_HELLO
+        selection = worker.selection if worker is not None else None
+        budget = self._budget
         taken = 0
         size = 0
+        positions = 0
         for call in self.queue:
-            size += len(call.plan.items)
-            if taken and size > room:
+            items = call.plan.items
+            size += len(items)
+            if budget is not None:
+                positions += sum(_positions(selection, item.length) for item in items)
+            if taken and (size > room or (budget is not None and positions > budget)):
                 break
             taken += 1
         calls, self.queue = self.queue[:taken], self.queue[taken:]
@@ -234,3 +257,10 @@ class Coalescer:
             call.fail(
                 InternalError(f"internal error starting a call of {call.plan.model!r}: {exc!r}")
             )
+
+
+def _positions(selection: Selection | None, length: int) -> int:
+    """The positions a sequence of ``length`` takes in a request: its bucket."""
+    if selection is None or length > selection.ceiling:
+        return length  # refused when its call is planned on the worker
+    return selection.select(length)

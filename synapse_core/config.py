@@ -39,6 +39,15 @@ def _not_negative(instance: object, attribute: attrs.Attribute[Any], value: floa
         raise FieldInvalid(attribute.name, f"must be 0 or more, got {value!r}")
 
 
+def _budget(instance: object, attribute: attrs.Attribute[Any], value: int | None) -> None:
+    if value is not None and value <= 0:
+        raise FieldInvalid(
+            attribute.name,
+            f"must be a number of positions greater than 0 (or left out for the "
+            f"transport's default), got {value!r}",
+        )
+
+
 def _prompt_names(instance: object, attribute: attrs.Attribute[Any], value: dict[str, str]) -> None:
     for name in value:
         if not name.strip():
@@ -61,6 +70,11 @@ class ModelSpec:
     #: texts put in front of an input by name (``query = "query: "``), as
     #: sentence-transformers' prompts; a caller asks for one by name
     prompts: dict[str, str] = attrs.field(factory=dict, validator=_prompt_names)
+    #: most positions (bucket x sequences) one request of a call carries, so a
+    #: request takes a bounded time and other calls get the worker between a
+    #: large call's requests; ``None``: the transport's default
+    #: (:meth:`~synapse_core.transport.Transport.max_batch_tokens`)
+    max_batch_tokens: int | None = attrs.field(default=None, validator=_budget)
 
 
 @attrs.frozen

@@ -110,12 +110,12 @@ def synapse_admission_cost(
 def synapse_lane_full(request: AdmissionRequest, lane: LaneView) -> Decision | None:
     """Decide what to do when ``request.units`` do not fit on ``lane``.
 
-    Return one of :class:`~synapse_core.plugin.Wait` (wait for a
+    Return one of :class:`~synapse_core.policy.Wait` (wait for a
     refund, within the caller's deadline; then ``CapacityExhausted``),
-    :class:`~synapse_core.plugin.Evict` naming an *unleased*
+    :class:`~synapse_core.policy.Evict` naming an *unleased*
     reservation of ``lane.reservations`` whose ``evictable`` is true (the
     host evicts it, refunds it, and decides again), or
-    :class:`~synapse_core.plugin.Refuse`. Stops at the first
+    :class:`~synapse_core.policy.Refuse`. Stops at the first
     non-``None`` result. The default evicts the least recently used evictable
     reservation and waits when there is none.
 
@@ -149,13 +149,13 @@ def synapse_select_bucket(length: int, buckets: Sequence[int], model: ModelSpec)
 
 @hookspec
 def synapse_observe(event: Event) -> None:
-    """Receive a supervisor event (:class:`synapse_core.plugin.Event`).
+    """Receive a supervisor event (:class:`synapse_core.events.Event`).
 
     Called synchronously on the serving path: record and return quickly; do
     not block or raise. Every implementation is called. When no plugin
     implements this hook the supervisor builds no events at all.
 
-    :param event: one of the event kinds of ``synapse_core.plugin`` (``AnyEvent``).
+    :param event: one of the event kinds of ``synapse_core.events`` (``AnyEvent``).
     """
 
 

@@ -24,9 +24,8 @@ from .residency.worker import Phase, Worker
 from .runners import Runners
 from .serving import CallRunner
 from .snapshot import HostSnapshot, take
+from .steps import request_budget
 
-#: most inputs a coalesced call takes before the worker has said its batch size
-COALESCE_BEFORE_HELLO = 32
 #: scheduling slack on top of the bounds a close is made of
 CLOSE_SLACK_S = 1.0
 #: most call runners kept parked for reuse (fewer when max_concurrent is lower)
@@ -252,9 +251,9 @@ class Host:
         plan: Plan = plan_call(entry, texts, query, truncate)
         self._check_not_retired(model)
         deadline = deadline or Deadline.never()
-        if self.config.coalesce and Coalescer.joins(plan):
+        if self.config.coalesce and (coalescer := self._coalescer(entry)).joins(plan):
             call = Call.new(plan, deadline, self._runners.event())
-            self._coalescer(model).submit(call)
+            coalescer.submit(call)
             return call
         return self._start(plan, deadline)
 
@@ -286,16 +285,19 @@ class Host:
         self._runners.submit((call, sup, worker))
         return call
 
-    def _coalescer(self, model: str) -> Coalescer:
+    def _coalescer(self, entry: Entry) -> Coalescer:
+        model = entry.spec.name
         coalescer = self._coalescers.get(model)
         if coalescer is None:
-
-            def batch() -> int:
-                worker = self._workers.get(model)
-                hello = worker.hello if worker is not None else None
-                return hello.max_batch if hello is not None else COALESCE_BEFORE_HELLO
-
-            coalescer = Coalescer(self._launch, self._runners.event, self._runner, batch)
+            assert entry.transport is not None  # the catalog refused the call otherwise
+            budget = request_budget(entry.spec, entry.transport.transport)
+            coalescer = Coalescer(
+                self._launch,
+                self._runners.event,
+                self._runner,
+                lambda: self._workers.get(model),
+                budget,
+            )
             self._coalescers[model] = coalescer
         return coalescer
 

@@ -310,9 +310,14 @@ def _sized(
     return Item(index, text, n, length, ids)
 
 
-def group_by_bucket(items: Sequence[Item], select: Callable[[int], int], batch: int) -> list[Group]:
+def group_by_bucket(
+    items: Sequence[Item], select: Callable[[int], int], batch: int, budget: int | None = None
+) -> list[Group]:
     """Group items by the bucket ``select`` chooses, smallest bucket first, in
-    chunks of at most ``batch`` items (one request each)."""
+    chunks of at most ``batch`` items (one request each) and, with a
+    ``budget``, of at most ``budget`` positions (bucket x items; never fewer
+    than one item): a request then takes a bounded time, and other calls get
+    the worker between a large call's requests."""
     if len(items) == 1:
         return [Group(select(items[0].length), items)]
     grouped: dict[int, list[Item]] = {}
@@ -323,8 +328,13 @@ def group_by_bucket(items: Sequence[Item], select: Callable[[int], int], batch: 
             bucket = chosen[item.length] = select(item.length)
         grouped.setdefault(bucket, []).append(item)
     return [
-        Group(bucket, group[i : i + batch])
+        Group(bucket, group[i : i + size])
         for bucket in sorted(grouped)
-        for group in (grouped[bucket],)
-        for i in range(0, len(group), batch)
+        for group, size in ((grouped[bucket], chunk_size(bucket, batch, budget)),)
+        for i in range(0, len(group), size)
     ]
+
+
+def chunk_size(bucket: int, batch: int, budget: int | None) -> int:
+    """How many items of ``bucket`` one request takes."""
+    return batch if budget is None else max(1, min(batch, budget // bucket))

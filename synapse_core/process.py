@@ -17,7 +17,7 @@ import anyio
 import msgspec
 from anyio.abc import ByteReceiveStream, ByteSendStream, Process
 
-from .transport import Launched, LaunchRequest, ProcessGroup, WorkerProcess
+from .launch import Launched, LaunchRequest, ProcessGroup, WorkerProcess
 from .wire import LaunchSpec
 
 #: the module every Python worker starts through (see :mod:`synapse_core.worker.entry`)

@@ -2,7 +2,9 @@
 each reply put back in input order.
 
 A plan's inputs are grouped by the smallest bucket that fits each and cut
-into batch-sized steps; each step is one ``Infer`` request on the worker.
+into steps of at most the worker's batch size and the model's request budget
+(``max_batch_tokens`` positions); each step is one ``Infer`` request on the
+worker, and between two of them the worker may serve other calls.
 """
 
 from __future__ import annotations
@@ -13,9 +15,12 @@ import attrs
 
 from .call import Call
 from .channel import Exchange
+from .config import ModelSpec
+from .errors import PluginError
 from .plan import Group, Plan, group_by_bucket, over_ceiling
 from .plugins import PluginHost
 from .residency.worker import Selection, Worker
+from .transport import Transport
 from .wire import Infer, Output, Shape, rows_of
 
 
@@ -32,9 +37,10 @@ class HeadStart:
 
 
 def plan_steps(plan: Plan, worker: Worker, plugins: PluginHost) -> list[Group]:
-    """``plan``'s requests on ``worker``, smallest bucket first: batch-sized
-    chunks of its bucket groups. The worker remembers the bucket selector it
-    was given until its hello or the plugins change."""
+    """``plan``'s requests on ``worker``, smallest bucket first: chunks of
+    its bucket groups, bounded by the batch size and the request budget. The
+    worker remembers its bucket selector and budget until its hello or the
+    plugins change."""
     hello = worker.hello
     assert hello is not None
     selection = worker.selection
@@ -49,12 +55,27 @@ def plan_steps(plan: Plan, worker: Worker, plugins: PluginHost) -> list[Group]:
                 plugins.version,
                 plugins.bucket_selector(hello.buckets, worker.spec),
                 worker.ceiling,
+                request_budget(worker.spec, worker.transport),
             )
         )
     longest = plan.longest
     if longest.length > selection.ceiling:
         raise over_ceiling(plan.model, longest, selection.ceiling, pair=plan.query is not None)
-    return group_by_bucket(plan.items, selection.select, hello.max_batch)
+    return group_by_bucket(plan.items, selection.select, hello.max_batch, selection.budget)
+
+
+def request_budget(spec: ModelSpec, transport: Transport) -> int | None:
+    """The most positions one request of ``spec``'s calls carries: the
+    catalog's ``max_batch_tokens``, else its transport's default."""
+    if spec.max_batch_tokens is not None:
+        return spec.max_batch_tokens
+    budget = transport.max_batch_tokens(spec)
+    if budget is not None and (type(budget) is not int or budget <= 0):
+        raise PluginError(
+            f"transport {transport.name!r} gave max_batch_tokens = {budget!r} for model "
+            f"{spec.name!r}; a transport's default must be a whole number above 0, or None"
+        )
+    return budget
 
 
 def step_shape(worker: Worker, step: Group) -> Shape:

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
+from synapse_core import DEFAULT_CATALOG_SOURCE, default_catalog_text
 from synapse_core.catalog import Catalog, default_config
 from synapse_core.config import HostConfig, LaneConfig, ModelSpec, RestartBudget
 from synapse_core.errors import ConfigError
-from synapse_core.plugin import DEFAULT_CATALOG_SOURCE, default_catalog_text
 from synapse_core.plugins import PluginHost
 from synapse_core.testing import catalog_toml, host_config, model_entry, transport_plugin
 from synapse_core.testing.fake import FakeTransport

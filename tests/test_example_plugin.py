@@ -37,4 +37,6 @@ def test_the_example_worker_writes_only_load_and_embed() -> None:
 def test_the_example_tests_are_the_conformance_suite() -> None:
     tests = sorted(p.name for p in (EXAMPLE / "tests").glob("test_*.py"))
     assert tests == ["test_conformance.py"]
-    assert synapse_imports(EXAMPLE / "tests" / "test_conformance.py") == {"synapse_core.plugin"}
+    assert synapse_imports(EXAMPLE / "tests" / "test_conformance.py") == {
+        "synapse_core.testing.conformance"
+    }

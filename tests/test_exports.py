@@ -1,4 +1,4 @@
-"""The two public modules list their names once each way: ``__all__``, the
+"""The lazily loaded public modules list their names once each way: ``__all__``, the
 lazy export map, and the imports type checkers read must agree."""
 
 from __future__ import annotations
@@ -13,7 +13,9 @@ import pytest
 
 import synapse_core
 import synapse_core.errors as errors
+import synapse_core.events as events_api
 import synapse_core.plugin as plugin_api
+import synapse_core.policy as policy_api
 
 
 def _type_checking_imports(module: ModuleType) -> dict[str, str]:
@@ -29,7 +31,9 @@ def _type_checking_imports(module: ModuleType) -> dict[str, str]:
     return found
 
 
-@pytest.mark.parametrize("module", [synapse_core, plugin_api], ids=lambda m: m.__name__)
+@pytest.mark.parametrize(
+    "module", [synapse_core, plugin_api, policy_api, events_api], ids=lambda m: m.__name__
+)
 def test_all_the_lazy_map_and_the_typed_imports_agree(module: ModuleType) -> None:
     exports: dict[str, str] = module._EXPORTS
     assert sorted(set(module.__all__) - {"__version__"}) == sorted(exports)

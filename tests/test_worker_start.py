@@ -32,11 +32,9 @@ from synapse_core.plugin import (
     WorkerOptions,
     bucket_sizes,
     confirm_exit,
-    host_config,
-    model_entry,
     spawn_worker,
-    transport_plugin,
 )
+from synapse_core.testing import host_config, model_entry, transport_plugin
 from synapse_core.wire import (
     PROTOCOL_VERSION,
     Admit,

@@ -1,10 +1,13 @@
-"""The ``synapse`` command line.
+"""The ``synapse`` command line, and the API for plugins that add commands.
 
 Plugins add commands through the ``synapse_register_commands`` hook and may
-reuse :func:`catalog_option` and :func:`load_config` to honour ``--catalog``
-and ``SYNAPSE_CATALOG`` like the built-in commands do, :func:`installed_plugins`
-to load plugins as ``synapse`` does, and :func:`unwrap` to take the error out of
-the exception group a host's task group raised it in.
+import from this module (its submodules are internal): :func:`catalog_option`
+and :func:`load_config` to honour ``--catalog`` and ``SYNAPSE_CATALOG`` like
+the built-in commands do, :func:`json_option` for ``--json``,
+:func:`installed_plugins` to load plugins as ``synapse`` does, :func:`unwrap`
+to take the error out of the exception group a host's task group raised it
+in, and :func:`make_cli` (the ``synapse`` command over chosen plugins) to
+test them with click's ``CliRunner``.
 """
 
 from __future__ import annotations

@@ -27,6 +27,8 @@ class Selection:
     select: Callable[[int], int]
     #: longest sequence served: the catalog ceiling, capped by the largest bucket
     ceiling: int
+    #: most positions (bucket x sequences) per request, or ``None``: ``max_batch`` alone
+    budget: int | None = None
 
 
 class Phase(StrEnum):

@@ -1,4 +1,5 @@
-"""Test support for Synapse and for plugin authors' own test suites.
+"""Test support for Synapse and for plugin authors' own test suites: the
+published module for tests (with the submodules below).
 
 Tests should never auto-load installed entry points: register the plugins
 under test explicitly with :func:`transport_plugin` and ``open_host(plugins=...)``.
@@ -24,6 +25,15 @@ from typing import Any
 from ..config import HostConfig
 from ..hookspecs import hookimpl
 from ..transport import Transport
+
+__all__ = [
+    "catalog_toml",
+    "eventually",
+    "host_config",
+    "model_entry",
+    "pid_exists",
+    "transport_plugin",
+]
 
 
 class _TransportPlugin:

@@ -7,12 +7,14 @@ which tests use everywhere the hardware cannot run.
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from typing import Protocol
 
-from synapse_core.plugin import Declined, Shape, Task
+from synapse_core.plugin import MULTIPLICATIVE, Declined, Shape, Task
+
+#: the simulated device's model: each token id hashed into one signed feature
+SIMULATED_MODEL = MULTIPLICATIVE
 
 
 class DeviceError(Declined):
@@ -58,24 +60,6 @@ class Device(Protocol):
         ...
 
 
-def embed_tokens(tokens: Sequence[int], dims: int) -> list[float]:
-    """Feature hashing of token ids into ``dims`` floats, L2-normalised."""
-    vec = [0.0] * dims
-    for token in tokens:
-        h = (token * 2654435761) & 0xFFFFFFFF
-        vec[h % dims] += 1.0 if (h >> 16) & 1 else -1.0
-    norm = math.sqrt(sum(v * v for v in vec))
-    if norm == 0.0:
-        vec[0], norm = 1.0, 1.0
-    return [v / norm for v in vec]
-
-
-def rerank_score(query: Sequence[int], document: Sequence[int], dims: int) -> float:
-    """The simulated reranker: the dot product of the two hashed embeddings."""
-    q, d = embed_tokens(query, dims), embed_tokens(document, dims)
-    return sum(a * b for a, b in zip(q, d, strict=True))
-
-
 class SimulatedDevice:
     """A deterministic stand-in for the Neural Engine.
 
@@ -119,8 +103,9 @@ class SimulatedDevice:
         if shape not in self.compiled:
             raise DeviceError(f"shape {shape} is not compiled")
         if task == "rerank":
-            return [[rerank_score(query or [], seq, self.dims)] for seq in sequences]
-        return [embed_tokens(seq, self.dims) for seq in sequences]
+            scores = SIMULATED_MODEL.rerank(query or [], sequences, self.dims)
+            return [[score] for score in scores]
+        return [SIMULATED_MODEL.embed(seq, self.dims) for seq in sequences]
 
     def evict(self, shape: Shape) -> None:
         self.compiled.discard(shape)

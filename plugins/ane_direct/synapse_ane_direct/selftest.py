@@ -1,13 +1,15 @@
 """``synapse ane selftest``: compile every bucket on this Mac's Neural Engine,
-run the reference texts, and compare with the CPU lane.
+run the reference texts, and compare with a reference forward pass.
 
 It takes the ``ane:0`` lane lock like any host and runs the device in a worker
 process started like a host's (lock inherited, ``TMPDIR`` removed). It prints
 per bucket the compile time, the p50 latency of one sequence, and the lowest
-cosine similarity with the CPU lane's numpy output for the same texts (and
-with the sentence-transformers vectors shipped with the plugin). Exit status:
-0 when every cosine is at least :data:`FLOOR`, 1 when one is lower or the
-worker failed, 2 when it cannot run on this machine.
+cosine similarity with a reference forward pass of the same texts (the CPU
+lane's numpy output when synapse-cpu is installed: it publishes one in the
+``synapse.references`` entry-point group, so this plugin never imports it)
+and with the sentence-transformers vectors shipped with the plugin. Exit
+status: 0 when every cosine is at least :data:`FLOOR`, 1 when one is lower or
+the worker failed, 2 when it cannot run on this machine.
 
 ``--simulated`` runs the same flow with the simulated device, which executes
 the generated programs in the numpy MIL interpreter (fp16).
@@ -20,8 +22,9 @@ import os
 import statistics
 import subprocess
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from importlib import resources
+from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
@@ -38,6 +41,12 @@ BUCKETS = (32, 64, 128, 256)
 EXIT_PASS, EXIT_FAIL, EXIT_CANNOT_RUN = 0, 1, 2
 WORKER_TIMEOUT_S = 900
 Echo = Callable[[str], None]
+#: entry points of reference forward passes, each named by the model it
+#: computes; one loads to a function of no arguments returning an object with
+#: ``name`` and ``embed(positions) -> [n, dims]`` (positions: token ids with
+#: the special tokens), as synapse-cpu's ``synapse_cpu.reference:minilm`` does
+REFERENCE_GROUP = "synapse.references"
+REFERENCE_MODEL = "all-MiniLM-L6-v2"
 
 
 def reference_items() -> list[dict[str, Any]]:
@@ -55,21 +64,21 @@ class Baseline:
     embed: Callable[[list[list[int]]], Any]  # positions (specials included) -> [n, dims]
 
 
-def cpu_baseline() -> Baseline:
-    """The CPU lane's numpy forward pass when synapse-cpu is installed, else the
-    fp32 program in the MIL interpreter (said so in the report)."""
-    try:
-        from synapse_cpu import runtime  # type: ignore[import-not-found,unused-ignore]
+def installed_references() -> Iterable[EntryPoint]:
+    """The reference forward passes of MiniLM that installed plugins publish."""
+    return entry_points(group=REFERENCE_GROUP, name=REFERENCE_MODEL)
 
-        model = runtime.load()
-    except ImportError:
-        return _interpreter_baseline()
 
-    def embed(positions: list[list[int]]) -> Any:
-        # The CPU lane adds [CLS] and [SEP] itself.
-        return model.embed([seq[1:-1] for seq in positions])
-
-    return Baseline("the CPU lane's numpy forward pass (synapse-cpu)", embed)
+def reference_baseline(
+    found: Callable[[], Iterable[EntryPoint]] = installed_references,
+) -> Baseline:
+    """A reference forward pass another plugin publishes (synapse-cpu's numpy
+    one, when it is installed), else the fp32 program in the MIL interpreter
+    (said so in the report). With several, the first by entry-point value."""
+    for point in sorted(found(), key=lambda p: p.value):
+        reference = point.load()()
+        return Baseline(reference.name, reference.embed)
+    return _interpreter_baseline()
 
 
 def _interpreter_baseline() -> Baseline:
@@ -91,8 +100,8 @@ def _interpreter_baseline() -> Baseline:
         return np.stack(rows)
 
     return Baseline(
-        "the fp32 program in the MIL interpreter (synapse-cpu is not installed, so not the "
-        "CPU lane's numpy forward pass)",
+        "the fp32 program in the MIL interpreter (no installed plugin publishes a "
+        f"{REFERENCE_MODEL} reference in {REFERENCE_GROUP!r}; synapse-cpu does)",
         embed,
     )
 
@@ -111,7 +120,7 @@ def run_selftest(
     buckets: Sequence[int] = BUCKETS,
     runtime_dir: Path | None = None,
     echo: Echo = print,
-    baseline: Callable[[], Baseline] = cpu_baseline,
+    baseline: Callable[[], Baseline] = reference_baseline,
     probe_: Callable[[], str] = probe,
 ) -> int:
     device = "simulated" if simulated else "hardware"

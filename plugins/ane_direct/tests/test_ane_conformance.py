@@ -11,7 +11,8 @@ import pytest
 
 from synapse_ane_direct.inprocess import InProcessAneTransport
 from synapse_ane_direct.transport import AneDirectTransport
-from synapse_core.plugin import Conformance, Subject, model_entry
+from synapse_core.testing import model_entry
+from synapse_core.testing.conformance import Conformance, Subject
 
 OPTIONS = {"buckets": [16, 32], "dims": 16, "max_batch": 2}
 

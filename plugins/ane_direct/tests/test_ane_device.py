@@ -8,12 +8,11 @@ import sys
 import pytest
 
 from synapse_ane_direct.device import (
+    SIMULATED_MODEL,
     DeviceError,
     DeviceUnavailable,
     RefusingDevice,
     SimulatedDevice,
-    embed_tokens,
-    rerank_score,
 )
 from synapse_ane_direct.hardware import HardwareDevice
 from synapse_ane_direct.inprocess import InProcessAneWorker
@@ -53,10 +52,10 @@ def test_simulated_outputs_are_deterministic_and_normalised() -> None:
     device = SimulatedDevice(16)
     device.compile(S16)
     rows = device.run(S16, "embed", [[5, 6, 7], [9]], None)
-    assert rows == [embed_tokens([5, 6, 7], 16), embed_tokens([9], 16)]
+    assert rows == [SIMULATED_MODEL.embed([5, 6, 7], 16), SIMULATED_MODEL.embed([9], 16)]
     assert all(math.isclose(sum(v * v for v in row), 1.0) for row in rows)
     scores = device.run(S16, "rerank", [[5, 6], [7]], [5, 6])
-    assert scores == [[rerank_score([5, 6], [5, 6], 16)], [rerank_score([5, 6], [7], 16)]]
+    assert scores == [[score] for score in SIMULATED_MODEL.rerank([5, 6], [[5, 6], [7]], 16)]
     assert math.isclose(scores[0][0], 1.0)
 
 
@@ -121,8 +120,8 @@ def test_logic_admit_infer_evict_inventory_shutdown() -> None:
     out = logic.handle(Infer(3, S16, "embed", [[4, 5], [6]]))
     assert isinstance(out, Reply) and isinstance(out.frame, Output)
     rows = unpack_rows(out.frame)
-    assert rows[0] == pytest.approx(embed_tokens([4, 5], 8))
-    assert rows[1] == pytest.approx(embed_tokens([6], 8))
+    assert rows[0] == pytest.approx(SIMULATED_MODEL.embed([4, 5], 8))
+    assert rows[1] == pytest.approx(SIMULATED_MODEL.embed([6], 8))
     scored = logic.handle(Infer(4, S16, "rerank", [[4, 5]], query=[4]))
     assert isinstance(scored, Reply) and isinstance(scored.frame, Output)
     assert (scored.frame.rows, scored.frame.dims) == (1, 1)

@@ -24,8 +24,8 @@ from synapse_core import (
     SynapseError,
     open_host,
 )
-from synapse_core.plugin import host_config, model_entry, transport_plugin
 from synapse_core.snapshot import ShapeSnapshot
+from synapse_core.testing import host_config, model_entry, transport_plugin
 from synapse_core.wire import Admit, Infer
 
 pytestmark = pytest.mark.anyio

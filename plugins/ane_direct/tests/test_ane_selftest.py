@@ -85,3 +85,44 @@ def test_selftest_fails_below_the_floor(reference: Reference, tmp_path: Path) ->
 def test_bad_buckets_are_refused() -> None:
     result = CliRunner().invoke(make_group(), ["selftest", "--simulated", "--buckets", "32,x"])
     assert result.exit_code == 2 and "give sizes like 32,64,128,256" in result.output
+
+
+class _Point:
+    """An entry point of the ``synapse.references`` group, without installing one."""
+
+    def __init__(self, value: str, factory: object) -> None:
+        self.value = value
+        self._factory = factory
+
+    def load(self) -> object:
+        return self._factory
+
+
+def test_the_baseline_is_a_reference_another_plugin_publishes() -> None:
+    from synapse_ane_direct.selftest import reference_baseline
+
+    class Published:
+        def __init__(self, name: str) -> None:
+            self.name = name
+
+        def embed(self, positions: list[list[int]]) -> list[list[float]]:
+            return [[float(len(p))] for p in positions]
+
+    points = [
+        _Point("b.ref:second", lambda: Published("b")),
+        _Point("a.ref:x", lambda: Published("a")),
+    ]
+    baseline = reference_baseline(lambda: points)  # type: ignore[arg-type,return-value]
+    assert baseline.name == "a"  # the first by value, whatever the install order
+    assert baseline.embed([[101, 5, 102], [101, 102]]) == [[3.0], [2.0]]
+
+
+def test_the_selftest_finds_the_cpu_reference_by_entry_point_only() -> None:
+    from synapse_ane_direct.selftest import REFERENCE_GROUP, REFERENCE_MODEL, installed_references
+
+    values = {point.value for point in installed_references()}
+    try:
+        import synapse_cpu  # noqa: F401  (installed here: then it must be found)
+    except ImportError:
+        pytest.skip("synapse-cpu is not installed")
+    assert "synapse_cpu.reference:minilm" in values, (REFERENCE_GROUP, REFERENCE_MODEL)

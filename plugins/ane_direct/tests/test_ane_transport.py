@@ -12,7 +12,8 @@ from synapse_ane_direct.options import AneOptions, parse_options
 from synapse_ane_direct.transport import LANE, AneDirectTransport, held_lane
 from synapse_core import ConfigError, HostConfig, ModelSpec, PluginHost, Refused, open_host
 from synapse_core.catalog import Catalog
-from synapse_core.plugin import LaunchRequest, host_config, model_entry, transport_plugin
+from synapse_core.plugin import LaunchRequest
+from synapse_core.testing import host_config, model_entry, transport_plugin
 
 linux_only = pytest.mark.skipif(sys.platform == "darwin", reason="the refusal is for non-macOS")
 

@@ -9,11 +9,12 @@ from pathlib import Path
 import anyio
 import pytest
 
-from synapse_ane_direct.device import embed_tokens, rerank_score
+from synapse_ane_direct.device import SIMULATED_MODEL
 from synapse_ane_direct.lanelock import acquire
 from synapse_ane_direct.transport import AneDirectTransport
 from synapse_core import HostConfig, LaneLocked, open_host
-from synapse_core.plugin import BasicTokenizer, host_config, model_entry, transport_plugin
+from synapse_core.plugin import BasicTokenizer
+from synapse_core.testing import host_config, model_entry, transport_plugin
 
 pytestmark = [pytest.mark.anyio, pytest.mark.subprocess]
 
@@ -51,9 +52,11 @@ async def test_end_to_end_embed_and_rerank_through_worker_subprocesses(tmp_path:
     assert embedded.identity == "ane-direct:p-e:sim-d32:v1"
     assert len(embedded.vectors) == len(texts)
     for text, vector in zip(texts, embedded.vectors, strict=True):  # input order restored
-        assert vector == pytest.approx(embed_tokens(tokenizer.encode(text), DIMS), abs=1e-6)
+        assert vector == pytest.approx(
+            SIMULATED_MODEL.embed(tokenizer.encode(text), DIMS), abs=1e-6
+        )
     query = tokenizer.encode("alpha query")
-    expected = [rerank_score(query, tokenizer.encode(doc), DIMS) for doc in SHORT]
+    expected = SIMULATED_MODEL.rerank(query, [tokenizer.encode(doc) for doc in SHORT], DIMS)
     assert reranked.scores == pytest.approx(expected, abs=1e-6)
     worker = snapshot.worker("e")
     assert (worker.generation, worker.state) == (1, "ready")

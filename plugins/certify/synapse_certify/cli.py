@@ -18,8 +18,8 @@ import anyio
 import attrs
 import click
 
-from synapse_core import Deadline, HostConfig, PluginHost, SynapseError, open_host
-from synapse_core.plugin import Hello, catalog_option, installed_plugins, load_config, unwrap
+from synapse_core import Deadline, Hello, HostConfig, PluginHost, SynapseError, open_host
+from synapse_core.cli import catalog_option, installed_plugins, load_config, unwrap
 
 from . import stream
 from .errors import StreamError

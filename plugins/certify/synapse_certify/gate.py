@@ -40,8 +40,8 @@ from typing import Any, Literal
 
 import attrs
 
-from synapse_core import plugin as ev
-from synapse_core.plugin import Shape
+from synapse_core import events as ev
+from synapse_core.events import Shape
 
 Rule = Literal[
     "inventory-missing",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from synapse_core.plugin import hookimpl
+from synapse_core import hookimpl
 
 if TYPE_CHECKING:
     import click

@@ -21,7 +21,8 @@ import itertools
 from pathlib import Path
 from typing import IO, Self
 
-from synapse_core.plugin import Event, hookimpl
+from synapse_core import hookimpl
+from synapse_core.events import Event
 
 from .errors import RecordingError
 from .stream import encode_line

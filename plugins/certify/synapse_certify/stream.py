@@ -14,7 +14,7 @@ from pathlib import Path
 
 import msgspec
 
-from synapse_core.plugin import AnyEvent, Event
+from synapse_core.events import AnyEvent, Event
 
 from .errors import StreamError
 

@@ -15,19 +15,17 @@ from synapse_certify import read_stream
 from synapse_certify.cli import make_group
 from synapse_certify.stream import dumps
 from synapse_core import PluginHost
-from synapse_core.plugin import (
+from synapse_core.cli import make_cli
+from synapse_core.events import (
     AdmissionCount,
-    Shape,
     ShapeAdmitted,
     ShapeRefunded,
     WorkerExited,
     WorkerInventory,
     WorkerStarted,
-    catalog_toml,
-    make_cli,
-    model_entry,
-    transport_plugin,
 )
+from synapse_core.plugin import Shape
+from synapse_core.testing import catalog_toml, model_entry, transport_plugin
 from synapse_core.testing.fake import InProcessFakeTransport
 
 CHECKPOINT = hashlib.sha256(b"weights").hexdigest()

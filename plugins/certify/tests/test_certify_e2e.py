@@ -10,14 +10,8 @@ import pytest
 from synapse_certify import Recorder, check, read_stream
 from synapse_certify import plugin as certify_plugin
 from synapse_core import HostConfig, PluginHost, open_host
-from synapse_core.plugin import (
-    AdmissionCount,
-    ShapeAdmitted,
-    WorkerInventory,
-    host_config,
-    model_entry,
-    transport_plugin,
-)
+from synapse_core.events import AdmissionCount, ShapeAdmitted, WorkerInventory
+from synapse_core.testing import host_config, model_entry, transport_plugin
 from synapse_core.testing.fake import InProcessFakeTransport
 
 MODEL = model_entry("mini-a", package="mock-minilm", ceiling=512, dims=8, buckets=[16, 32, 64])

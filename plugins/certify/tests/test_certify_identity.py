@@ -13,7 +13,7 @@ from synapse_certify import Approval, CertifiedIdentity, IdentityMismatch, Vecto
 from synapse_certify import plugin as certify_plugin
 from synapse_certify.identity import installed_identity, serving_plugins
 from synapse_core import PluginHost
-from synapse_core.plugin import transport_plugin
+from synapse_core.testing import transport_plugin
 from synapse_core.testing.fake import InProcessFakeTransport
 
 CHECKPOINT = hashlib.sha256(b"checkpoint").hexdigest()

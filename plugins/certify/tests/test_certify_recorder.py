@@ -10,10 +10,9 @@ import pytest
 from synapse_certify import Recorder, RecordingError, StreamError, read_stream
 from synapse_certify.stream import dumps, loads
 from synapse_core import PluginHost
-from synapse_core.plugin import (
+from synapse_core.events import (
     AdmissionCount,
     Event,
-    Shape,
     ShapeAdmitted,
     ShapeRefunded,
     WorkerExited,
@@ -21,6 +20,7 @@ from synapse_core.plugin import (
     WorkerInventory,
     WorkerStarted,
 )
+from synapse_core.plugin import Shape
 
 EVERY_KIND: list[Event] = [
     WorkerStarted("mock:0", "m#1", 1, "m", None),

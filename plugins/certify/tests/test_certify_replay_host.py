@@ -10,15 +10,9 @@ import pytest
 
 from synapse_certify import Recorder, check
 from synapse_core import HostConfig, OutcomeUnknown, open_host
-from synapse_core.plugin import (
-    LaneInfo,
-    ShapeRefunded,
-    WorkerExited,
-    WorkerStarted,
-    host_config,
-    model_entry,
-    transport_plugin,
-)
+from synapse_core.events import ShapeRefunded, WorkerExited, WorkerStarted
+from synapse_core.plugin import LaneInfo
+from synapse_core.testing import host_config, model_entry, transport_plugin
 from synapse_core.testing.fake import InProcessFakeTransport
 
 pytestmark = pytest.mark.anyio

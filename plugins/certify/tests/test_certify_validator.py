@@ -11,20 +11,17 @@ import pytest
 from synapse_certify import Recorder, check, read_stream
 from synapse_certify.stream import dumps, loads
 from synapse_core import HostConfig, open_host
-from synapse_core.plugin import (
+from synapse_core.events import (
     AdmissionCount,
     Event,
-    Frame,
-    Shape,
     ShapeAdmitted,
     ShapeRefunded,
     WorkerExited,
     WorkerInventory,
     WorkerStarted,
-    host_config,
-    model_entry,
-    transport_plugin,
 )
+from synapse_core.plugin import Frame, Shape
+from synapse_core.testing import host_config, model_entry, transport_plugin
 from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.wire import InventoryRequest
 

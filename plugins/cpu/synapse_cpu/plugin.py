@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 from synapse_core.plugin import ModelSpec, Shape, Transport, hookimpl
 
 if TYPE_CHECKING:
-    from synapse_core.plugin import LaneView
+    from synapse_core.policy import LaneView
 
 from .costs import charges_weights, shape_mib
 from .transport import CpuTransport, model_facts

@@ -28,7 +28,7 @@ from synapse_core.plugin import (
 )
 
 from . import files
-from .costs import HIDDEN, default_capacity_mib, weights_mib
+from .costs import HIDDEN, default_capacity_mib, request_budget, weights_mib
 from .errors import ModelFilesError
 from .options import CpuOptions, parse_options
 from .tokenizer import HFTokenizer, check_fits
@@ -134,6 +134,10 @@ class CpuTransport(Transport):
 
     def lane_for(self, model: ModelSpec) -> LaneInfo:
         return LaneInfo(LANE_ID, capacity=default_capacity_mib())
+
+    def max_batch_tokens(self, model: ModelSpec) -> int:
+        options: CpuOptions = self.model_options(model)
+        return request_budget(options.runtime)
 
     def tokenizer(self, model: ModelSpec) -> Tokenizer:
         try:

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from synapse_core.plugin import make_cli
+from synapse_core.cli import make_cli
 
 pytestmark = pytest.mark.subprocess
 

@@ -13,14 +13,9 @@ import itertools
 
 import pytest
 
-from synapse_core.plugin import (
-    Conformance,
-    InProcessWorkers,
-    Launched,
-    LaunchRequest,
-    Subject,
-    model_entry,
-)
+from synapse_core.plugin import InProcessWorkers, Launched, LaunchRequest
+from synapse_core.testing import model_entry
+from synapse_core.testing.conformance import Conformance, Subject
 from synapse_cpu.transport import CpuTransport
 from synapse_cpu.worker import CpuWorker
 

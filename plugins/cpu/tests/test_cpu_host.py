@@ -19,7 +19,8 @@ import pytest
 
 import synapse_core as synapse
 import synapse_cpu.plugin
-from synapse_core.plugin import Shape, host_config, model_entry
+from synapse_core.plugin import Shape
+from synapse_core.testing import host_config, model_entry
 from synapse_cpu import costs, files, runtime
 from synapse_cpu.tokenizer import HFTokenizer
 

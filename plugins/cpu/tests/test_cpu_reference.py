@@ -116,3 +116,19 @@ def test_the_onnx_graph_is_cached_under_the_weights_hash(
     with pytest.raises(AssertionError, match="built again"):  # other weights: another file
         onnx_graph.cached_graph(weights, "b" * 64, tmp_path)
     assert sorted(p.name for p in tmp_path.iterdir()) == [first.name]  # no partial files
+
+
+def test_the_published_reference_is_the_numpy_forward_pass(numpy_model: runtime.Model) -> None:
+    from importlib.metadata import entry_points
+
+    points = entry_points(group="synapse.references", name="all-MiniLM-L6-v2")
+    # An install older than the entry point lacks it: `pip install -e plugins/cpu` again.
+    assert len(points) == 1, f"synapse-cpu's reference entry point is not installed: {points}"
+    (point,) = points
+    reference = point.load()()
+    assert "synapse-cpu" in reference.name
+    ids = numpy_model.tokenizer.encode("A man is eating food.")
+    cls_id, sep_id = numpy_model.tokenizer.special_ids()
+    # positions, as another lane's device sees them: the special tokens included
+    (row,) = reference.embed([[cls_id, *ids, sep_id]])
+    assert np.array_equal(row, numpy_model.embed([ids])[0])

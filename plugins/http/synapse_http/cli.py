@@ -10,7 +10,7 @@ import anyio
 import attrs
 import click
 
-from synapse_core.plugin import catalog_option, load_config
+from synapse_core.cli import catalog_option, load_config
 
 from .settings import MIB, ServeSettings
 

@@ -7,7 +7,7 @@ scrape, so serving pays nothing for it. Each app has its own registry.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -17,7 +17,10 @@ from prometheus_client.registry import Collector
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-    from .service import Service
+    from synapse_core import Host
+
+#: the host being served now, or None while none is (starting, stopped)
+OpenHost = Callable[[], "Host | None"]
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 #: latency buckets (seconds): sub-millisecond warm calls up to the default timeout
@@ -25,7 +28,9 @@ BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 1
 
 
 class Metrics:
-    def __init__(self, service: Service) -> None:
+    """An app's counters, and the host's state read at each scrape from ``host()``."""
+
+    def __init__(self, host: OpenHost) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
         self.requests = Counter(
             "synapse_http_requests",
@@ -53,7 +58,7 @@ class Metrics:
             ["error_type"],
             registry=self.registry,
         )
-        self.registry.register(_HostCollector(service))
+        self.registry.register(_HostCollector(host))
         # labelled children, looked up once: labels() takes a lock and
         # checks its arguments on every call
         self._counted: dict[tuple[str, int], Counter] = {}
@@ -78,11 +83,11 @@ class Metrics:
 
 
 class _HostCollector(Collector):
-    def __init__(self, service: Service) -> None:
-        self.service = service
+    def __init__(self, host: OpenHost) -> None:
+        self.host = host
 
     def collect(self) -> Iterator[Metric]:
-        host = self.service.open
+        host = self.host()
         waiting = GaugeMetricFamily(
             "synapse_calls_waiting",
             "Calls waiting for an execution permit, for lane room, or queued to be "

@@ -14,8 +14,7 @@ from typing import TypeVar, cast
 from starlette.requests import Request
 from starlette.responses import Response
 
-from synapse_core import Refused
-from synapse_core.plugin import Entry, TokenPiece
+from synapse_core import Entry, Refused, TokenPiece
 
 from .errors import invalid
 from .inputs import check_dimensions, inputs_of, normalized, sigmoid, truncation

@@ -5,8 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 
-from synapse_core import Deadline, Host, HostConfig, PluginHost, Refused, open_host
-from synapse_core.plugin import Task
+from synapse_core import Deadline, Host, HostConfig, PluginHost, Refused, Task, open_host
 
 from .errors import HTTPError
 from .metrics import Metrics
@@ -29,7 +28,7 @@ class Service:
         self._config = config
         self._plugins = plugins
         self.settings = settings
-        self.metrics = Metrics(self)
+        self.metrics = Metrics(lambda: self._host)
         #: set when the server stops taking requests (``/health`` then says 503)
         self.stopping = False
 

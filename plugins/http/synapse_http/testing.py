@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from synapse_core.plugin import catalog_toml, model_entry, pid_exists
+from synapse_core.testing import catalog_toml, model_entry, pid_exists
 
 API_KEY = "test-key-1234"
 AUTH = {"Authorization": f"Bearer {API_KEY}"}

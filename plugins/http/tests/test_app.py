@@ -13,7 +13,8 @@ import pytest
 from starlette.applications import Starlette
 
 import synapse_core as synapse
-from synapse_core.plugin import BasicTokenizer, host_config, transport_plugin
+from synapse_core.plugin import BasicTokenizer
+from synapse_core.testing import host_config, transport_plugin
 from synapse_http import ServeSettings, create_app
 from synapse_http.server import backend_options
 from synapse_http.testing import model

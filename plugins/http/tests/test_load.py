@@ -23,7 +23,7 @@ import httpx
 import pytest
 
 import synapse_core as synapse
-from synapse_core.plugin import host_config, transport_plugin
+from synapse_core.testing import host_config, transport_plugin
 from synapse_http.testing import API_KEY, AUTH, Server, metric, model, pid_gone
 from synapse_mock_transport.transport import MockTransport
 

@@ -19,7 +19,7 @@ import openai
 import pytest
 
 import synapse_core as synapse
-from synapse_core.plugin import host_config, transport_plugin
+from synapse_core.testing import host_config, transport_plugin
 from synapse_http.testing import API_KEY, AUTH, Server, metric, model, start_server
 from synapse_mock_transport.transport import MockTransport
 

@@ -5,21 +5,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-import attrs
-
-from synapse_core.plugin import Faults, WorkerOptions, bucket_sizes, positive
+from synapse_core.plugin import Faults, HashOptions
 from synapse_core.plugin import parse_options as parse_into
 
-
-@attrs.frozen
-class MockOptions(WorkerOptions):
-    """Plus the kit's ``faults`` and ``trace`` (see :class:`WorkerOptions`)."""
-
-    buckets: tuple[int, ...] = attrs.field(
-        default=(16, 32, 64, 128, 256, 512), validator=bucket_sizes
-    )
-    dims: int = attrs.field(default=64, validator=positive)
-    max_batch: int = attrs.field(default=32, validator=positive)
+#: ``[models.options]`` of a mock model (the kit's hash model's), plus the
+#: kit's ``faults`` and ``trace`` (see :class:`~synapse_core.plugin.WorkerOptions`)
+MockOptions = HashOptions
 
 
 def parse_options(

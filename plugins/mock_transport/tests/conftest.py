@@ -19,11 +19,10 @@ import anyio
 import attrs
 import pytest
 
-from synapse_core import ModelSpec
+from synapse_core import Hello, ModelSpec
 from synapse_core.channel import Exchange, FramedChannel
 from synapse_core.plugin import (
     Frame,
-    Hello,
     Launched,
     LaunchRequest,
     Shape,

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from synapse_core.plugin import Conformance, Subject, model_entry
+from synapse_core.testing import model_entry
+from synapse_core.testing.conformance import Conformance, Subject
 from synapse_mock_transport.inprocess import InProcessTransport
 from synapse_mock_transport.transport import MockTransport
 

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from synapse_core import ConfigError
-from synapse_core.plugin import Frame, Hello, LaunchSpec, Reply, Shape, WorkerLogic
+from synapse_core import ConfigError, Hello
+from synapse_core.plugin import Frame, LaunchSpec, Reply, Shape, WorkerLogic
 from synapse_core.wire import PROTOCOL_VERSION, Admit, Admitted, Failure, Infer, Output, unpack_rows
 from synapse_core.worker import build_logic
 from synapse_mock_transport import Faults, MockOptions, parse_options

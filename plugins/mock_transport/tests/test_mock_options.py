@@ -12,7 +12,8 @@ from click.testing import CliRunner
 
 from synapse_core import ConfigError, HostConfig, PluginHost
 from synapse_core.catalog import Catalog
-from synapse_core.plugin import catalog_toml, make_cli, model_entry, transport_plugin
+from synapse_core.cli import make_cli
+from synapse_core.testing import catalog_toml, model_entry, transport_plugin
 from synapse_mock_transport import parse_options
 from synapse_mock_transport.inprocess import InProcessTransport
 from synapse_mock_transport.transport import MockTransport

@@ -15,15 +15,14 @@ from typing import Any
 import attrs
 import cattrs
 
-from synapse_core import ConfigError, HostConfig
-from synapse_core.plugin import (
+from synapse_core import (
     CLOSE_SLACK_S,
     DEFAULT_CATALOG_SOURCE,
-    FieldInvalid,
+    ConfigError,
+    HostConfig,
     default_catalog_text,
-    positive,
-    structuring_problems,
 )
+from synapse_core.plugin import FieldInvalid, positive, structuring_problems
 from synapse_http.settings import ServeSettings
 
 #: the custom Ray resource a node declares once per device lane it can host

@@ -20,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from synapse_core.plugin import catalog_toml, model_entry
+from synapse_core.testing import catalog_toml, model_entry
 
 from .settings import LANE_RESOURCE
 

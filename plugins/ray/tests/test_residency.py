@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from synapse_core import Host, HostConfig, Refused, Retired
-from synapse_core.plugin import host_config
+from synapse_core.testing import host_config
 from synapse_ray.replica_host import ReplicaHost
 from synapse_ray.residency import RESIDENCY_ATTEMPTS, Residency, Resident, load_resident
 from synapse_ray.testing import SETTINGS, alive, mock_model

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from synapse_hash_transport.transport import HashTransport, InProcessHashTransport
 
-from synapse_core.plugin import Conformance, Subject
+from synapse_core.testing.conformance import Conformance, Subject
 
 
 class TestHashTransport(Conformance):

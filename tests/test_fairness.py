@@ -1,0 +1,244 @@
+"""Fair sharing of a worker among calls: the ordering rule, step by step.
+
+A call's work is cut into requests of at most ``max_batch_tokens`` positions,
+and between two requests of a call the worker goes to the call that has
+waited longest. Every reply is held here until the test lets it go, and
+each call is known to be waiting (every task blocked) before the next reply
+is released, so the order the worker sees requests in is decided by the
+host alone, never by timing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import anyio
+import attrs
+import pytest
+
+import synapse_core as synapse
+from synapse_core.testing import transport_plugin
+from synapse_core.testing.fake import InProcessFakeTransport
+from synapse_core.testing.fake_worker import fake_vector
+from synapse_core.tokenizer import BasicTokenizer
+from synapse_core.wire import Infer
+
+pytestmark = pytest.mark.anyio
+
+#: 22 positions with [CLS] and [SEP]: bucket 32, one text per request at a budget of 32
+LONG = [f"long{i} " * 20 for i in range(4)]
+
+
+def vector(text: str) -> list[float]:
+    return fake_vector(BasicTokenizer().encode(text), 4)
+
+
+class HeldReplies:
+    """Holds the worker's answer to every inference until the test releases
+    it; records the requests in the order the worker received them."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.received: list[Infer] = []
+        self._releases: list[anyio.Event] = []
+        self._arrival = anyio.Event()
+
+    async def __call__(self, model: str, frame: Any) -> None:
+        if not (self.armed and isinstance(frame, Infer)):
+            return
+        release = anyio.Event()
+        self.received.append(frame)
+        self._releases.append(release)
+        self._arrival.set()
+        self._arrival = anyio.Event()
+        await release.wait()
+
+    async def wait_for(self, count: int) -> None:
+        """Until ``count`` requests have reached the worker."""
+        while len(self.received) < count:
+            await self._arrival.wait()
+
+    async def answer(self, index: int) -> None:
+        """Let the worker answer request ``index``, then let every task run
+        until it blocks: each call is then either done or waiting."""
+        self._releases[index].set()
+        await anyio.wait_all_tasks_blocked()
+
+    async def answer_all(self, after: Callable[[], None] = lambda: None) -> None:
+        """Answer requests one at a time, in order, until nothing more comes;
+        ``after`` is told after each answer."""
+        index = 0
+        while index < len(self.received):
+            await self.answer(index)
+            after()
+            index += 1
+
+
+def budget_model(make_model: Any, **extra: Any) -> dict[str, Any]:
+    """A fake model with batches of 8 and a budget of 32 positions: one
+    bucket-32 text, or four bucket-8 texts, per request."""
+    return {**make_model("m", max_batch=8), "max_batch_tokens": 32, **extra}
+
+
+async def started(tg: Any, results: dict[str, Any], name: str, call: Any) -> None:
+    """Start ``call`` in ``tg`` (its result kept under ``name``) and let it run
+    until it waits."""
+
+    async def run() -> None:
+        results[name] = await call()
+
+    tg.start_soon(run)
+    await anyio.wait_all_tasks_blocked()
+
+
+async def bulk_then_shorts(
+    cfg: synapse.HostConfig,
+    shorts: list[str],
+    after: Callable[[dict[str, Any]], None] = lambda results: None,
+) -> tuple[HeldReplies, dict[str, Any]]:
+    """Serve the bulk call of :data:`LONG` and, once its first request is with
+    the worker, each of ``shorts`` as a call of its own; answer every request
+    in turn (``after`` sees the results after each answer). Returns the
+    requests the worker received and each call's result, by name."""
+    held = HeldReplies()
+    transport = InProcessFakeTransport()
+    transport.reply_gate = held
+    results: dict[str, Any] = {}
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.embed("m", [LONG[0], "warm"])  # both shapes admitted: only inferences follow
+        held.armed = True
+        async with anyio.create_task_group() as tg:
+            await started(tg, results, "bulk", lambda: host.embed("m", LONG))
+            await held.wait_for(1)  # the bulk call's first request is with the worker
+            for text in shorts:
+                await started(tg, results, text, lambda text=text: host.embed("m", [text]))
+            await held.answer_all(lambda: after(results))
+    assert results["bulk"].vectors == [pytest.approx(vector(t), abs=1e-6) for t in LONG]
+    for text in shorts:
+        assert results[text].vectors == [pytest.approx(vector(text), abs=1e-6)]
+    return held, results
+
+
+def _ids(texts: list[str]) -> list[list[int]]:
+    return [BasicTokenizer().encode(t) for t in texts]
+
+
+async def test_short_call_is_sent_before_the_bulk_calls_next_group(
+    make_model: Any, make_config: Any
+) -> None:
+    held, _ = await bulk_then_shorts(make_config(budget_model(make_model)), ["short"])
+    order = ["short" if f.sequences == _ids(["short"]) else "bulk" for f in held.received]
+    # The short call waited for one group of the bulk call, no more.
+    assert order[:3] == ["bulk", "short", "bulk"]
+    assert order.count("short") == 1
+    # The bulk call: in input order, each text sent exactly once, one per request.
+    assert [f.sequences for f in held.received if f.sequences != _ids(["short"])] == [
+        [ids] for ids in _ids(LONG)
+    ]
+    ids = [f.request_id for f in held.received]
+    assert ids == sorted(ids)
+
+
+async def test_the_longest_waiting_call_goes_next(make_model: Any, make_config: Any) -> None:
+    """Round robin across calls, not first come first served across groups:
+    two bulk calls and a short one take turns, each waiting one round."""
+    held = HeldReplies()
+    transport = InProcessFakeTransport()
+    transport.reply_gate = held
+    cfg = make_config(budget_model(make_model))
+    first, second = LONG[:3], [f"other{i} " * 20 for i in range(3)]
+    results: dict[str, Any] = {}
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.embed("m", [LONG[0], "warm"])
+        held.armed = True
+        async with anyio.create_task_group() as tg:
+            await started(tg, results, "a", lambda: host.embed("m", first))
+            await held.wait_for(1)
+            await started(tg, results, "b", lambda: host.embed("m", second))
+            await started(tg, results, "short", lambda: host.embed("m", ["short"]))
+            await held.answer_all()
+
+    def owner(frame: Infer) -> str:
+        ids = frame.sequences[0]
+        return "a" if ids in _ids(first) else "b" if ids in _ids(second) else "short"
+
+    assert [owner(f) for f in held.received] == ["a", "b", "short", "a", "b", "a", "b"]
+    assert results["a"].vectors == [pytest.approx(vector(t), abs=1e-6) for t in first]
+    assert results["b"].vectors == [pytest.approx(vector(t), abs=1e-6) for t in second]
+
+
+async def test_short_calls_coalesce_between_the_bulk_calls_groups(
+    make_model: Any, make_config: Any
+) -> None:
+    cfg = make_config(budget_model(make_model), coalesce=True)
+    held, _ = await bulk_then_shorts(cfg, ["s one", "s two", "s three"])
+    sizes = ["bulk" if f.sequences[0] in _ids(LONG) else len(f.sequences) for f in held.received]
+    # The first short call waits for one bulk group; the two queued behind it
+    # are served together, in one request, after the bulk's next group.
+    assert sizes == ["bulk", 1, "bulk", 2, "bulk", "bulk"]
+
+
+async def test_a_coalesced_call_takes_one_requests_worth(make_model: Any, make_config: Any) -> None:
+    """Queued short calls are coalesced up to one request's budget, counted in
+    buckets, so each caller has its rows once its own request is answered."""
+    shorts = [f"s{i}" for i in range(7)]  # bucket 8: four to a request
+    done_after: list[set[str]] = []  # the short calls done after each answer
+    cfg = make_config(budget_model(make_model), coalesce=True)
+    held, _ = await bulk_then_shorts(
+        cfg, shorts, lambda results: done_after.append(set(results) - {"bulk"})
+    )
+    rows = [len(f.sequences) for f in held.received if f.sequences[0] not in _ids(LONG)]
+    assert rows == [1, 4, 2]
+    fours = next(i for i, f in enumerate(held.received) if len(f.sequences) == 4)
+    assert done_after[fours] == set(shorts[:5])
+
+
+def test_requests_are_cut_within_the_budget_and_keep_input_order() -> None:
+    from synapse_core.plan import Item, group_by_bucket
+
+    lengths = [30, 5, 30, 6, 7, 8, 30, 9, 10]
+    items = [Item(i, "", n - 2, n) for i, n in enumerate(lengths)]
+    groups = group_by_bucket(items, lambda n: 8 if n <= 8 else 32, 8, 32)
+    # Four bucket-8 texts, or one bucket-32 text, per request; smallest bucket first.
+    assert [(g.bucket, [i.index for i in g.items]) for g in groups] == [
+        (8, [1, 3, 4, 5]),
+        (32, [0]),
+        (32, [2]),
+        (32, [6]),
+        (32, [7]),
+        (32, [8]),
+    ]
+    # A budget under one text's bucket still sends one text per request.
+    assert [len(g.items) for g in group_by_bucket(items, lambda n: 32, 8, 10)] == [1] * 9
+    # No budget: the batch size alone.
+    assert [len(g.items) for g in group_by_bucket(items, lambda n: 32, 8)] == [8, 1]
+
+
+@pytest.mark.parametrize("bad", [0, -5, 1.5, True, "100"])
+def test_max_batch_tokens_is_checked_in_the_catalog(bad: object) -> None:
+    entry = {"name": "a", "task": "embed", "transport": "fake", "package": "p", "ceiling": 32}
+    with pytest.raises(synapse.ConfigError, match=r"models\[0\]\.max_batch_tokens"):
+        synapse.HostConfig.from_dict({"models": [{**entry, "max_batch_tokens": bad}]})
+    config = synapse.HostConfig.from_dict({"models": [{**entry, "max_batch_tokens": 64}]})
+    assert config.models[0].max_batch_tokens == 64
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.5])
+def test_a_transports_bad_default_budget_is_a_plugin_error(bad: object) -> None:
+    from synapse_core.steps import request_budget
+
+    class Odd(InProcessFakeTransport):
+        def max_batch_tokens(self, model: Any) -> Any:
+            return bad
+
+    spec = synapse.HostConfig.from_dict(
+        {
+            "models": [
+                {"name": "a", "task": "embed", "transport": "fake", "package": "p", "ceiling": 8}
+            ]
+        }
+    ).models[0]
+    with pytest.raises(synapse.PluginError, match=r"transport 'fake' gave max_batch_tokens"):
+        request_budget(spec, Odd())
+    assert request_budget(attrs.evolve(spec, max_batch_tokens=16), Odd()) == 16

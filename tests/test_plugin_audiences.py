@@ -1,0 +1,202 @@
+"""Each plugin imports only the published modules of its audience, only names
+they publish, and no other plugin.
+
+Synapse publishes one module per audience (see ``docs/writing-a-transport.md``):
+``synapse_core`` (the host API), ``synapse_core.plugin`` (transports and their
+workers), ``synapse_core.policy`` (residency policies), ``synapse_core.events``
+(observers), ``synapse_core.cli`` (plugins that add commands) and
+``synapse_core.testing`` with its submodules (tests). Every import statement
+counts: at module level, under ``TYPE_CHECKING`` and inside functions. A
+plugin's ``tests/`` may use any of them (and more); a module of a plugin
+package named ``testing`` is test support and may use the testing modules.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+HOST = "synapse_core"
+TRANSPORT = "synapse_core.plugin"
+POLICY = "synapse_core.policy"
+EVENTS = "synapse_core.events"
+CLI = "synapse_core.cli"
+TESTING = frozenset(
+    {
+        "synapse_core.testing",
+        "synapse_core.testing.conformance",
+        "synapse_core.testing.fake",
+        "synapse_core.testing.pytest_plugin",
+    }
+)
+PUBLIC = frozenset({HOST, TRANSPORT, POLICY, EVENTS, CLI, *TESTING})
+
+#: what each shipped plugin's package may import, by its audiences
+ALLOWED: dict[str, frozenset[str]] = {
+    "mock_transport": frozenset({HOST, TRANSPORT}),
+    "ane_direct": frozenset({HOST, TRANSPORT}),
+    # a transport that charges its lane in MiB (synapse_admission_cost)
+    "cpu": frozenset({HOST, TRANSPORT, POLICY}),
+    # an observer with commands
+    "certify": frozenset({HOST, EVENTS, CLI}),
+    # the host API, and `synapse serve`
+    "http": frozenset({HOST, CLI}),
+    # the host API (it composes a host with an around-call hook), and the
+    # transport module's option helpers for its own settings (FieldInvalid,
+    # positive, structuring_problems)
+    "ray": frozenset({HOST, TRANSPORT}),
+}
+#: names a plugin may still import from ``synapse_core.plugin`` after they
+#: moved to their audience's module; each must still be in use (so the list
+#: shrinks as the code moves)
+MOVED_NAMES_IN_USE: dict[str, frozenset[str]] = {}
+#: plugins a plugin package may import, each a declared dependency of it:
+#: synapse-ray serves synapse-http's ASGI app in every replica
+OTHER_PLUGINS: dict[str, frozenset[str]] = {"ray": frozenset({"synapse_http"})}
+
+PLUGINS = sorted(p.name for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").is_file())
+EXAMPLE = ROOT / "docs" / "examples" / "hash_transport"
+
+
+def imports(path: Path) -> Iterator[tuple[str, str | None, int]]:
+    """``(module, name, line)`` of every absolute import in ``path``; ``name``
+    is None for ``import module``."""
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            for alias in node.names:
+                yield node.module, alias.name, node.lineno
+        elif isinstance(node, ast.Import):
+            for alias in node.names:
+                yield alias.name, None, node.lineno
+
+
+def is_test_support(path: Path, package: Path) -> bool:
+    return "testing" in path.relative_to(package).with_suffix("").parts
+
+
+def published(module: str) -> frozenset[str]:
+    """What a public module publishes: its ``__all__`` and its public submodules."""
+    names = set(getattr(importlib.import_module(module), "__all__", ()))
+    names.update(p.rsplit(".", 1)[1] for p in PUBLIC if p.rpartition(".")[0] == module)
+    return frozenset(names)
+
+
+def audience_problems(
+    package: Path, allowed: frozenset[str], moved: frozenset[str] = frozenset()
+) -> list[str]:
+    """Imports of ``synapse_core`` in ``package`` outside ``allowed`` modules,
+    or of names those modules do not publish (``moved`` excepted)."""
+    problems = []
+    for path in sorted(package.rglob("*.py")):
+        where = path.relative_to(package.parent)
+        ok = allowed | TESTING if is_test_support(path, package) else allowed
+        for module, name, line in imports(path):
+            if module.split(".")[0] != "synapse_core":
+                continue
+            if module not in ok:
+                problems.append(f"{where}:{line} imports {module}")
+            elif name is not None and name not in published(module) and name not in moved:
+                problems.append(
+                    f"{where}:{line} imports {name} from {module}, which does not publish it"
+                )
+    return problems
+
+
+def plugin_package(plugin: str) -> Path:
+    package = ROOT / "plugins" / plugin / f"synapse_{plugin}"
+    assert package.is_dir(), f"plugins/{plugin} has no synapse_{plugin} package"
+    return package
+
+
+def test_every_shipped_plugin_has_an_audience() -> None:
+    assert set(PLUGINS) == set(ALLOWED)
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_each_plugin_imports_only_its_audiences_modules(plugin: str) -> None:
+    package = plugin_package(plugin)
+    moved = MOVED_NAMES_IN_USE.get(plugin, frozenset())
+    assert audience_problems(package, ALLOWED[plugin], moved) == []
+
+
+@pytest.mark.parametrize("plugin", sorted(MOVED_NAMES_IN_USE))
+def test_names_still_read_from_their_old_home_are_in_use(plugin: str) -> None:
+    used = {
+        name
+        for path in plugin_package(plugin).rglob("*.py")
+        for module, name, _ in imports(path)
+        if module == TRANSPORT
+    }
+    moved = MOVED_NAMES_IN_USE[plugin]
+    assert moved <= used, f"no longer imported by synapse-{plugin}: drop {sorted(moved - used)}"
+    assert not moved & published(TRANSPORT)
+
+
+def plugin_modules() -> dict[str, str]:
+    """top-level package -> plugin directory, for every shipped plugin."""
+    return {f"synapse_{p}": p for p in PLUGINS}
+
+
+@pytest.mark.parametrize("plugin", PLUGINS)
+def test_no_plugin_imports_another(plugin: str) -> None:
+    others = set(plugin_modules()) - {f"synapse_{plugin}"}
+    exempt = OTHER_PLUGINS.get(plugin, frozenset())
+    found = {
+        f"{path.relative_to(ROOT)}:{line} imports {module}"
+        for path in plugin_package(plugin).rglob("*.py")
+        for module, _, line in imports(path)
+        if module.split(".")[0] in others - exempt
+    }
+    assert found == set()
+
+
+@pytest.mark.parametrize("plugin", sorted(OTHER_PLUGINS))
+def test_a_plugin_imports_another_only_as_a_declared_dependency(plugin: str) -> None:
+    meta = tomllib.loads((ROOT / "plugins" / plugin / "pyproject.toml").read_text())
+    declared = {
+        d.split(">")[0].split("<")[0].split("=")[0].strip() for d in meta["project"]["dependencies"]
+    }
+    for package in OTHER_PLUGINS[plugin]:
+        assert package.replace("_", "-") in declared
+
+
+def test_the_example_plugin_imports_only_the_transport_api() -> None:
+    package = EXAMPLE / "synapse_hash_transport"
+    assert audience_problems(package, frozenset({HOST, TRANSPORT})) == []
+    tests = sorted((EXAMPLE / "tests").glob("*.py"))
+    assert tests
+    problems = [
+        f"{path.name}:{line} imports {module}"
+        for path in tests
+        for module, _, line in imports(path)
+        if module.split(".")[0] == "synapse_core" and module not in PUBLIC
+    ]
+    assert problems == []
+
+
+def test_the_scan_sees_every_kind_of_import(tmp_path: Path) -> None:
+    package = tmp_path / "synapse_demo"
+    package.mkdir()
+    (package / "a.py").write_text(
+        "from typing import TYPE_CHECKING\n"
+        "from synapse_core.plugin import Transport, host_config\n"
+        "if TYPE_CHECKING:\n"
+        "    from synapse_core.residency.policy import LaneView\n"
+        "def f():\n"
+        "    import synapse_core.host\n",
+        encoding="utf-8",
+    )
+    (package / "testing.py").write_text("from synapse_core.testing import model_entry\n")
+    found = audience_problems(package, frozenset({HOST, TRANSPORT}))
+    assert [p.split(" ", 1)[1] for p in found] == [
+        "imports host_config from synapse_core.plugin, which does not publish it",
+        "imports synapse_core.residency.policy",
+        "imports synapse_core.host",
+    ]
