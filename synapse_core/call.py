@@ -37,13 +37,19 @@ class EmbedResult:
 @attrs.frozen
 class RerankResult:
     model: str
-    #: one score per document, in input order
+    #: one score per document, in input order: a cross-encoder's probability
+    #: (the sigmoid of its logit), a bi-encoder's similarity
     scores: list[float]
     identity: str
     #: indexes of the documents cut to fit the ceiling with the query
     truncated: tuple[int, ...] = ()
     #: tokens of the documents scored, special tokens and query excluded
     tokens: int = 0
+    #: the model's own outputs: a cross-encoder's logits (TEI's ``raw_scores``);
+    #: for any other scorer the same as ``scores``
+    raw_scores: list[float] = attrs.field(
+        default=attrs.Factory(lambda self: self.scores, takes_self=True)
+    )
 
 
 class Joined(Protocol):

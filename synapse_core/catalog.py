@@ -14,7 +14,7 @@ from .config import HostConfig, ModelSpec, Task
 from .errors import ConfigError, Refused
 from .plugins import PluginHost, TransportInfo
 from .tokenizer import BasicTokenizer, Tokenizer
-from .transport import LaneInfo
+from .transport import LaneInfo, ModelTraits
 from .wire import bucket_problem
 
 DEFAULT_CATALOG = "default_catalog.toml"
@@ -48,6 +48,9 @@ class Entry:
     #: the buckets its workers will report, when the transport knows them
     #: before one starts (``Transport.buckets``); else ``None``
     buckets: tuple[int, ...] | None = None
+    #: what the transport read in the model's files (``Transport.traits``);
+    #: their prompts are in ``spec.prompts`` already
+    traits: ModelTraits = attrs.field(factory=ModelTraits)
     #: the longest sequence served: the catalog ceiling, capped by the
     #: largest known bucket (worked out once: every call reads it)
     ceiling: int = attrs.field(init=False)
@@ -96,6 +99,9 @@ class Catalog:
                 if info.availability.available
                 else (f"transport {spec.transport!r} cannot run here: {info.availability.reason}")
             )
+            traits = _traits(info, spec) if not problem else ModelTraits()
+            if traits.prompts:
+                spec = attrs.evolve(spec, prompts={**traits.prompts, **spec.prompts})
             self.entries[spec.name] = Entry(
                 spec,
                 info,
@@ -103,6 +109,7 @@ class Catalog:
                 info.transport.tokenizer(spec),
                 problem,
                 buckets,
+                traits,
             )
         problems.extend(_unknown_lanes(self.config, self.entries))
         if problems:
@@ -139,6 +146,14 @@ def _model_problem(info: TransportInfo, spec: ModelSpec) -> str:
     if availability.available:
         return ""
     return f"model {spec.name!r} cannot run here: {availability.reason}"
+
+
+def _traits(info: TransportInfo, spec: ModelSpec) -> ModelTraits:
+    """The transport's traits of ``spec``; the defaults if it fails to say."""
+    try:
+        return info.transport.traits(spec)
+    except Exception:
+        return ModelTraits()
 
 
 def _known_buckets(info: TransportInfo, spec: ModelSpec) -> tuple[int, ...] | None:

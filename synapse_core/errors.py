@@ -40,7 +40,8 @@ class Refused(SynapseError):
     ``code`` is one of ``unknown-model``, ``wrong-task``,
     ``transport-unavailable``, ``empty-input``, ``missing-query`` (a rerank
     without a query), ``invalid-text`` (an input that is not a string, or
-    holds a lone surrogate), ``empty-sequence`` and ``over-ceiling``;
+    holds a lone surrogate), ``empty-sequence``, ``over-ceiling`` and
+    ``unknown-prompt`` (a prompt name the model does not have);
     ``index`` names the offending input (``None`` when the refusal is about
     the whole call or the rerank query).
     """
@@ -54,6 +55,7 @@ class Refused(SynapseError):
         "invalid-text",
         "empty-sequence",
         "over-ceiling",
+        "unknown-prompt",
     )
 
     def __init__(self, code: str, message: str, *, model: str, index: int | None = None) -> None:

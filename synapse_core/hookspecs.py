@@ -60,6 +60,13 @@ def synapse_register_transports(register: Callable[[Transport], None]) -> None:
     - may declare a model's buckets from its options with ``buckets()``, so
       the catalog knows the effective ceiling (``min(ceiling, largest
       bucket)``) and refuses longer inputs before any worker starts;
+    - may say what a model's files hold with ``traits()``: a
+      :class:`~synapse_core.plugin.ModelTraits` with prompts by name, and
+      for a rerank model its ``scorer``: a ``"cross-encoder"`` worker's
+      ``rerank(query, batch)`` scores each (query, document) pair together
+      and returns the logit, whose sigmoid the host returns as the score
+      (the logits as ``raw_scores``); a ``"bi-encoder"`` returns a
+      similarity of separate embeddings, as is;
     - says which lane a model runs on with ``lane_for()``: a
       :class:`~synapse_core.plugin.LaneInfo` with a lane id such as
       ``"ane:0"``, a default capacity in reservation units, and whether the

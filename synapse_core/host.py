@@ -18,10 +18,12 @@ from .deadline import Clock, Deadline, check_deadline, monotonic
 from .errors import HostClosed, Retired
 from .plan import Plan, Truncate, plan_call
 from .plugins import PluginHost
+from .prompts import prompted
 from .residency.lane import Lane
 from .residency.supervisor import Backlog, Supervisor
 from .residency.worker import Phase, Worker
 from .runners import Runners
+from .scoring import scores_of
 from .serving import CallRunner
 from .snapshot import HostSnapshot, take
 from .steps import request_budget
@@ -35,14 +37,10 @@ _R = TypeVar("_R")
 
 
 class AroundCall(Protocol):
-    """What a tool runs around every embed and rerank call of a host
-    (``open_host(around_call=...)``): say, to make the model resident in a
-    cache of its own first, or to start the call again after a retirement.
-
-    It is given the call's model, once the catalog has accepted the model for
-    the call's task, and ``call``, which starts the call anew each time it is
-    called; it returns what the call returned (or raises).
-    """
+    """What a tool runs around every embed and rerank call (``open_host(around_call=...)``),
+    say to make the model resident in a cache of its own first: given the model, once the
+    catalog accepted it for the call's task, and ``call``, which starts the call anew each
+    time it is called; it returns what the call returned (or raises)."""
 
     def __call__(self, model: str, call: Callable[[], Awaitable[_R]], /) -> Awaitable[_R]: ...
 
@@ -91,14 +89,19 @@ class Host:
         *,
         deadline: Deadline | None = None,
         truncate: Truncate = False,
+        prompt_name: str | None = None,
     ) -> EmbedResult:
         """Embed ``texts``; one vector per text, in input order.
 
         A text may also be given as token ids of the model's tokenizer.
         ``truncate=True`` (or ``"end"``) cuts a text over the model's ceiling
         at its end to fit instead of refusing it, ``"start"`` at its start;
-        the result's ``truncated`` lists the indexes cut.
+        the result's ``truncated`` lists the indexes cut. ``prompt_name``
+        puts that prompt of the model (``synapse catalog`` lists them) in
+        front of each text, as sentence-transformers' ``prompt_name`` does.
         """
+        if prompt_name is not None:
+            texts = prompted(self.catalog.entry(model, "embed"), prompt_name, texts)
         if self._around is not None:
             self._accepts(model, "embed")
             return await self._around(model, lambda: self._embed(model, texts, deadline, truncate))
@@ -128,8 +131,10 @@ class Host:
         """Score ``documents`` against ``query``; one score per document, in input order.
 
         ``truncate=True`` (or ``"end"``, or ``"start"``) cuts a document that
-        does not fit the ceiling with the query instead of refusing it;
-        ``truncated`` lists the indexes cut.
+        does not fit the ceiling with the query instead of refusing it (the
+        query is never cut); ``truncated`` lists the indexes cut. A
+        cross-encoder's scores are the sigmoid of its logits, which are the
+        result's ``raw_scores``.
         """
         if self._around is not None:
             self._accepts(model, "rerank")
@@ -149,8 +154,9 @@ class Host:
         call = self._call(model, "rerank", documents, query, deadline, truncate)
         tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
-        scores = [row[0] for row in call.rows if row is not None]
-        return RerankResult(model, scores, call.identity, call.plan.truncated, tokens)
+        raw = [row[0] for row in call.rows if row is not None]
+        scores = scores_of(self.catalog.entries[model].traits, raw)
+        return RerankResult(model, scores, call.identity, call.plan.truncated, tokens, raw)
 
     async def load(self, model: str, *, deadline: Deadline | None = None) -> None:
         """Start the model's worker and wait for its hello; no inference."""

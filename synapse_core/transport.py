@@ -7,8 +7,8 @@ overrides at least :attr:`Transport.name` and :meth:`Transport.launch`.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, Literal
 
 import attrs
 
@@ -24,7 +24,9 @@ __all__ = [
     "LaneSession",
     "LaunchRequest",
     "Launched",
+    "ModelTraits",
     "ProcessGroup",
+    "Scorer",
     "Transport",
     "WorkerProcess",
 ]
@@ -44,6 +46,32 @@ class Availability:
     @classmethod
     def no(cls, reason: str) -> Availability:
         return cls(False, reason)
+
+
+#: how a rerank model scores: see :class:`ModelTraits`
+Scorer = Literal["cross-encoder", "bi-encoder"]
+
+
+@attrs.frozen
+class ModelTraits:
+    """What a transport knows of a model from its files before any worker
+    starts (:meth:`Transport.traits`); every field may be left at its default."""
+
+    #: prompts by name that the model's files carry (sentence-transformers'
+    #: ``prompts``); the catalog entry's own ``prompts`` win over them
+    prompts: Mapping[str, str] = attrs.field(factory=dict)
+    #: the prompt sentence-transformers applies when a caller names none
+    #: (``synapse serve`` applies it too; ``Host.embed`` only when named)
+    default_prompt: str | None = None
+    #: a rerank model's scorer. ``"cross-encoder"``: the worker's ``rerank``
+    #: returns the logit of each (query, document) pair and the host's
+    #: ``RerankResult.scores`` are its sigmoid (``raw_scores`` the logits), as
+    #: sentence-transformers' ``CrossEncoder.predict`` and TEI give them.
+    #: ``"bi-encoder"``: a similarity of separate embeddings, returned as is.
+    #: ``None``: not said (scores are returned as the worker gives them).
+    scorer: Scorer | None = None
+    #: an embed model's pooling (``"mean"``, ``"cls"``...), for ``/info``
+    pooling: str | None = None
 
 
 class Transport:
@@ -122,6 +150,12 @@ class Transport:
         Called once per worker hello; never spawn here.
         """
         return None
+
+    def traits(self, model: ModelSpec) -> ModelTraits:
+        """What ``model``'s files say of it: prompts, a rerank model's scorer.
+        Called when a catalog is built, after :meth:`validate_model`: keep it
+        cheap, and return the default for a model that cannot run here."""
+        return ModelTraits()
 
     def lane_for(self, model: ModelSpec) -> LaneInfo:
         """The lane ``model`` runs on."""

@@ -24,6 +24,7 @@ from ..errors import IdentityChanged, Refused
 from ..host import Host, open_host
 from ..plan import plan_call
 from ..plugins import PluginHost
+from ..prompts import prompted
 from .inputs import Inputs
 from .options import deadline_from
 
@@ -85,8 +86,16 @@ def same_identity(previous: str, current: str, model: str) -> str:
 
 
 async def embed_all(
-    host: Host, model: str, inputs: Inputs, deadline: Deadline, on_batch: OnBatch
+    host: Host,
+    model: str,
+    inputs: Inputs,
+    deadline: Deadline,
+    on_batch: OnBatch,
+    prompt_name: str | None = None,
 ) -> EmbedResult:
+    if prompt_name is not None:
+        entry = host.catalog.entry(model, "embed")
+        inputs = attrs.evolve(inputs, items=prompted(entry, prompt_name, inputs.items))
     check_all(host, model, "embed", inputs, None)
     vectors: list[list[float]] = []
     identity = ""
@@ -188,12 +197,13 @@ def run_embed(
     inputs: Inputs,
     deadline_s: float | None,
     on_batch: OnBatch,
+    prompt_name: str | None = None,
 ) -> EmbedResult:
     return serve(
         config,
         plugins,
         deadline_s,
-        lambda host, deadline: embed_all(host, model, inputs, deadline, on_batch),
+        lambda host, deadline: embed_all(host, model, inputs, deadline, on_batch, prompt_name),
     )
 
 

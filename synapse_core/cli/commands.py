@@ -98,6 +98,12 @@ def catalog_command(state: AppState, catalog: Path | None, as_json: bool) -> Non
 @click.argument("model")
 @click.argument("texts", nargs=-1)
 @file_option("text")
+@click.option(
+    "--prompt",
+    "prompt_name",
+    metavar="NAME",
+    help="Put the model's prompt NAME in front of each text (synapse catalog lists them).",
+)
 @deadline_option
 @json_option
 @catalog_option
@@ -107,6 +113,7 @@ def embed_command(
     model: str,
     texts: tuple[str, ...],
     file: BinaryIO | None,
+    prompt_name: str | None,
     deadline: float | None,
     as_json: bool,
     catalog: Path | None,
@@ -119,7 +126,7 @@ def embed_command(
     config = load_config(catalog)
     inputs = gather(texts, file, "text")
     with progress(len(inputs.items), "embedding", "texts") as on_batch:
-        result = run_embed(config, state.plugins, model, inputs, deadline, on_batch)
+        result = run_embed(config, state.plugins, model, inputs, deadline, on_batch, prompt_name)
     emit(render.embed_doc(result), as_json, lambda: render.embed_lines(result, inputs))
 
 

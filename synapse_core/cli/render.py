@@ -138,6 +138,7 @@ def catalog_doc(catalog: Catalog) -> Doc:
                 "problem": entry.problem,
                 "description": spec.description,
                 "prompts": dict(spec.prompts),
+                "scorer": entry.traits.scorer,
             }
         )
     return {"source": catalog.source, "models": models}
@@ -165,7 +166,7 @@ def catalog_lines(doc: Doc) -> list[str]:
     notes = [
         f"  {m['name']}: {note}"
         for m in doc["models"]
-        for note in (m["description"], _prompts_note(m["prompts"]))
+        for note in (m["description"], _scorer_note(m.get("scorer")), _prompts_note(m["prompts"]))
         if note
     ]
     return [
@@ -173,6 +174,16 @@ def catalog_lines(doc: Doc) -> list[str]:
         *table(header, rows),
         *(["Notes:", *notes] if notes else []),
     ]
+
+
+_SCORERS = {
+    "cross-encoder": "cross-encoder: query and document scored together (sigmoid of the logit)",
+    "bi-encoder": "bi-encoder: cosine of separate embeddings (not a cross-encoder)",
+}
+
+
+def _scorer_note(scorer: str | None) -> str:
+    return _SCORERS.get(scorer or "", "")
 
 
 def _prompts_note(prompts: dict[str, str]) -> str:

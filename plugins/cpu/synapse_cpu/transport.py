@@ -1,4 +1,4 @@
-"""The ``cpu`` transport: MiniLM-class sentence encoders in worker processes on lane ``cpu:0``.
+"""The ``cpu`` transport: BERT-family encoders and cross-encoders, lane ``cpu:0``.
 
 Host side only: it checks a model's files (cheaply when a catalog is built,
 the weights' sha256 before a launch), gives the host the model's own
@@ -22,6 +22,8 @@ from synapse_core.plugin import (
     Launched,
     LaunchRequest,
     ModelSpec,
+    ModelTraits,
+    Scorer,
     Tokenizer,
     Transport,
     spawn_worker,
@@ -30,6 +32,7 @@ from synapse_core.plugin import (
 from . import files
 from .costs import HIDDEN, default_capacity_mib, request_budget, weights_mib
 from .errors import ModelFilesError
+from .folder import Layout
 from .options import CpuOptions, parse_options
 from .tokenizer import HFTokenizer, check_fits
 
@@ -55,8 +58,8 @@ def model_files(options: CpuOptions) -> files.ModelFiles:
 
 
 @functools.lru_cache(maxsize=64)
-def _tokenizer(path: Path) -> HFTokenizer:
-    return HFTokenizer(path)
+def _tokenizer(path: Path, pairs: bool = False) -> HFTokenizer:
+    return HFTokenizer(path, pairs)
 
 
 @functools.lru_cache(maxsize=64)
@@ -68,10 +71,11 @@ def verify_before_launch(located: files.ModelFiles) -> None:
     """The checks a worker would fail on, made here so the caller gets a typed
     error naming the file (a worker can only exit). Hashing is remembered per
     file size and modification time."""
-    files.check_present(located)
+    layout = files.check_present(located)
     stat = located.weights.stat()
     _verified(located.weights, stat.st_size, stat.st_mtime_ns, located.sha256)
-    check_fits(_tokenizer(located.tokenizer), files.vocab_rows(located.weights))
+    tokenizer = _tokenizer(located.tokenizer, layout.cross_encoder)
+    check_fits(tokenizer, files.vocab_rows(located.weights))
 
 
 @attrs.frozen
@@ -121,16 +125,44 @@ class CpuTransport(Transport):
             return Availability.no(problem)
         try:
             located = model_files(options)
-            files.check_present(located)
-            positions = files.read_json(located.config).get("max_position_embeddings", 512)
+            layout = files.check_present(located)
         except ModelFilesError as exc:
             return Availability.no(str(exc))
-        if max(options.buckets) > positions:
+        if layout.cross_encoder and model.task != "rerank":
             return Availability.no(
-                f"options.buckets: {max(options.buckets)} is longer than the {positions} "
-                f"positions the model has ({located.config}); use shorter buckets"
+                f"{located.config}: a cross-encoder ({layout.architecture}, "
+                'ForSequenceClassification) scores pairs; give it task = "rerank"'
+            )
+        if options.buckets and max(options.buckets) > layout.positions:
+            return Availability.no(
+                f"options.buckets: {max(options.buckets)} is longer than the "
+                f"{layout.positions} positions the model has ({located.config}); use "
+                "shorter buckets, or leave them out to have them from the folder"
             )
         return Availability.yes()
+
+    def buckets(self, model: ModelSpec) -> tuple[int, ...] | None:
+        """``options.buckets``, or from the folder's ceiling (``max_seq_length``)."""
+        options: CpuOptions = self.model_options(model)
+        if options.buckets:
+            return tuple(sorted(options.buckets))
+        layout = _layout(options)
+        return None if layout is None else layout.buckets()
+
+    def traits(self, model: ModelSpec) -> ModelTraits:
+        """The folder's prompts, and whether a rerank model is a cross-encoder."""
+        layout = _layout(self.model_options(model))
+        if layout is None:
+            return ModelTraits()
+        scorer: Scorer | None = None
+        if model.task == "rerank":
+            scorer = "cross-encoder" if layout.cross_encoder else "bi-encoder"
+        return ModelTraits(
+            prompts=layout.prompts,
+            default_prompt=layout.default_prompt,
+            scorer=scorer,
+            pooling=None if layout.cross_encoder else layout.pooling,
+        )
 
     def lane_for(self, model: ModelSpec) -> LaneInfo:
         return LaneInfo(LANE_ID, capacity=default_capacity_mib())
@@ -142,9 +174,10 @@ class CpuTransport(Transport):
     def tokenizer(self, model: ModelSpec) -> Tokenizer:
         try:
             located = model_files(parse_options(model.options))
+            layout = files.check_present(located)
         except (ModelFilesError, ConfigError):
             return BasicTokenizer()  # the model is unavailable and refused before tokenizing
-        return _tokenizer(located.tokenizer)
+        return _tokenizer(located.tokenizer, layout.cross_encoder)
 
     async def launch(self, request: LaunchRequest) -> Launched:
         options: CpuOptions = self.model_options(request.model)
@@ -154,6 +187,15 @@ class CpuTransport(Transport):
         threads = str(options.threads)
         env = {f"{pool}_NUM_THREADS": threads for pool in ("OPENBLAS", "OMP", "MKL")}
         return await spawn_worker(self.worker, request, env=env)
+
+
+def _layout(options: CpuOptions) -> Layout | None:
+    """The folder's layout, or ``None`` when it has a problem (which
+    ``model_availability`` reports)."""
+    try:
+        return files.check_present(model_files(options))
+    except ModelFilesError:
+        return None
 
 
 __all__ = ["LANE_ID", "CpuTransport"]

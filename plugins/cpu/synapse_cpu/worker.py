@@ -1,8 +1,9 @@
 """The CPU worker: a :class:`~synapse_core.plugin.ModelWorker` over :mod:`synapse_cpu.runtime`.
 
 The transport starts it as ``synapse_cpu.worker:CpuWorker``. It loads and
-checks the model once, then embeds each request's token ids; the kit does
-the protocol, the shape checks, tracing and the fault knobs.
+checks the model once, then embeds each request's token ids (or scores each
+document with the query: a cross-encoder's logit, a bi-encoder's cosine); the
+kit does the protocol, the shape checks, tracing and the fault knobs.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ class CpuWorker(ModelWorker):
             batch_tokens=options.batch_tokens,
             threads=options.threads,
         )
-        self.buckets = options.buckets
+        self.buckets = options.buckets or self.runner.layout.buckets()
         self.max_batch = options.max_batch
         self.dims = self.runner.dims
         self.identity = self.runner.identity
@@ -44,7 +45,11 @@ class CpuWorker(ModelWorker):
         return self.runner.rerank(query, batch)
 
     def trace_facts(self) -> dict[str, object]:
-        return {"runtime": self.runner.runtime, "weights_sha256": self.runner.sha256}
+        return {
+            "runtime": self.runner.runtime,
+            "weights_sha256": self.runner.sha256,
+            "model_kind": self.runner.layout.kind,
+        }
 
 
 if __name__ == "__main__":

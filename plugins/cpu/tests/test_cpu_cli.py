@@ -26,7 +26,10 @@ def test_embed_json_with_the_shipped_minilm_matches_the_reference(
     result = run("embed", "minilm", *texts, "--json")
     assert result.exit_code == 0, result.stderr
     doc = json.loads(result.stdout)
-    assert doc["identity"] == "cpu:all-MiniLM-L6-v2:53aa5117:numpy" and doc["dims"] == 384
+    assert (
+        doc["identity"] == "cpu:all-MiniLM-L6-v2:bert-mean-norm:53aa5117:numpy"
+        and doc["dims"] == 384
+    )
     matches_reference(np.array(doc["vectors"], dtype=np.float32), reference_vectors)
 
 
@@ -59,3 +62,8 @@ def test_catalog_says_minilm_rerank_is_not_a_cross_encoder() -> None:
     assert result.exit_code == 0, result.stderr
     assert "minilm-rerank: bi-encoder rerank" in result.stdout
     assert "not a cross-encoder" in result.stdout
+    # The transport says so too, from the folder (a BertModel, not a classifier).
+    assert "minilm-rerank: bi-encoder: cosine of separate embeddings" in result.stdout
+    doc = json.loads(run("catalog", "--json").stdout)
+    scorers = {m["name"]: m["scorer"] for m in doc["models"]}
+    assert scorers["minilm-rerank"] == "bi-encoder" and scorers["minilm"] is None

@@ -54,7 +54,7 @@ async def test_served_vectors_match_the_reference_alone_and_mixed(
     async with host(config(entry("minilm"))) as h:
         alone = [(await h.embed("minilm", [t], deadline=deadline())).vectors[0] for t in texts]
         mixed = await h.embed("minilm", texts, deadline=deadline())
-        assert mixed.identity == "cpu:all-MiniLM-L6-v2:53aa5117:numpy"
+        assert mixed.identity == "cpu:all-MiniLM-L6-v2:bert-mean-norm:53aa5117:numpy"
         # The same text alone and inside an 11-text mixed call, across buckets.
         picked = [18, 0, 5, 19, 10, 16, 11, 3, 12, 1, 13]
         eleven = await h.embed("minilm", [texts[i] for i in picked], deadline=deadline())
@@ -76,7 +76,7 @@ async def test_the_onnxruntime_worker_matches_the_reference(
     cfg = config(entry("fast", runtime="onnxruntime", cache_dir=str(onnx_cache)))
     async with host(cfg) as h:
         result = await h.embed("fast", texts_of(reference), deadline=deadline())
-    assert result.identity == "cpu:all-MiniLM-L6-v2:53aa5117:onnxruntime"
+    assert result.identity == "cpu:all-MiniLM-L6-v2:bert-mean-norm:53aa5117:onnxruntime"
     matches_reference(np.array(result.vectors, dtype=np.float32), reference_vectors)
 
 
@@ -183,12 +183,14 @@ async def test_a_folder_missing_a_file_is_unavailable_naming_it(
 
 @asyncio_only
 async def test_another_models_tokenizer_is_refused_naming_it(model_copy: Path) -> None:
-    from tokenizers import Tokenizer, models
+    from tokenizers import Tokenizer, models, processors
 
     path = model_copy / files.TOKENIZER
     path.unlink()
     vocab = {"[UNK]": 0, "[CLS]": 1, "[SEP]": 2, "hello": 3}
-    Tokenizer(models.WordLevel(vocab, unk_token="[UNK]")).save(str(path))
+    other = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    other.post_processor = processors.BertProcessing(("[SEP]", 2), ("[CLS]", 1))
+    other.save(str(path))
     async with host(config(entry("mismatch", model_dir=str(model_copy)))) as h:
         with pytest.raises(synapse.WorkerFault, match="has 4 tokens but the weights embed 30522"):
             await h.embed("mismatch", ["hello"], deadline=deadline())
@@ -263,7 +265,8 @@ def test_host_tokenizer_says_what_each_token_is() -> None:
     assert [p.text for p in pieces][:4] == ["Una", "ffa", "ble", "café"]
     assert all(text[p.start : p.stop] == p.text and not p.special for p in pieces)
     framed = tokenizer.pieces(text, special=True)
-    assert [p.id for p in (framed[0], framed[-1])] == list(tokenizer.special_ids())
+    framing = tokenizer.framing()
+    assert [p.id for p in (framed[0], framed[-1])] == [*framing.before, *framing.after]
     assert [(p.text, p.special, p.start) for p in (framed[0], framed[-1])] == [
         ("[CLS]", True, None),
         ("[SEP]", True, None),

@@ -61,8 +61,8 @@ def test_a_vector_does_not_depend_on_its_batch_mates(
     together = model.embed(mixed)
     assert np.abs(alone - together).max() <= 1e-6
     # Padded far past its length in one forward slice, the short text is unchanged.
-    ids, mask = bert.pack([sequences[16], sequences[18]], model.cls_id, model.sep_id)
-    assert np.abs(model.forward(ids, mask)[0] - alone[5]).max() <= 1e-6
+    packed = bert.pack([sequences[16], sequences[18]], model.framing)
+    assert np.abs(model.forward(*packed)[0] - alone[5]).max() <= 1e-6
 
 
 def test_rerank_is_the_cosine_of_separate_embeddings(model: runtime.Model) -> None:
@@ -77,8 +77,10 @@ def test_rerank_is_the_cosine_of_separate_embeddings(model: runtime.Model) -> No
     assert all(-1.0 <= s <= 1.0 for s in scores)
 
 
-def test_identity_names_model_weights_and_runtime(model: runtime.Model) -> None:
-    assert model.identity == f"cpu:all-MiniLM-L6-v2:53aa5117:{model.runtime}"
+def test_identity_names_model_architecture_pooling_weights_and_runtime(
+    model: runtime.Model,
+) -> None:
+    assert model.identity == f"cpu:all-MiniLM-L6-v2:bert-mean-norm:53aa5117:{model.runtime}"
 
 
 def test_erf_is_accurate_to_float32() -> None:
@@ -103,10 +105,9 @@ def test_the_onnx_graph_is_cached_under_the_weights_hash(
     from synapse_cpu import files, onnx_graph
 
     located = files.ModelFiles(model_dir, "m", None)
-    config = bert.BertConfig.from_json(files.read_json(located.config), "config.json")
-    weights = bert.weights_from_tensors(runtime.LazyTensors(located.weights), config, "w")
+    weights = runtime.read_weights(located, files.check_present(located))
     first = onnx_graph.cached_graph(weights, "a" * 64, tmp_path)
-    assert first.name == f"{'a' * 64}-v{onnx_graph.GRAPH_VERSION}.onnx"
+    assert first.name == f"{'a' * 64}-mean-norm-v{onnx_graph.GRAPH_VERSION}.onnx"
 
     def no_rebuild(_: object) -> None:
         raise AssertionError("the cached graph was built again")
@@ -128,7 +129,7 @@ def test_the_published_reference_is_the_numpy_forward_pass(numpy_model: runtime.
     reference = point.load()()
     assert "synapse-cpu" in reference.name
     ids = numpy_model.tokenizer.encode("A man is eating food.")
-    cls_id, sep_id = numpy_model.tokenizer.special_ids()
+    framing = numpy_model.framing
     # positions, as another lane's device sees them: the special tokens included
-    (row,) = reference.embed([[cls_id, *ids, sep_id]])
+    (row,) = reference.embed([[*framing.before, *ids, *framing.after]])
     assert np.array_equal(row, numpy_model.embed([ids])[0])

@@ -37,6 +37,7 @@ REFUSAL_STATUS = {
     "invalid-text": 422,
     "empty-sequence": 422,
     "over-ceiling": 422,
+    "unknown-prompt": 422,
     # The model exists but cannot run on this machine: the server's problem.
     "transport-unavailable": 503,
 }

@@ -24,15 +24,16 @@ from .service import Service
 
 @post(CohereRerankRequest)
 async def rerank(request: Incoming, service: Service, body: CohereRerankRequest) -> Response:
-    """``relevance_score`` is the model's score through a sigmoid, as TEI's
-    ``/rerank`` gives it by default: in [0, 1], in the model's order."""
+    """``relevance_score`` is the model's raw score (a cross-encoder's logit)
+    through a sigmoid, as TEI's ``/rerank`` gives it by default: in [0, 1],
+    in the model's order."""
     texts = [d if isinstance(d, str) else d.text for d in body.documents]
     check_count(len(texts), service.settings.max_inputs, "documents")
     model = model_of(request, body.model, service, "rerank")
     result = await service.host.rerank(
         model, body.query, texts, deadline=deadline_of(request, service), truncate=body.truncate
     )
-    ranked = sorted(enumerate(result.scores), key=lambda pair: -pair[1])[: body.top_n]
+    ranked = sorted(enumerate(result.raw_scores), key=lambda pair: -pair[1])[: body.top_n]
     answer = CohereRerankResponse(
         id=uuid.uuid4().hex,
         results=[

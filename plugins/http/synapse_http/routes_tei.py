@@ -67,8 +67,9 @@ async def embed(request: Incoming, service: Service, body: EmbedRequest) -> Resp
 
 @post(RerankRequest)
 async def rerank(request: Incoming, service: Service, body: RerankRequest) -> Response:
-    """Ranks best first, each with its input ``index``; scores pass through a
-    sigmoid unless ``raw_scores`` (as TEI does for a classifier's logit)."""
+    """Ranks best first, each with its input ``index``; the model's raw scores
+    (a cross-encoder's logits) pass through a sigmoid unless ``raw_scores``,
+    as TEI does for a classifier's logit."""
     check_count(len(body.texts), service.settings.max_inputs, "texts")
     model = model_of(request, None, service, "rerank")
     result = await service.host.rerank(
@@ -84,7 +85,7 @@ async def rerank(request: Incoming, service: Service, body: RerankRequest) -> Re
             score=score if body.raw_scores else sigmoid(score),
             text=body.texts[i] if body.return_text else UNSET,
         )
-        for i, score in enumerate(result.scores)
+        for i, score in enumerate(result.raw_scores)
     ]
     ranks.sort(key=lambda r: -r.score)
     return json_response(ranks, headers=truncated_header(result.truncated))
@@ -138,10 +139,18 @@ async def info(request: Request) -> Response:
     entry = _entry(service, model_of(Incoming(request.scope), None, service, "embed"))
     config = service.host.config
     spec = entry.spec
+    traits = entry.traits
     kind: dict[str, dict[str, object]] = (
-        {"embedding": {"pooling": "mean"}}
+        {"embedding": {"pooling": traits.pooling or "mean"}}
         if spec.task == "embed"
-        else {"reranker": {"id2label": {"0": "LABEL_0"}, "label2id": {"LABEL_0": 0}}}
+        else {
+            "reranker": {
+                "id2label": {"0": "LABEL_0"},
+                "label2id": {"LABEL_0": 0},
+                # Synapse's own: whether query and document meet in the model
+                "scorer": traits.scorer or "unknown",
+            }
+        }
     )
     settings = service.settings
     answer = Info(
@@ -190,12 +199,18 @@ def _entry(service: Service, model: str) -> Entry:
 def _prompted(
     service: Service, model: str, name: str | None, inputs: list[Given], flat: bool = False
 ) -> list[Given]:
-    """``inputs`` with the model's prompt ``name`` in front of each text, as
+    """``inputs`` with the model's prompt ``name`` (or, named none, its
+    default prompt, if its files give one) in front of each text, as
     sentence-transformers applies its prompts. A text without tokens gets
-    none, so it is still refused as empty; token ids cannot take a prompt's
-    text (``flat``: the ids were the whole of ``$.inputs``)."""
+    none, so it is still refused as empty; token ids cannot take a named
+    prompt's text (``flat``: the ids were the whole of ``$.inputs``) and are
+    left as they are by the default one."""
+    known_entry = service.host.catalog.entries.get(model)
+    default = name is None
     if name is None:
-        return inputs
+        name = known_entry.traits.default_prompt if known_entry is not None else None
+        if name is None:
+            return inputs
     entry = _entry(service, model)
     prompt = entry.spec.prompts.get(name)
     if prompt is None:
@@ -210,6 +225,9 @@ def _prompted(
     out: list[Given] = []
     for index, given in enumerate(inputs):
         if not isinstance(given, str):
+            if default:
+                out.append(given)
+                continue
             field = "$.inputs" if flat else f"$.inputs[{index}]"
             raise invalid(
                 f"{field} is token ids, which a prompt's text cannot be put in front of; "
