@@ -42,8 +42,9 @@ PUBLIC = frozenset({HOST, TRANSPORT, POLICY, EVENTS, CLI, *TESTING})
 ALLOWED: dict[str, frozenset[str]] = {
     "mock_transport": frozenset({HOST, TRANSPORT}),
     "ane_direct": frozenset({HOST, TRANSPORT}),
-    # a transport that charges its lane in MiB (synapse_admission_cost)
-    "cpu": frozenset({HOST, TRANSPORT, POLICY}),
+    # a transport that charges its lane in MiB (synapse_admission_cost) and
+    # adds `synapse pull` (hub models)
+    "cpu": frozenset({HOST, TRANSPORT, POLICY, CLI}),
     # an observer with commands
     "certify": frozenset({HOST, EVENTS, CLI}),
     # the host API, and `synapse serve`

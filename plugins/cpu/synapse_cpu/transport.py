@@ -54,7 +54,7 @@ def onnxruntime_problem() -> str:
 
 
 def model_files(options: CpuOptions) -> files.ModelFiles:
-    return files.locate(options.model_dir, options.sha256)
+    return files.locate(options.folder(), options.sha256)
 
 
 @functools.lru_cache(maxsize=64)

@@ -26,7 +26,7 @@ class CpuWorker(ModelWorker):
     def load(self, options: CpuOptions) -> None:
         runtime.limit_threads(options.threads)
         self.runner = runtime.load(
-            options.model_dir,
+            options.folder(),
             options.sha256,
             options.runtime,
             cache_dir=options.cache_dir,
