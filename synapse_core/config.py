@@ -54,6 +54,11 @@ def _prompt_names(instance: object, attribute: attrs.Attribute[Any], value: dict
             raise FieldInvalid(attribute.name, "a prompt needs a name; got an empty one")
 
 
+def _named(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if not value.strip():
+        raise FieldInvalid(attribute.name, "must name an encoding; got an empty string")
+
+
 @attrs.frozen
 class ModelSpec:
     """One catalog entry. Two entries may name the same ``package``: they are
@@ -70,6 +75,10 @@ class ModelSpec:
     #: texts put in front of an input by name (``query = "query: "``), as
     #: sentence-transformers' prompts; a caller asks for one by name
     prompts: dict[str, str] = attrs.field(factory=dict, validator=_prompt_names)
+    #: the tiktoken encoding whose ids OpenAI-style clients send for this
+    #: model (LangChain's ``OpenAIEmbeddings`` pre-tokenises with it); ``synapse
+    #: serve``'s ``/v1/embeddings`` decodes token arrays with it
+    tiktoken_encoding: str = attrs.field(default="cl100k_base", validator=_named)
     #: most positions (bucket x sequences) one request of a call carries, so a
     #: request takes a bounded time and other calls get the worker between a
     #: large call's requests; ``None``: the transport's default

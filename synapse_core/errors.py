@@ -40,8 +40,10 @@ class Refused(SynapseError):
     ``code`` is one of ``unknown-model``, ``wrong-task``,
     ``transport-unavailable``, ``empty-input``, ``missing-query`` (a rerank
     without a query), ``invalid-text`` (an input that is not a string, or
-    holds a lone surrogate), ``empty-sequence``, ``over-ceiling`` and
-    ``unknown-prompt`` (a prompt name the model does not have);
+    holds a lone surrogate), ``invalid-token`` (a token id that is not an
+    integer, is negative, is not a 32-bit integer or is past the model's
+    vocabulary), ``empty-sequence``, ``over-ceiling`` and ``unknown-prompt``
+    (a prompt name the model does not have);
     ``index`` names the offending input (``None`` when the refusal is about
     the whole call or the rerank query).
     """
@@ -53,6 +55,7 @@ class Refused(SynapseError):
         "empty-input",
         "missing-query",
         "invalid-text",
+        "invalid-token",
         "empty-sequence",
         "over-ceiling",
         "unknown-prompt",

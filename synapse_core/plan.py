@@ -163,12 +163,55 @@ def _sequence(texts: object, what: str) -> Sequence[object]:
     raise TypeError(f"{what} must be a list of strings, got {type(texts).__name__}{hint}")
 
 
-def _token_ids(value: object) -> bool:
-    """Whether ``value`` is a list (or tuple) of token ids: non-negative ints."""
-    return type(value) in (list, tuple) and all(
-        type(i) is int and i >= 0
-        for i in value  # type: ignore[attr-defined]
-    )
+#: token ids reach workers as 32-bit integers at most (a numpy or device
+#: table index); a larger int fails on the wire or inside the worker
+TOKEN_ID_LIMIT = 2**31
+
+
+def token_id_limit(model: str, tokenizer: Tokenizer) -> int:
+    """One past the largest token id the model takes: its vocabulary's size
+    where the tokenizer tells it (:class:`~synapse_core.tokenizer.SizedTokenizer`),
+    else the 32-bit bound."""
+    size = getattr(tokenizer, "vocab_size", None)
+    if size is None:
+        return TOKEN_ID_LIMIT
+    try:
+        limit = int(size())
+    except Exception as exc:
+        raise tokenizer_failed(model, "its vocabulary size", exc) from exc
+    return min(limit, TOKEN_ID_LIMIT)
+
+
+def invalid_token(
+    model: str, ids: Sequence[object], what: str, index: int, limit: int
+) -> Refused | None:
+    """The refusal of token ids ``ids`` if one is not an int in ``range(limit)``."""
+    if all(type(i) is int for i in ids) and (
+        not ids or (min(ids) >= 0 and max(ids) < limit)  # type: ignore[type-var,operator]
+    ):
+        return None
+    for position, token in enumerate(ids):
+        if type(token) is not int:
+            kind = "None" if token is None else f"of type {type(token).__name__}"
+            problem = f"is {kind}, not an integer"
+        elif token < 0:
+            problem = "is negative"
+        elif token >= limit:
+            problem = (
+                f"is past the vocabulary of model {model!r} (ids 0 to {limit - 1})"
+                if limit < TOKEN_ID_LIMIT
+                else "is not a 32-bit integer"
+            )
+        else:
+            continue
+        return Refused(
+            "invalid-token",
+            f"{what}: token id {token!r} at position {position} {problem}; give text, "
+            "or ids of the model's own tokenizer",
+            model=model,
+            index=index,
+        )
+    return None  # pragma: no cover - the check above found a bad id
 
 
 def invalid_text(model: str, value: object, what: str, index: int | None) -> Refused | None:
@@ -197,8 +240,9 @@ def plan_call(
 
     ``texts`` must be a sequence (a ``TypeError`` says so otherwise); an item
     may be a text or the token ids of the model's own tokenizer (special
-    tokens excluded); any other item, or a query that is not valid text, is
-    refused as ``invalid-text``. With ``truncate`` (True or ``"end"``, or
+    tokens excluded); a list of ids holding one that is not an int in the
+    model's vocabulary is refused as ``invalid-token``, any other item, or a
+    query that is not valid text, as ``invalid-text``. With ``truncate`` (True or ``"end"``, or
     ``"start"`` to keep the end of the text) an input over the ceiling is cut
     to fit instead of refused, and its index recorded in the plan; any other
     ``truncate`` is a ``TypeError`` or ``ValueError``.
@@ -276,11 +320,13 @@ def _sized(
     """Input ``index`` sized (``counting``: counted, not encoded); refused if
     it is neither valid text nor token ids, or if it is empty."""
     noun = "document" if query_ids is not None else "input"
-    token_ids = not isinstance(given, str) and _token_ids(given)
-    if (
-        not token_ids
-        and not (isinstance(given, str) and given.isascii())
-        and (refusal := invalid_text(model, given, f"{noun} {index}", index))
+    if type(given) in (list, tuple):
+        # Checked here, so a worker never sees an id it cannot look up.
+        limit = token_id_limit(model, tokenizer)
+        if refusal := invalid_token(model, given, f"{noun} {index}", index, limit):
+            raise refusal
+    elif not (isinstance(given, str) and given.isascii()) and (
+        refusal := invalid_text(model, given, f"{noun} {index}", index)
     ):
         raise refusal
     text = given if isinstance(given, str) else ""

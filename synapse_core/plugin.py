@@ -17,7 +17,8 @@ importing ``ModelWorker`` does not pay for the host's modules.
   :func:`spawn_worker`, :func:`launch_spec`, :func:`confirm_exit`,
   :data:`hookimpl`, :class:`ModelSpec`, :data:`Task`, tokenizers
   (:class:`BasicTokenizer` is the default one; :class:`DescribingTokenizer`
-  and :class:`TokenPiece` for one that can say what each token is), and the
+  and :class:`TokenPiece` for one that can say what each token is,
+  :class:`SizedTokenizer` for one that knows its vocabulary's size), and the
   errors a transport raises (:class:`LaneLocked`, :class:`SynapseError`).
 - Options: :func:`parse_options`, :class:`FieldInvalid`,
   :class:`ConfigError`, :class:`WorkerOptions`, :class:`Faults`, the ready
@@ -63,6 +64,7 @@ _EXPORTS = {
     "BasicTokenizer": "tokenizer",
     "CountingTokenizer": "tokenizer",
     "DescribingTokenizer": "tokenizer",
+    "SizedTokenizer": "tokenizer",
     "TokenPiece": "tokenizer",
     "Tokenizer": "tokenizer",
     "LaneLocked": "errors",
@@ -183,6 +185,7 @@ __all__ = [
     "Scorer",
     "Scores",
     "Shape",
+    "SizedTokenizer",
     "Stop",
     "SynapseError",
     "Task",
@@ -220,6 +223,7 @@ if TYPE_CHECKING:
         BasicTokenizer,
         CountingTokenizer,
         DescribingTokenizer,
+        SizedTokenizer,
         Tokenizer,
         TokenPiece,
     )

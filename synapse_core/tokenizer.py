@@ -45,6 +45,19 @@ class CountingTokenizer(Tokenizer, Protocol):
         ...
 
 
+class SizedTokenizer(Tokenizer, Protocol):
+    """A tokenizer that can say how many token ids its model has (optional).
+
+    With it the host refuses a token id past the vocabulary (``invalid-token``)
+    before any worker sees it; without it only ids that are negative or not
+    32-bit integers are refused there.
+    """
+
+    def vocab_size(self) -> int:
+        """How many ids the model embeds: every id is in ``range(vocab_size())``."""
+        ...
+
+
 @attrs.frozen
 class TokenPiece:
     """One token of a text as a model sees it: its id, its text and, for a
@@ -94,6 +107,11 @@ class BasicTokenizer:
     #: the ids of the special tokens a sequence is framed with (``[CLS] ids [SEP]``)
     CLS: ClassVar[int] = CLS
     SEP: ClassVar[int] = SEP
+
+    def vocab_size(self) -> int:
+        """:class:`SizedTokenizer`'s size: ids below :data:`SPECIAL` are the
+        special tokens, the rest are hashed words."""
+        return VOCAB
 
     def spans(self, text: str) -> list[tuple[int, int]]:
         """The ``(start, stop)`` character span in ``text`` of each word and

@@ -8,10 +8,11 @@ import anyio
 import pytest
 
 from synapse_core import HostConfig
+from synapse_core.config import ModelSpec
 from synapse_core.testing import host_config, model_entry
 from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.testing.fake_worker import FakeWorker
-from synapse_core.tokenizer import VOCAB
+from synapse_core.tokenizer import VOCAB, BasicTokenizer, Tokenizer
 from synapse_core.transport import Launched, LaunchRequest
 
 #: a fake-transport catalog entry; ``options`` override three buckets, four
@@ -71,8 +72,19 @@ class VocabWorker(FakeWorker):
         return super().embed(batch)
 
 
+class OversizedTokenizer(BasicTokenizer):
+    """Claims more ids than :class:`VocabWorker`'s table has (a tokenizer paired
+    with another model's worker): the host passes ids past ``VOCAB`` on."""
+
+    def vocab_size(self) -> int:
+        return 2 * VOCAB
+
+
 class VocabTransport(InProcessFakeTransport):
     """The in-process fake transport, running :class:`VocabWorker`."""
+
+    def tokenizer(self, model: ModelSpec) -> Tokenizer:
+        return OversizedTokenizer()
 
     async def launch(self, request: LaunchRequest) -> Launched:
         return self.start_worker(request, VocabWorker, 6_100_000)

@@ -16,6 +16,7 @@ import pytest
 import synapse_core as synapse
 from synapse_core.testing import transport_plugin
 from synapse_core.testing.fake import InProcessFakeTransport
+from synapse_core.tokenizer import VOCAB, BasicTokenizer
 
 pytestmark = pytest.mark.anyio
 
@@ -144,3 +145,82 @@ async def test_a_single_string_is_still_one_text(make_model: Any, make_config: A
     async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessFakeTransport())]) as host:
         assert len((await host.embed("m", "one text")).vectors) == 1
         assert len((await host.embed("m", ("a", "b"))).vectors) == 2
+
+
+@pytest.mark.parametrize(
+    ("ids", "says"),
+    [
+        ([5, VOCAB], f"token id {VOCAB} at position 1 is past the vocabulary of model"),
+        ([5, 6, -1], "token id -1 at position 2 is negative"),
+        ([2**40], f"token id {2**40} at position 0 is past the vocabulary"),
+        ([3, 2.0], "token id 2.0 at position 1 is of type float, not an integer"),
+        ([None], "token id None at position 0 is None, not an integer"),
+        ([True], "token id True at position 0 is of type bool, not an integer"),
+    ],
+)
+async def test_a_token_id_outside_the_vocabulary_is_refused_before_any_worker_sees_it(
+    make_model: Any, make_config: Any, ids: list[object], says: str
+) -> None:
+    error = await outcome(make_model, make_config, lambda h: h.embed("m", ["fine", ids]))
+    assert isinstance(error, synapse.Refused), repr(error)
+    assert (error.code, error.index) == ("invalid-token", 1)
+    assert f"input 1: {says}" in str(error)
+
+    # The same for a rerank document, named as a document.
+    error = await outcome(
+        make_model, make_config, lambda h: h.rerank("r", query="q", documents=[ids])
+    )
+    assert isinstance(error, synapse.Refused), repr(error)
+    assert (error.code, error.index) == ("invalid-token", 0)
+    assert f"document 0: {says}" in str(error)
+
+
+class Unsized(BasicTokenizer):
+    """A tokenizer that cannot tell its vocabulary's size."""
+
+    vocab_size = None  # type: ignore[assignment]
+
+
+async def test_without_a_vocabulary_size_ids_past_32_bits_are_still_refused(
+    make_model: Any, make_config: Any
+) -> None:
+    class UnsizedTransport(InProcessFakeTransport):
+        def tokenizer(self, model: Any) -> Any:
+            return Unsized()
+
+    transport = UnsizedTransport()
+    cfg = make_config(make_model("m"))
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        for bad in ([2**31], [2**70], [-5]):
+            with pytest.raises(synapse.Refused) as refused:
+                await host.embed("m", ["fine", bad])
+            assert (refused.value.code, refused.value.index) == ("invalid-token", 1), bad
+        assert "is not a 32-bit integer" in str(await _refusal(host, [2**31]))
+        assert transport.launches == []
+        # Inside the bounds the ids pass (the worker takes them).
+        result = await host.embed("m", [[VOCAB + 5, 2**31 - 1]])
+        assert len(result.vectors) == 1
+
+
+async def _refusal(host: synapse.Host, ids: list[int]) -> synapse.Refused:
+    with pytest.raises(synapse.Refused) as refused:
+        await host.embed("m", [ids])
+    return refused.value
+
+
+async def test_a_tokenizer_that_fails_to_size_its_vocabulary_is_a_plugin_error(
+    make_model: Any, make_config: Any
+) -> None:
+    class Broken(BasicTokenizer):
+        def vocab_size(self) -> int:
+            raise RuntimeError("no vocabulary file")
+
+    class BrokenTransport(InProcessFakeTransport):
+        def tokenizer(self, model: Any) -> Any:
+            return Broken()
+
+    cfg = make_config(make_model("m"))
+    async with synapse.open_host(cfg, plugins=[transport_plugin(BrokenTransport())]) as host:
+        with pytest.raises(synapse.PluginError, match=r"vocabulary size.*no vocabulary file"):
+            await host.embed("m", [[5]])
+        assert (await host.embed("m", ["text still works"])).vectors

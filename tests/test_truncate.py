@@ -131,7 +131,12 @@ async def test_only_lists_of_non_negative_ints_pass_as_token_ids(
 ) -> None:
     cfg = make_config(make_model("m", ceiling=CEILING))
     async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessFakeTransport())]) as host:
-        for bad in ([1, "2"], [1, -2], [1.0, 2], None):
+        for bad, code in (
+            ([1, "2"], "invalid-token"),
+            ([1, -2], "invalid-token"),
+            ([1.0, 2], "invalid-token"),
+            (None, "invalid-text"),
+        ):
             with pytest.raises(synapse.Refused) as refused:
                 await host.embed("m", ["fine", bad])  # type: ignore[list-item]
-            assert (refused.value.code, refused.value.index) == ("invalid-text", 1), bad
+            assert (refused.value.code, refused.value.index) == (code, 1), bad

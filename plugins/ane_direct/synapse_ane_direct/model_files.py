@@ -195,11 +195,18 @@ class ModelTokenizer:
         self._directory = directory
         self._inner: Any = None
 
-    def encode(self, text: str) -> list[int]:
+    def _loaded(self) -> Any:
         if self._inner is None:
             self._inner = load_tokenizer(self._directory)
-        ids: list[int] = self._inner.encode(text, add_special_tokens=False).ids
+        return self._inner
+
+    def encode(self, text: str) -> list[int]:
+        ids: list[int] = self._loaded().encode(text, add_special_tokens=False).ids
         return ids
+
+    def vocab_size(self) -> int:
+        """The host refuses ids past it, so the device never looks one up."""
+        return int(self._loaded().get_vocab_size())
 
     def sequence_length(self, ids: list[int], pair: list[int] | None = None) -> int:
         return len(ids) + (len(pair) if pair is not None else 0) + 2

@@ -20,7 +20,8 @@ from .errors import ModelFilesError
 
 
 class HFTokenizer:
-    """Implements the plugin API's ``CountingTokenizer`` and ``DescribingTokenizer``.
+    """Implements the plugin API's ``CountingTokenizer``, ``DescribingTokenizer``
+    and ``SizedTokenizer``.
 
     The file is read on first use, so listing a catalog never touches it.
     A rerank pair counts the query's tokens and the document's together, as
@@ -66,6 +67,12 @@ class HFTokenizer:
 
     def count(self, text: str) -> int:
         return len(self.encode(text))
+
+    def vocab_size(self) -> int:
+        """``SizedTokenizer``'s size: the host refuses ids past it, so a worker
+        never looks one up (``check_fits`` holds it equal to the weights' rows)."""
+        size: int = self.load().get_vocab_size()  # type: ignore[attr-defined]
+        return size
 
     def pieces(self, text: str, special: bool = False) -> list[TokenPiece]:
         """Each token's id, the characters of ``text`` it stands for (its

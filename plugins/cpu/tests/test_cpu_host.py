@@ -272,3 +272,17 @@ def test_host_tokenizer_says_what_each_token_is() -> None:
         ("[SEP]", True, None),
     ]
     assert framed[1:-1] == pieces
+
+
+@asyncio_only
+async def test_a_token_id_past_the_vocabulary_is_refused_before_the_worker_sees_it() -> None:
+    async with host(config(entry("minilm"))) as h:
+        with pytest.raises(synapse.Refused) as refused:
+            await h.embed("minilm", ["fine", [101, 30522]], deadline=deadline())
+        assert (refused.value.code, refused.value.index) == ("invalid-token", 1)
+        assert "token id 30522 at position 1 is past the vocabulary" in str(refused.value)
+        assert "(ids 0 to 30521)" in str(refused.value)
+        assert h.snapshot().lanes == {}  # refused in the plan: no worker was started
+        # The last id of the vocabulary is the model's, and served.
+        served = await h.embed("minilm", [[30521]], deadline=deadline())
+        assert len(served.vectors[0]) == 384

@@ -20,37 +20,53 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from synapse_core import Host, HostConfig, PluginHost, SynapseError
 
-from . import routes_openai, routes_rerank, routes_tei
+from . import openapi, routes_openai, routes_rerank, routes_tei
 from .errors import HTTPError, unexpected
 from .metrics import CONTENT_TYPE
+from .openapi import Answer, answers
 from .pipeline import PostRoute, error_response, service_of, synapse_error
 from .schemas import ErrorBody
 from .service import Service
 from .settings import ServeSettings
 
-#: routes that answer without an API key (load balancers probe them)
-OPEN_PATHS = frozenset({"/health"})
+#: routes that answer without an API key (load balancers probe ``/health``;
+#: the API's description is no secret, and Swagger UI fetches it keyless)
+OPEN_PATHS = frozenset({"/health", "/openapi.json", "/docs"})
 
 
+@answers(Answer(body=None, media="text/plain", summary="Prometheus metrics."))
 async def metrics(request: Request) -> Response:
     return Response(service_of(request).metrics.render(), media_type=CONTENT_TYPE)
 
 
+#: a POST route the app serves directly
+Direct = PostRoute[Any] | routes_tei.ServedTask
+
 ROUTES = [
     Route("/v1/embeddings", routes_openai.embeddings, methods=["POST"]),
+    # TEI's alias of its OpenAI route (LiteLLM's ``openai/`` without ``/v1`` posts here)
+    Route("/embeddings", routes_openai.embeddings, methods=["POST"]),
     Route("/v1/models", routes_openai.models, methods=["GET"]),
     Route("/v1/rerank", routes_rerank.rerank, methods=["POST"]),
+    Route("/v2/rerank", routes_rerank.rerank_v2, methods=["POST"]),
+    Route("/", routes_tei.served, methods=["POST"]),
     Route("/embed", routes_tei.embed, methods=["POST"]),
     Route("/rerank", routes_tei.rerank, methods=["POST"]),
     Route("/tokenize", routes_tei.tokenize, methods=["POST"]),
     Route("/info", routes_tei.info, methods=["GET"]),
     Route("/health", routes_tei.health, methods=["GET"]),
     Route("/metrics", metrics, methods=["GET"]),
+    Route("/openapi.json", openapi.json_route(OPEN_PATHS), methods=["GET"]),
+    Route("/docs", openapi.docs, methods=["GET"]),
 ]
 #: metric labels: each route's path, and one label for every other path
 ROUTE_LABELS = frozenset(route.path for route in ROUTES)
 #: the POST routes :class:`SynapseApp` serves without Starlette's middleware and routing
-DIRECT = {route.path: route.endpoint for route in ROUTES if isinstance(route.endpoint, PostRoute)}
+DIRECT: dict[str, Direct] = {
+    route.path: route.endpoint
+    for route in ROUTES
+    if isinstance(route.endpoint, PostRoute | routes_tei.ServedTask)
+}
 
 
 def create_app(
@@ -119,9 +135,7 @@ class SynapseApp(Starlette):
                 return
         await super().__call__(scope, receive, send)
 
-    async def _direct(
-        self, route: PostRoute[Any], scope: Scope, receive: Receive, send: Send
-    ) -> None:
+    async def _direct(self, route: Direct, scope: Scope, receive: Receive, send: Send) -> None:
         start = time.perf_counter()
         metrics = self.service.metrics
         metrics.inside += 1
@@ -231,7 +245,9 @@ async def _starlette_error(request: Request, exc: Exception) -> Response:
         404: f"no route {request.url.path}; see the routes in the Synapse HTTP docs",
         405: f"{request.method} is not allowed on {request.url.path}",
     }.get(exc.status_code, str(exc.detail))
-    answer = HTTPError(exc.status_code, ErrorBody(error=hint, error_type=kind))
+    # Starlette's 405 carries ``Allow`` (the route's methods): passed on
+    headers = dict(exc.headers) if exc.headers else None
+    answer = HTTPError(exc.status_code, ErrorBody(error=hint, error_type=kind), headers)
     return error_response(answer, request.url.path)
 
 

@@ -52,7 +52,7 @@ ENV_API_KEY = "SYNAPSE_API_KEY"
 @click.option(
     "--max-inputs",
     type=click.IntRange(min=1),
-    default=256,
+    default=2048,
     show_default=True,
     help="More inputs in one request are answered 413.",
 )

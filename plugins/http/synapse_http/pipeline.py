@@ -18,7 +18,9 @@ from synapse_core import Deadline, OutcomeUnknown, Refused, SynapseError, Worker
 from .body import ClientGone, read_body
 from .disconnect import until_disconnect
 from .errors import HTTPError, from_synapse, invalid, malformed, too_large, unexpected
+from .schemas import UNSET, OpenAIError, OpenAIErrorBody
 from .service import Service
+from .text import lone_surrogate
 
 T = TypeVar("T")
 JSON = "application/json"
@@ -73,6 +75,11 @@ def decode(body: bytes, schema: type[T]) -> T:
     try:
         return decoder.decode(body)  # type: ignore[no-any-return]
     except msgspec.DecodeError as exc:
+        # msgspec refuses a lone surrogate escape ("\ud800") as if the body
+        # were cut short: say what is wrong with which input instead.
+        surrogate = lone_surrogate(body)
+        if surrogate is not None:
+            raise surrogate from None
         raise malformed(exc) from None
 
 
@@ -108,13 +115,23 @@ def deadline_of(request: Incoming, service: Service) -> Deadline:
 
 def model_of(request: Incoming, named: str | None, service: Service, task: str) -> str:
     """The model a request names: in its body, ``?model=``, ``X-Synapse-Model``,
-    or else the catalog's default for ``task``."""
-    return (
-        named
-        or request.query("model")
-        or request.header(HEADER_MODEL)
-        or service.default_model(task)  # type: ignore[arg-type]
-    )
+    or else the catalog's default for ``task``. A name given empty is no
+    model's (``unknown-model``), never the default."""
+    given = named
+    if given is None:  # looked up only when needed: the body names it on most requests
+        given = request.query("model")
+        if given is None:
+            given = request.header(HEADER_MODEL)
+            if given is None:
+                return service.default_model(task)  # type: ignore[arg-type]
+    if not given:
+        raise Refused(
+            "unknown-model",
+            "the model's name is empty; name a catalog model (GET /v1/models lists them) "
+            "or leave the name out for the default",
+            model="",
+        )
+    return given
 
 
 def truncated_header(indexes: tuple[int, ...]) -> dict[str, str]:
@@ -132,8 +149,10 @@ class PostRoute(Generic[T]):
     :class:`~synapse_http.app.SynapseApp`); mounted in a Starlette route, it
     finds its service in the app's state."""
 
-    def __init__(self, schema: type[T], handler: Handler[T]) -> None:
+    def __init__(self, schema: type[T], handler: Handler[T], answers: object) -> None:
         self.schema = schema
+        #: the type of a 200 answer's body (for the OpenAPI document)
+        self.answers = answers
         self.handler = handler
         self.__name__ = handler.__name__
         self.__doc__ = handler.__doc__
@@ -169,11 +188,12 @@ class PostRoute(Generic[T]):
         return answer.status_code
 
 
-def post(schema: type[T]) -> Callable[[Handler[T]], PostRoute[T]]:
-    """Make ``handler(request, service, body)`` a POST route for a JSON body."""
+def post(schema: type[T], answers: object) -> Callable[[Handler[T]], PostRoute[T]]:
+    """Make ``handler(request, service, body)`` a POST route for a JSON body
+    of ``schema``, answering a body of type ``answers``."""
 
     def wrap(handler: Handler[T]) -> PostRoute[T]:
-        return PostRoute(schema, handler)
+        return PostRoute(schema, handler, answers)
 
     return wrap
 
@@ -189,7 +209,7 @@ def synapse_error(service: Service, exc: SynapseError) -> HTTPError:
 
 
 #: routes whose clients read OpenAI's error envelope
-OPENAI_PATHS = ("/v1/embeddings", "/v1/models")
+OPENAI_PATHS = ("/v1/embeddings", "/v1/models", "/embeddings")
 
 
 def error_response(exc: HTTPError, path: str = "") -> Response:
@@ -198,13 +218,16 @@ def error_response(exc: HTTPError, path: str = "") -> Response:
     holding the same fields (the ``openai`` client then exposes them)."""
     if not path.startswith(OPENAI_PATHS):
         return json_response(exc.body, exc.status, exc.headers)
-    fields = msgspec.to_builtins(exc.body)
-    inner = {
-        "message": fields["error"],
-        "type": fields["error_type"],
-        "param": fields.get("field"),
-        "code": fields["error_type"],
-        **fields,
-    }
-    del inner["error"]
-    return json_response({"error": inner}, exc.status, exc.headers)
+    body = exc.body
+    inner = OpenAIError(
+        message=body.error,
+        type=body.error_type,
+        param=None if body.field is UNSET else body.field,
+        code=body.error_type,
+        error_type=body.error_type,
+        index=body.index,
+        field=body.field,
+        may_have_run=body.may_have_run,
+        error_id=body.error_id,
+    )
+    return json_response(OpenAIErrorBody(error=inner), exc.status, exc.headers)

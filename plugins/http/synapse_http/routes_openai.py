@@ -1,4 +1,5 @@
-"""OpenAI's ``POST /v1/embeddings`` and ``GET /v1/models``."""
+"""OpenAI's ``POST /v1/embeddings`` (also at ``/embeddings``, as TEI serves
+it) and ``GET /v1/models``."""
 
 from __future__ import annotations
 
@@ -6,6 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from .inputs import as_base64, check_dimensions, inputs_of
+from .openapi import Answer, answers
 from .pipeline import (
     Incoming,
     check_count,
@@ -26,14 +28,22 @@ from .schemas import (
     Usage,
 )
 from .service import Service
+from .tiktoken_ids import decoded
 
 
-@post(EmbeddingsRequest)
+@post(EmbeddingsRequest, EmbeddingsResponse)
 async def embeddings(request: Incoming, service: Service, body: EmbeddingsRequest) -> Response:
+    """Token arrays in ``input`` are tiktoken ids (of the model's
+    ``tiktoken_encoding``), as OpenAI reads them: decoded, their text is
+    embedded, so they give the text's own vector."""
     inputs = inputs_of(body.input, "$.input")
     check_count(len(inputs), service.settings.max_inputs, "input")
     host = service.host
     model = model_of(request, body.model, service, "embed")
+    if not all(isinstance(given, str) for given in inputs):
+        encoding = host.catalog.entry(model, "embed").spec.tiktoken_encoding
+        flat = len(inputs) == 1 and inputs[0] is body.input
+        inputs = await decoded(inputs, encoding, "$.input", flat)
     check_dimensions(host, model, body.dimensions, None)
     result = await host.embed(
         model, inputs, deadline=deadline_of(request, service), truncate=body.truncate
@@ -50,6 +60,7 @@ async def embeddings(request: Incoming, service: Service, body: EmbeddingsReques
     return json_response(answer, headers=truncated_header(result.truncated))
 
 
+@answers(Answer(body=ModelList, summary="Every catalog model that can run here."))
 async def models(request: Request) -> Response:
     """Every catalog model that can run here."""
     entries = service_of(request).host.catalog.entries.values()

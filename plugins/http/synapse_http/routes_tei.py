@@ -1,5 +1,5 @@
 """text-embeddings-inference's routes: ``/embed``, ``/rerank``, ``/tokenize``,
-``/info`` and ``/health``.
+``/info``, ``/health``, and ``/``, the served model's task.
 
 TEI serves one model; Synapse serves the catalog's default embed (or rerank)
 model, or the one named by ``?model=`` or the ``X-Synapse-Model`` header.
@@ -9,17 +9,21 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Callable
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from starlette.requests import Request
 from starlette.responses import Response
+from starlette.types import Receive, Scope, Send
 
 from synapse_core import Entry, Refused, TokenPiece
 
 from .errors import invalid
 from .inputs import check_dimensions, inputs_of, normalized, sigmoid, truncation
+from .openapi import Answer, answers
 from .pipeline import (
+    HEADER_MODEL,
     Incoming,
+    PostRoute,
     check_count,
     deadline_of,
     json_response,
@@ -45,7 +49,7 @@ from .settings import VERSION
 Given = TypeVar("Given", bound=str | list[int])
 
 
-@post(EmbedRequest)
+@post(EmbedRequest, list[list[float]])
 async def embed(request: Incoming, service: Service, body: EmbedRequest) -> Response:
     inputs = inputs_of(body.inputs, "$.inputs")
     check_count(len(inputs), service.settings.max_inputs, "inputs")
@@ -65,7 +69,7 @@ async def embed(request: Incoming, service: Service, body: EmbedRequest) -> Resp
     return json_response(vectors, headers=truncated_header(result.truncated))
 
 
-@post(RerankRequest)
+@post(RerankRequest, list[Rank])
 async def rerank(request: Incoming, service: Service, body: RerankRequest) -> Response:
     """Ranks best first, each with its input ``index``; the model's raw scores
     (a cross-encoder's logits) pass through a sigmoid unless ``raw_scores``,
@@ -91,7 +95,7 @@ async def rerank(request: Incoming, service: Service, body: RerankRequest) -> Re
     return json_response(ranks, headers=truncated_header(result.truncated))
 
 
-@post(TokenizeRequest)
+@post(TokenizeRequest, list[list[Token]])
 async def tokenize(request: Incoming, service: Service, body: TokenizeRequest) -> Response:
     """Token ids as the model's tokenizer gives them; the text of each token
     and its span in the text's UTF-8 bytes (as TEI's) where the tokenizer
@@ -102,6 +106,39 @@ async def tokenize(request: Incoming, service: Service, body: TokenizeRequest) -
     entry = _entry(service, model)
     texts = _prompted(service, model, body.prompt_name, texts)
     return json_response([_tokens(entry, text, body.add_special_tokens) for text in texts])
+
+
+class ServedTask:
+    """TEI's ``POST /``: the route of the served model's task, ``/embed`` for
+    an embedding model and ``/rerank`` for a reranker. The served model is
+    the one ``?model=`` or ``X-Synapse-Model`` names, else the catalog's first
+    that can run here."""
+
+    def __init__(self, routes: dict[str, PostRoute[Any]]) -> None:
+        self.routes = routes
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        await self.serve(scope["app"].state.synapse, scope, receive, send)
+
+    async def serve(self, service: Service, scope: Scope, receive: Receive, send: Send) -> int:
+        route = self.routes.get(self.task(Incoming(scope), service), self.routes["embed"])
+        return await route.serve(service, scope, receive, send)
+
+    @staticmethod
+    def task(request: Incoming, service: Service) -> str:
+        """The served model's task; ``embed`` when there is no such model (the
+        route then refuses the request, saying why)."""
+        host = service.open
+        if host is None:
+            return "embed"
+        named = request.query("model") or request.header(HEADER_MODEL)
+        entries = host.catalog.entries
+        entry = (
+            entries.get(named)
+            if named
+            else next((e for e in entries.values() if e.available), None)
+        )
+        return entry.spec.task if entry is not None else "embed"
 
 
 def _tokens(entry: Entry, text: str, special: bool) -> list[Token]:
@@ -134,6 +171,11 @@ def _byte_offsets(text: str) -> Callable[[int], int]:
     return before.__getitem__
 
 
+@answers(
+    Answer(
+        body=Info, errors=(401, 404, 500, 503), summary="TEI's model information.", names_model=True
+    )
+)
 async def info(request: Request) -> Response:
     service = service_of(request)
     entry = _entry(service, model_of(Incoming(request.scope), None, service, "embed"))
@@ -155,6 +197,7 @@ async def info(request: Request) -> Response:
     settings = service.settings
     answer = Info(
         model_id=spec.name,
+        served_model_name=spec.name,
         model_sha=None,
         model_dtype="float32",
         model_type=kind,
@@ -169,6 +212,7 @@ async def info(request: Request) -> Response:
     return json_response(answer)
 
 
+@answers(Answer(errors=(503,), summary="200 while serving, 503 when not (no key needed)."))
 async def health(request: Request) -> Response:
     """200 while serving; 503 when stopping, or when a worker has failed for
     good (its restart budget is spent: load it again to serve it)."""
@@ -236,3 +280,7 @@ def _prompted(
             )
         out.append(cast(Given, prompt + given) if count(given) else given)
     return out
+
+
+#: ``POST /``
+served = ServedTask({"embed": embed, "rerank": rerank})

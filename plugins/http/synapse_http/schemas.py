@@ -2,20 +2,24 @@
 
 Shapes follow the upstream APIs exactly: OpenAI's embeddings and models,
 text-embeddings-inference's ``/embed``, ``/rerank``, ``/tokenize`` and
-``/info``, and the Cohere/Jina ``/v1/rerank`` that LangChain and LlamaIndex
-send. Optional response fields are omitted, never sent as ``null``
+``/info``, the Cohere/Jina ``/v1/rerank`` that LangChain and LlamaIndex
+send, and Cohere's ``/v2/rerank``. The OpenAPI document is generated from
+these same Structs (:mod:`synapse_http.openapi`): a docstring here is a
+description there. Optional response fields are omitted, never sent as ``null``
 (``omit_defaults``): clients such as LiteLLM tell the two apart. Unknown
 request fields are ignored, as upstream does.
 """
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import msgspec
 
-TokenId = Annotated[int, msgspec.Meta(ge=0)]
-#: one input: a text, or token ids of the model's own tokenizer
+#: any integer decodes: the host refuses one outside the model's vocabulary
+#: (``invalid-token``, with the input's index and the id's position)
+TokenId = Annotated[int, msgspec.Meta(description="a token id")]
+#: one input: a text, or token ids (whose tokenizer depends on the route)
 Input = str | list[TokenId]
 #: ``input``/``inputs``: one input or a list; a flat list of ints is one input
 Inputs = str | list[str | TokenId | list[TokenId]]
@@ -118,8 +122,10 @@ class Token(Body):
 
 class Info(Body):
     model_id: str
+    #: the name clients send as ``model`` (TEI's ``--served-model-name``)
+    served_model_name: str
     model_dtype: str
-    model_type: dict[str, dict[str, object]]
+    model_type: dict[str, dict[str, Any]]
     max_concurrent_requests: int
     max_input_length: int
     max_batch_tokens: int
@@ -183,6 +189,39 @@ class CohereRerankResponse(Body):
     truncated: list[int] | msgspec.UnsetType = UNSET
 
 
+# -- Cohere v2 rerank ---------------------------------------------------------------------
+
+
+class CohereV2RerankRequest(Body):
+    query: str
+    documents: list[str]
+    model: str | None = None
+    top_n: Positive | None = None
+    #: Cohere cuts longer documents to this many tokens; Synapse cuts them to
+    #: the smaller of it and what fits the model's ceiling with the query
+    max_tokens_per_doc: Positive | None = None
+
+
+class V2RerankResult(Body):
+    index: int
+    relevance_score: float
+
+
+class V2ApiVersion(Body):
+    version: str = "2"
+
+
+class V2Meta(Body):
+    api_version: V2ApiVersion = msgspec.field(default_factory=V2ApiVersion)
+    billed_units: BilledUnits = msgspec.field(default_factory=BilledUnits)
+
+
+class CohereV2RerankResponse(Body):
+    id: str
+    results: list[V2RerankResult]
+    meta: V2Meta = msgspec.field(default_factory=V2Meta)
+
+
 # -- errors ------------------------------------------------------------------------------
 
 
@@ -199,3 +238,23 @@ class ErrorBody(Body):
     may_have_run: bool | msgspec.UnsetType = UNSET
     #: 500 only: the id under which the server logged the error
     error_id: str | msgspec.UnsetType = UNSET
+
+
+class OpenAIError(Body):
+    """An error on OpenAI's routes: OpenAI's fields, then :class:`ErrorBody`'s."""
+
+    message: str
+    type: str
+    param: str | None
+    code: str
+    error_type: str
+    index: int | msgspec.UnsetType = UNSET
+    field: str | msgspec.UnsetType = UNSET
+    may_have_run: bool | msgspec.UnsetType = UNSET
+    error_id: str | msgspec.UnsetType = UNSET
+
+
+class OpenAIErrorBody(Body):
+    """OpenAI's error envelope, which the ``openai`` client reads."""
+
+    error: OpenAIError

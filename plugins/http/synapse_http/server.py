@@ -219,7 +219,10 @@ async def _uvicorn(
 
     config = uvicorn.Config(
         app,
-        lifespan="on",
+        # The app is given an open host, so its lifespan does nothing; "on"
+        # would leave uvicorn's lifespan task waiting for a shutdown message
+        # that a forced exit never sends, and log its CancelledError traceback.
+        lifespan="off",
         # Typed int, but used as asyncio.wait_for's timeout: a float works.
         timeout_graceful_shutdown=grace,  # type: ignore[arg-type]
         log_level="warning",

@@ -19,7 +19,8 @@ class ServeSettings:
     #: larger bodies are answered 413 before they are read
     max_body_bytes: int = 2 * MIB
     #: more inputs in one request are answered 413
-    max_inputs: int = 256
+    #: OpenAI's own limit per request (LangChain sends up to 1000 at once)
+    max_inputs: int = 2048
     #: how long in-flight requests may run on after a shutdown signal
     shutdown_grace_s: float = 20.0
     #: models to start before serving (the rest start on their first call)

@@ -40,10 +40,24 @@ model = functools.partial(
 class Server:
     """One ``synapse serve`` process; ``url`` once it listens."""
 
-    def __init__(self, proc: subprocess.Popen[str], url: str, lines: list[str]) -> None:
+    def __init__(
+        self,
+        proc: subprocess.Popen[str],
+        url: str,
+        lines: list[str],
+        reader: threading.Thread | None = None,
+    ) -> None:
         self.proc = proc
         self.url = url
         self.lines = lines  # stderr, as read so far (a reader thread keeps reading)
+        self.reader = reader
+
+    def output(self, timeout: float = STOP_S) -> str:
+        """All the server printed on stderr, once it has exited."""
+        self.wait(timeout)
+        if self.reader is not None:
+            self.reader.join(timeout)
+        return "".join(self.lines)
 
     def signal(self, signum: int = signal.SIGTERM) -> None:
         self.proc.send_signal(signum)
@@ -102,13 +116,14 @@ def start_server(
                 found.set()
         found.set()  # the process ended
 
-    threading.Thread(target=read, daemon=True).start()
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
     if not found.wait(START_S) or proc.poll() is not None:
         proc.kill()
         proc.wait()
         raise RuntimeError("synapse serve did not start:\n" + "".join(lines))
     match = next(m for m in map(_URL.search, lines) if m)
-    return Server(proc, match[1], lines)
+    return Server(proc, match[1], lines, reader)
 
 
 def metric(text: str, name: str, **labels: str) -> list[float]:

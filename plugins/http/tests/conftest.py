@@ -3,6 +3,7 @@ SIGTERM afterwards and required to exit 0 (see :mod:`synapse_http.testing`)."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -11,6 +12,12 @@ import httpx
 import pytest
 
 from synapse_http.testing import Server, start_server
+
+#: tiktoken's cl100k_base file, under the name tiktoken caches it by: tiktoken
+#: (in the servers these tests start, which inherit it, and in clients) reads
+#: it from here instead of downloading it
+TIKTOKEN_CACHE = Path(__file__).parent / "data" / "tiktoken"
+os.environ["TIKTOKEN_CACHE_DIR"] = str(TIKTOKEN_CACHE)
 
 
 @pytest.fixture(params=["asyncio", "trio"])

@@ -43,6 +43,9 @@ class LifecycleChecks:
             (lambda host: host.rerank(name, "q", ["x"]), "wrong-task"),
             (lambda host: host.embed(name, ["fine", ""]), "empty-sequence"),
             (lambda host: host.embed(name, ["fine", too_long]), "over-ceiling"),
+            # Token ids no model has: refused whatever the tokenizer says of its size.
+            (lambda host: host.embed(name, ["fine", [-1]]), "invalid-token"),
+            (lambda host: host.embed(name, ["fine", [2**31]]), "invalid-token"),
         ]
         async with host_for(subject) as host:
             for call, code in calls:
