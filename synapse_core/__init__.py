@@ -67,11 +67,21 @@ _EXPORTS = {
     "ProtocolError": "errors",
     "PluginError": "errors",
     "InternalError": "errors",
+    # for a front end (synapse serve): names in messages, bounds on tokenising
+    "SHOWN_CHARS": "naming",
+    "shown": "naming",
+    "OFFLOAD_CHARS": "bounds",
+    "bounded": "bounds",
+    "characters": "bounds",
+    "give_back": "bounds",
+    "map_large_blocks": "bounds",
 }
 
 __all__ = [
     "CLOSE_SLACK_S",
     "DEFAULT_CATALOG_SOURCE",
+    "OFFLOAD_CHARS",
+    "SHOWN_CHARS",
     "AroundCall",
     "CapacityExhausted",
     "ConfigError",
@@ -105,10 +115,15 @@ __all__ = [
     "WorkerFault",
     "WorkerRejected",
     "__version__",
+    "bounded",
+    "characters",
     "default_catalog_text",
     "default_config",
+    "give_back",
     "hookimpl",
+    "map_large_blocks",
     "open_host",
+    "shown",
 ]
 
 
@@ -116,6 +131,7 @@ __getattr__ = lazy_getattr(__name__, __name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:
+    from .bounds import OFFLOAD_CHARS, bounded, characters, give_back, map_large_blocks
     from .call import EmbedResult, RerankResult
     from .catalog import DEFAULT_CATALOG_SOURCE, Entry, default_catalog_text, default_config
     from .config import HostConfig, LaneConfig, ModelSpec, RestartBudget
@@ -139,6 +155,7 @@ if TYPE_CHECKING:
     )
     from .hookspecs import hookimpl
     from .host import CLOSE_SLACK_S, AroundCall, Host, open_host
+    from .naming import SHOWN_CHARS, shown
     from .plugins import PluginHost
     from .snapshot import HostSnapshot
     from .tokenizer import TokenPiece

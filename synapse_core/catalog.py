@@ -9,9 +9,11 @@ from __future__ import annotations
 from importlib import resources
 
 import attrs
+import msgspec
 
 from .config import HostConfig, ModelSpec, Task
 from .errors import ConfigError, Refused
+from .naming import shown
 from .plugins import PluginHost, TransportInfo
 from .tokenizer import BasicTokenizer, Tokenizer
 from .transport import LaneInfo, ModelTraits
@@ -92,6 +94,8 @@ class Catalog:
             try:
                 info.transport.validate_model(spec)
                 buckets = _known_buckets(info, spec)
+                _check_options_size(spec)
+                problems.extend(f"models[{i}].{p}" for p in _frame_problems(info, spec, config))
             except ConfigError as exc:
                 problems.extend(f"models[{i}].{p}" for p in exc.problems)
             problem = (
@@ -121,7 +125,7 @@ class Catalog:
         if entry is None:
             raise Refused(
                 "unknown-model",
-                f"model {name!r} is not in the catalog ({self.source}); "
+                f"model {shown(name)} is not in the catalog ({self.source}); "
                 "run `synapse catalog` to list models",
                 model=name,
             )
@@ -129,7 +133,7 @@ class Catalog:
             article = "an" if task == "embed" else "a"
             raise Refused(
                 "wrong-task",
-                f"model {name!r} serves {entry.spec.task}, not {task}; "
+                f"model {shown(name)} serves {entry.spec.task}, not {task}; "
                 f"use `synapse {entry.spec.task}` or pick {article} {task} model",
                 model=name,
             )
@@ -146,6 +150,54 @@ def _model_problem(info: TransportInfo, spec: ModelSpec) -> str:
     if availability.available:
         return ""
     return f"model {spec.name!r} cannot run here: {availability.reason}"
+
+
+#: bytes of one vector element on the wire (float32)
+FLOAT_BYTES = 4
+#: bytes of JSON a model's options may take: a worker gets them in one
+#: command-line argument, and Linux takes at most 128 KiB in one
+MAX_OPTIONS_BYTES = 64 * 1024
+
+
+def _check_options_size(spec: ModelSpec) -> None:
+    """Refuse options too long for a worker's command line."""
+    try:
+        size = len(msgspec.json.encode(spec.options))
+    except (TypeError, msgspec.EncodeError):
+        return  # not JSON: the transport's own check says so
+    if size > MAX_OPTIONS_BYTES:
+        raise ConfigError(
+            "",
+            [
+                f"options: {size} bytes of options, over the {MAX_OPTIONS_BYTES} a worker "
+                "can be started with; make them shorter"
+            ],
+        )
+
+
+def _frame_problems(info: TransportInfo, spec: ModelSpec, config: HostConfig) -> list[str]:
+    """Options that would fail only once a worker answers: vectors (or a full
+    batch of them) too big for one frame of ``max_frame_bytes``."""
+    if info.transport.options_type is None:
+        return []
+    options = info.transport.model_options(spec)
+    dims, batch = getattr(options, "dims", None), getattr(options, "max_batch", None)
+    if type(dims) is not int:
+        return []
+    limit = config.max_frame_bytes
+    if dims * FLOAT_BYTES > limit:
+        return [
+            f"options.dims: one vector of {dims} floats is {dims * FLOAT_BYTES} bytes, over "
+            f"the frame limit of {limit} bytes (max_frame_bytes); no answer could carry it"
+        ]
+    full = batch * dims * FLOAT_BYTES if type(batch) is int else 0
+    if full > limit:
+        return [
+            f"options.max_batch: {batch} vectors of {dims} floats take {full} bytes, over "
+            f"the frame limit of {limit} bytes (max_frame_bytes); lower max_batch or raise "
+            "max_frame_bytes"
+        ]
+    return []
 
 
 def _traits(info: TransportInfo, spec: ModelSpec) -> ModelTraits:

@@ -54,6 +54,11 @@ def _prompt_names(instance: object, attribute: attrs.Attribute[Any], value: dict
             raise FieldInvalid(attribute.name, "a prompt needs a name; got an empty one")
 
 
+def _name(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
+    if not value.strip():
+        raise FieldInvalid(attribute.name, f"a model needs a name; got {value!r}")
+
+
 def _named(instance: object, attribute: attrs.Attribute[Any], value: str) -> None:
     if not value.strip():
         raise FieldInvalid(attribute.name, "must name an encoding; got an empty string")
@@ -64,7 +69,7 @@ class ModelSpec:
     """One catalog entry. Two entries may name the same ``package``: they are
     then two separate workers, each with its own shapes and reservations."""
 
-    name: str
+    name: str = attrs.field(validator=_name)
     task: Task
     transport: str
     package: str

@@ -10,13 +10,13 @@ from typing import Protocol, TypeVar
 import anyio
 from anyio.abc import TaskGroup
 
+from .bounds import Plan, Truncate, planned, started
 from .call import Call, EmbedResult, RerankResult
 from .catalog import Catalog, Entry, default_config
 from .coalesce import Coalescer
 from .config import HostConfig, Task
 from .deadline import Clock, Deadline, check_deadline, monotonic
 from .errors import HostClosed, Retired
-from .plan import Plan, Truncate, plan_call
 from .plugins import PluginHost
 from .prompts import prompted
 from .residency.lane import Lane
@@ -114,7 +114,7 @@ class Host:
         deadline: Deadline | None,
         truncate: Truncate,
     ) -> EmbedResult:
-        call = self._call(model, "embed", texts, None, deadline, truncate)
+        call = await started(self, model, "embed", texts, None, deadline, truncate)
         tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
         return EmbedResult(model, call.rows, call.identity, call.plan.truncated, tokens)  # type: ignore[arg-type]
@@ -151,7 +151,7 @@ class Host:
         deadline: Deadline | None,
         truncate: Truncate,
     ) -> RerankResult:
-        call = self._call(model, "rerank", documents, query, deadline, truncate)
+        call = await started(self, model, "rerank", documents, query, deadline, truncate)
         tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
         raw = [row[0] for row in call.rows if row is not None]
@@ -246,15 +246,15 @@ class Host:
         query: str | None,
         deadline: Deadline | None,
         truncate: Truncate = False,
+        plan: Plan | None = None,
     ) -> Call:
-        """Plan and start a call; its caller then waits for it
-        (:meth:`CallRunner.wait`). Refusals, and errors of the head start, are
-        raised here, before the caller's first await."""
+        """Plan (unless given ``plan``) and start a call, raising refusals and
+        head-start errors before the caller's first await (then it waits)."""
         if self._closed:  # an attribute read: open hosts pay no call
             self._check_open()
         check_deadline(deadline)
         entry = self.catalog.entry(model, task)
-        plan: Plan = plan_call(entry, texts, query, truncate)
+        plan = plan or planned(entry, texts, query, truncate)
         self._check_not_retired(model)
         deadline = deadline or Deadline.never()
         if self.config.coalesce and (coalescer := self._coalescer(entry)).joins(plan):

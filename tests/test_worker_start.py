@@ -76,13 +76,13 @@ RawHello = msgspec.defstruct(
 class BadHelloLogic:
     ignore_sigterm = False
 
-    def __init__(self, request: LaunchRequest, buckets: list[int]) -> None:
-        self.request, self.buckets = request, buckets
+    def __init__(self, request: LaunchRequest, buckets: list[int], max_batch: int = 2) -> None:
+        self.request, self.buckets, self.max_batch = request, buckets, max_batch
 
     def hello(self) -> Any:
         r = self.request
         return RawHello(PROTOCOL_VERSION, "bad", "0", r.model.name, r.model.package,
-                        r.generation, 1, self.buckets, 4, 2, "bad")  # fmt: skip
+                        r.generation, 1, self.buckets, 4, self.max_batch, "bad")  # fmt: skip
 
     def handle(self, frame: Frame) -> Any:
         raise AssertionError("a worker whose hello was refused is never asked anything")
@@ -92,8 +92,9 @@ class BadHelloTransport(InProcessWorkers, Transport):
     name = "kit"
 
     async def launch(self, request: LaunchRequest) -> Launched:
-        buckets = list(request.model.options["hello_buckets"])
-        return self.start_in_process(request, BadHelloLogic(request, buckets), 7)
+        options = request.model.options
+        logic = BadHelloLogic(request, list(options["hello_buckets"]), options.get("batch", 2))
+        return self.start_in_process(request, logic, 7)
 
 
 @pytest.mark.anyio
@@ -119,6 +120,20 @@ async def test_a_hello_with_invalid_buckets_is_a_start_up_fault_naming_the_probl
         assert f"hello buckets {buckets}: {problem}" in str(fault.value)
         (launch,) = transport.launches
         assert launch.process.exited  # stopped, and its exit confirmed
+        assert host.snapshot().lanes["kit:0"].reserved == 0
+
+
+@pytest.mark.anyio
+async def test_a_hello_with_an_absurd_batch_size_is_a_start_up_fault_saying_so() -> None:
+    transport = BadHelloTransport()
+    entry = model(hello_buckets=[16], batch=2**40)
+    cfg = config(entry, restart_budget={"max_restarts": 0})
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        with anyio.fail_after(BOUND_S), pytest.raises(synapse.WorkerFault) as fault:
+            await host.embed("m", ["one two"])
+        assert f"hello reports max_batch {2**40}, over the 65536" in str(fault.value)
+        (launch,) = transport.launches
+        assert launch.process.exited
         assert host.snapshot().lanes["kit:0"].reserved == 0
 
 

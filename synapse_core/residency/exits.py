@@ -22,6 +22,7 @@ from ..observation import ShapeRefunded, WorkerExited
 from ..process import confirm_exit, wait_gone
 from ..transport import WorkerProcess
 from ..wire import Shutdown
+from . import logbook
 from .state import SupervisorState
 from .worker import Phase, Worker
 
@@ -54,6 +55,8 @@ class Exits(SupervisorState):
                 with anyio.move_on_after(self.config.exit_grace_s, shield=True):
                     await process.wait()
             confirmed = await confirm_exit(process, self.config.exit_grace_s)
+            cause = "retired" if worker.retiring else (worker.reason or "stopped")
+            logbook.exited(worker, generation, cause, confirmed)
         self._emit(lambda: WorkerExited(self.lane.lane_id, worker.worker_id, generation, confirmed))
         if not confirmed:
             assert process is not None
@@ -132,6 +135,7 @@ class Exits(SupervisorState):
             return
         worker.lingering = None
         if charged:
+            logbook.exited(worker, generation, "its exit was confirmed late", True)
             self._emit(lambda: WorkerExited(self.lane.lane_id, worker.worker_id, generation, True))
             self._refund_all(worker)
         if worker.phase is not Phase.EXIT_UNCONFIRMED:

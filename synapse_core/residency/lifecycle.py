@@ -35,10 +35,14 @@ from ..errors import (
 from ..observation import WorkerFaulted, WorkerStarted
 from ..transport import LaunchRequest
 from ..wire import PROTOCOL_VERSION, Codec, Frame, Hello, WorkerFrame
+from . import logbook
 from .exits import Exits
 from .worker import Phase, Worker
 
 CHANNEL_FAULTS = (ChannelClosed, ExchangeTimeout, WireError)
+#: the largest batch a worker may report in its hello: the most inputs one
+#: request carries (a batch of 2**40 is a worker's bug, not its capacity)
+MAX_BATCH = 65536
 
 
 class Lifecycle(Exits):
@@ -93,6 +97,7 @@ class Lifecycle(Exits):
         except Exception as exc:  # every waiter sees the reason; a later call retries
             worker.phase = Phase.FAILED
             worker.reason = f"worker failed to start: {exc}"
+            logbook.failed(worker, worker.generation + 1, worker.reason)
         finally:
             # Also on cancellation: never leave a phase that retire() waits out.
             self._settle(worker, Phase.STARTING, "worker start was cancelled")
@@ -191,6 +196,16 @@ class Lifecycle(Exits):
             )
         if not frame.buckets or frame.dims <= 0 or frame.max_batch <= 0:
             raise ProtocolError("hello reports no buckets, no dims or no batch size")
+        if frame.max_batch > MAX_BATCH:
+            raise ProtocolError(
+                f"hello reports max_batch {frame.max_batch}, over the {MAX_BATCH} inputs "
+                "a host sends a worker at once; the worker must report a batch it can run"
+            )
+        if frame.dims * 4 > self.config.max_frame_bytes:
+            raise ProtocolError(
+                f"hello reports dims {frame.dims}: one float32 vector of it is over the "
+                f"frame limit of {self.config.max_frame_bytes} bytes (max_frame_bytes)"
+            )
 
     # -- faults and recovery -----------------------------------------------------------------
 
@@ -209,6 +224,7 @@ class Lifecycle(Exits):
             return False  # this generation is already recovering (or stopping)
         worker.phase = Phase.RECOVERING
         worker.reason = reason
+        logbook.fault(worker, generation, reason)
         self._emit(lambda: WorkerFaulted(self.lane.lane_id, worker.worker_id, generation, reason))
         worker.notify()
         self.tg.start_soon(
@@ -236,6 +252,7 @@ class Lifecycle(Exits):
                 f"restarted {len(worker.restarts)} times within {budget.window_s:g}s; "
                 f"giving up (last fault: {reason}); fix the worker and retire/reload the model"
             )
+            logbook.failed(worker, generation, worker.reason)
             worker.notify()
             return
         try:
@@ -243,12 +260,16 @@ class Lifecycle(Exits):
             if await self._connect(worker, generation + 1):
                 worker.restarts.append(now)
                 worker.restart_count += 1
+                cause = f"replaces generation {generation}: {reason}"
+                logbook.restart(worker, generation + 1, cause)
         except ExitUnconfirmed as exc:
             worker.phase = Phase.EXIT_UNCONFIRMED
             worker.reason = str(exc)
+            logbook.failed(worker, generation + 1, worker.reason)
         except Exception as exc:
             worker.phase = Phase.FAILED
             worker.reason = f"replacement failed to start: {exc}"
+            logbook.failed(worker, generation + 1, worker.reason)
 
     # -- retirement -----------------------------------------------------------------------
 

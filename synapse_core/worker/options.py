@@ -86,8 +86,18 @@ count = validator(checks.count)
 appendable_file = validator(checks.appendable_file)
 
 
+#: most buckets a worker may have (each is a compiled shape; and a worker's
+#: options travel on its command line, which has room for only so many)
+MAX_BUCKETS = 1024
+
+
 def bucket_sizes(instance: object, attribute: attrs.Attribute[Any], value: Sequence[int]) -> None:
-    """Buckets a worker can report: at least one, positive, none twice (any order)."""
+    """Buckets a worker can report: at least one, positive, none twice (any
+    order), at most :data:`MAX_BUCKETS`."""
+    if len(value) > MAX_BUCKETS:
+        raise FieldInvalid(
+            attribute.name, f"{len(value)} buckets is more than the {MAX_BUCKETS} a worker may have"
+        )
     problem = bucket_problem(sorted(value))
     if problem:
         raise FieldInvalid(attribute.name, f"{problem}, got {list(value)}")

@@ -211,6 +211,9 @@ async def test_http_routes_serve_cross_encoder_scores_logits_and_prompts() -> No
             cohere = await http.post(
                 "/v1/rerank", json={"model": "xlmr-rerank", "query": query, "documents": [doc]}
             )
+            v2 = await http.post(
+                "/v2/rerank", json={"model": "xlmr-rerank", "query": query, "documents": [doc]}
+            )
             prompted = await http.post(
                 "/embed?model=xlmr-mean",
                 json={"inputs": embed_ref["texts"][:4], "prompt_name": "query"},
@@ -223,8 +226,41 @@ async def test_http_routes_serve_cross_encoder_scores_logits_and_prompts() -> No
     assert abs(scores[0]["score"] - rerank_ref["scores"][4]) <= 1e-5
     assert abs(raw[0]["score"] - rerank_ref["raw_scores"][4]) <= 1e-5
     assert abs(cohere.json()["results"][0]["relevance_score"] - rerank_ref["scores"][4]) <= 1e-5
+    assert abs(v2.json()["results"][0]["relevance_score"] - rerank_ref["scores"][4]) <= 1e-5
     assert cosines(prompted.json(), embed_ref["prompted"]["query"]).min() >= 0.99999
     vectors = [item["embedding"] for item in openai.json()["data"]]
     assert cosines(vectors, embed_ref["vectors"][:2]).min() >= 0.99999
     assert info["model_type"]["reranker"]["scorer"] == "cross-encoder"
     assert embed_info["model_type"] == {"embedding": {"pooling": "mean"}}
+
+
+@asyncio_only
+async def test_a_folders_default_prompt_is_applied_by_serve_when_none_is_named(
+    tmp_path: Path,
+) -> None:
+    pytest.importorskip("synapse_http")
+    import shutil
+
+    import httpx
+
+    from synapse_http import create_app
+
+    ref = REFERENCE["xlmr-mean"]
+    root = tmp_path / "e5"
+    shutil.copytree(TINY / "xlmr-mean", root)
+    st_config = root / "config_sentence_transformers.json"
+    data = json.loads(st_config.read_text()) | {"default_prompt_name": "passage"}
+    st_config.write_text(json.dumps(data))
+    entry = tiny("xlmr-mean") | {"name": "e5", "options": {"model_dir": str(root)}}
+    async with host(config(entry)) as h:
+        assert h.catalog.entries["e5"].traits.default_prompt == "passage"
+        plain = await h.embed("e5", ref["texts"][:4])  # the Python API: only when named
+        transport = httpx.ASGITransport(app=create_app(h))
+        async with httpx.AsyncClient(transport=transport, base_url="http://synapse") as http:
+            served = await http.post("/embed?model=e5", json={"inputs": ref["texts"][:4]})
+            named = await http.post(
+                "/embed?model=e5", json={"inputs": ref["texts"][:4], "prompt_name": "query"}
+            )
+    assert cosines(plain.vectors, ref["vectors"][:4]).min() >= 0.99999
+    assert cosines(served.json(), ref["prompted"]["passage"]).min() >= 0.99999
+    assert cosines(named.json(), ref["prompted"]["query"]).min() >= 0.99999

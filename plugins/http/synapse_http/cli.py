@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import ipaddress
 import logging
+import os
 import sys
 from pathlib import Path
 
@@ -65,6 +67,31 @@ ENV_API_KEY = "SYNAPSE_API_KEY"
     help="On SIGTERM/SIGINT, how long requests in flight may still run.",
 )
 @click.option(
+    "--drain-grace",
+    type=click.FloatRange(min=0),
+    default=5.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="On SIGTERM/SIGINT, how long the listener stays open answering /health with "
+    "503 (and serving) before it closes, so a load balancer sees the server leave.",
+)
+@click.option(
+    "--header-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=10.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="A connection whose request head has not all arrived this long after it began is closed.",
+)
+@click.option(
+    "--keep-alive-timeout",
+    type=click.FloatRange(min=0, min_open=True),
+    default=15.0,
+    show_default=True,
+    metavar="SECONDS",
+    help="A connection with no request under way is closed after this long.",
+)
+@click.option(
     "--preload",
     multiple=True,
     metavar="MODEL",
@@ -95,6 +122,9 @@ def serve_command(
     max_body_bytes: int,
     max_inputs: int,
     shutdown_grace: float,
+    drain_grace: float,
+    header_timeout: float,
+    keep_alive_timeout: float,
     preload: tuple[str, ...],
     coalesce: bool,
     backend: str,
@@ -106,17 +136,36 @@ def serve_command(
     requests in flight finish (a second signal stops at once); every worker's
     exit is confirmed before the command exits.
     """
-    from .server import Listening, backend_options, serve  # the server's libraries load only here
+    # the server's libraries load only here
+    from .server import BindError, Listening, backend_options, serve
 
+    if api_key is None and ENV_API_KEY in os.environ:
+        api_key = os.environ[ENV_API_KEY]  # click reads an empty variable as unset
+    if api_key is not None and not api_key.strip():
+        raise click.BadParameter(
+            "the key is empty, which would turn authentication off; give a key, or leave "
+            f"both --api-key and {ENV_API_KEY} unset to serve without one",
+            param_hint=f"'--api-key' / {ENV_API_KEY}",
+        )
     config = attrs.evolve(load_config(catalog), coalesce=coalesce)
     settings = ServeSettings(
-        api_key=api_key or None,
+        api_key=api_key,
         request_timeout_s=request_timeout,
         max_body_bytes=max_body_bytes,
         max_inputs=max_inputs,
         shutdown_grace_s=shutdown_grace,
+        drain_s=drain_grace,
+        header_timeout_s=header_timeout,
+        keep_alive_s=keep_alive_timeout,
         preload=preload,
     )
+    if api_key is None and not loopback(host):
+        click.echo(
+            f"synapse: warning: serving on {host} without an API key: anyone who can reach "
+            "this address may call every route, /metrics included; set --api-key (or "
+            f"{ENV_API_KEY}), or bind 127.0.0.1 behind a proxy",
+            err=True,
+        )
     logging.basicConfig(level=logging.INFO, format="synapse: %(message)s", stream=sys.stderr)
     plugins = getattr(state, "plugins", None)
 
@@ -127,16 +176,29 @@ def serve_command(
             names = ", ".join(where.unavailable)
             click.echo(f"synapse: not servable here: {names} (see 'synapse catalog')", err=True)
 
-    anyio.run(
-        lambda: serve(
-            config,
-            settings,
-            host=host,
-            port=port,
-            backend="trio" if backend == "trio" else "asyncio",
-            plugins=plugins,
-            on_listening=listening,
-        ),
-        backend=backend,
-        backend_options=backend_options("trio" if backend == "trio" else "asyncio"),
-    )
+    try:
+        anyio.run(
+            lambda: serve(
+                config,
+                settings,
+                host=host,
+                port=port,
+                backend="trio" if backend == "trio" else "asyncio",
+                plugins=plugins,
+                on_listening=listening,
+            ),
+            backend=backend,
+            backend_options=backend_options("trio" if backend == "trio" else "asyncio"),
+        )
+    except BindError as exc:
+        raise click.ClickException(f"{exc.strerror}; pick another --host or --port") from None
+
+
+def loopback(host: str) -> bool:
+    """Whether ``host`` (an address to bind) reaches this machine only."""
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False  # a name other than localhost: it may resolve anywhere

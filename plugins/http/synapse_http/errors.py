@@ -16,6 +16,7 @@ import uuid
 import msgspec
 
 from synapse_core import (
+    SHOWN_CHARS,
     DeadlineExceeded,
     OutcomeUnknown,
     Overloaded,
@@ -71,6 +72,11 @@ def too_large(message: str, error_type: str) -> HTTPError:
 
 
 _PATH = re.compile(r" - at `(?P<path>\$[^`]*)`$")
+#: a run of this many opening brackets (each perhaps after an object's key) is
+#: what made decoding run out of stack; msgspec's own limit is deeper
+_DEEP_RUN = 128
+_DEEP = re.compile(rb'(?:[\[{]\s*(?:"(?:[^"\\]|\\.)*"\s*:\s*)?){%d}' % _DEEP_RUN)
+_KEY = re.compile(rb'"((?:[^"\\]|\\.)*)"\s*:')
 
 
 def malformed(exc: msgspec.DecodeError) -> HTTPError:
@@ -79,13 +85,73 @@ def malformed(exc: msgspec.DecodeError) -> HTTPError:
     match = _PATH.search(text)
     path = match["path"] if match else "$"
     what = text[: match.start()] if match else text
-    return invalid(f"invalid request body at {path}: {what}", path)
+    return invalid(f"invalid request body at {path}: {_cut(what)}", path)
+
+
+def undecodable(body: bytes, exc: Exception) -> HTTPError:
+    """A body that failed to decode other than as msgspec reports (nesting
+    deeper than the stack allows, which msgspec meets while skipping an
+    unknown field): 422, naming the top-level field where the deep nesting
+    starts when it can be found."""
+    if isinstance(exc, RecursionError):
+        path = _deep_field(body)
+        return invalid(
+            f"invalid request body at {path}: lists or objects nested too deeply; "
+            "nest them less deeply (or leave out fields the route does not take)",
+            path,
+        )
+    return invalid(f"invalid request body: {_cut(str(exc))}", "$")
+
+
+def _deep_field(body: bytes) -> str:
+    """``$.key`` for the top-level key whose value starts the first deep run
+    of brackets in ``body``, else ``$``."""
+    run = _DEEP.search(body)
+    if run is None:
+        return "$"
+    start = run.start()
+    if not body[:start].strip():
+        # The run begins with the body's own brace: its first key holds the rest.
+        first = _KEY.search(body, start, run.end())
+        key = first[1] if first else None
+    else:
+        keys = list(_KEY.finditer(body, 0, start))
+        key = keys[-1][1] if keys else None
+    if key is None:
+        return "$"
+    return "$." + key.decode("utf-8", "replace")[:SHOWN_CHARS]
+
+
+def _cut(text: str) -> str:
+    """``text`` cut to a length an error body may echo."""
+    limit = 4 * SHOWN_CHARS
+    return text if len(text) <= limit else f"{text[:limit]}… ({len(text)} characters)"
+
+
+#: an absolute file path in a message (a route such as ``/v1/models`` is kept)
+_ABSOLUTE = re.compile(r"(?<![\w.~/-])/[\w.~@+%-]+(?:/[\w.~@+%-]*)+")
+_ROUTE_PREFIXES = ("/v1/",)
+
+
+def public(message: str) -> str:
+    """``message`` with each absolute file path in it shown by its last
+    component: error bodies tell a client nothing of the server's files."""
+    if "/" not in message:
+        return message
+    return _ABSOLUTE.sub(_last_component, message)
+
+
+def _last_component(match: re.Match[str]) -> str:
+    path = match.group()
+    if path.startswith(_ROUTE_PREFIXES):
+        return path
+    return path.rstrip("/").rpartition("/")[2] or path
 
 
 def from_synapse(exc: SynapseError) -> HTTPError:
     """The answer for an error the host raised."""
     index = getattr(exc, "index", None) if isinstance(exc, Refused) else None
-    message = exc.message if isinstance(exc, Refused) else str(exc)
+    message = public(exc.message if isinstance(exc, Refused) else str(exc))
     if isinstance(exc, Refused):
         status = REFUSAL_STATUS.get(exc.code, 422)
     else:

@@ -7,17 +7,33 @@ import math
 from collections.abc import Awaitable, Callable
 from typing import Any, Generic, TypeVar
 
+import anyio
 import msgspec
 from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from synapse_core import Deadline, OutcomeUnknown, Refused, SynapseError, WorkerFault
+from synapse_core import (
+    Deadline,
+    OutcomeUnknown,
+    Refused,
+    SynapseError,
+    WorkerFault,
+    give_back,
+)
 
 from .body import ClientGone, read_body
 from .disconnect import until_disconnect
-from .errors import HTTPError, from_synapse, invalid, malformed, too_large, unexpected
+from .errors import (
+    HTTPError,
+    from_synapse,
+    invalid,
+    malformed,
+    too_large,
+    undecodable,
+    unexpected,
+)
 from .schemas import UNSET, OpenAIError, OpenAIErrorBody
 from .service import Service
 from .text import lone_surrogate
@@ -29,6 +45,8 @@ CLIENT_GONE = 499
 HEADER_MODEL = b"x-synapse-model"
 HEADER_TIMEOUT = b"x-synapse-timeout-ms"
 HEADER_TRUNCATED = "X-Synapse-Truncated"
+#: after answering a body this large, the memory it took is given back
+GIVE_BACK_BYTES = 1024 * 1024
 
 _encoder = msgspec.json.Encoder()
 _decoders: dict[type[Any], msgspec.json.Decoder[Any]] = {}
@@ -81,6 +99,8 @@ def decode(body: bytes, schema: type[T]) -> T:
         if surrogate is not None:
             raise surrogate from None
         raise malformed(exc) from None
+    except Exception as exc:  # RecursionError: nesting deeper than the stack
+        raise undecodable(body, exc) from None
 
 
 def check_count(count: int, limit: int, field: str) -> None:
@@ -162,7 +182,22 @@ class PostRoute(Generic[T]):
 
     async def serve(self, service: Service, scope: Scope, receive: Receive, send: Send) -> int:
         """Answer one request; returns the status answered (499: the client went away)."""
+        answer, size = await self._answer(service, scope, receive)
+        await answer(scope, receive, send)
+        status = answer.status_code
+        if size >= GIVE_BACK_BYTES:
+            # Everything made of a large body is gone now (it lived in
+            # _answer's frame): return that memory to the system.
+            del answer
+            await anyio.to_thread.run_sync(give_back)
+        return status
+
+    async def _answer(
+        self, service: Service, scope: Scope, receive: Receive
+    ) -> tuple[Response, int]:
+        """The answer to the request, and the size of its body."""
         request = Incoming(scope)
+        size = 0
         try:
             settings = service.settings
             raw = await read_body(
@@ -171,6 +206,7 @@ class PostRoute(Generic[T]):
                 settings.max_body_bytes,
                 settings.request_timeout_s,
             )
+            size = len(raw)
             body = decode(raw, self.schema)
             handler = self.handler
             answer = await until_disconnect(receive, lambda: handler(request, service, body))
@@ -184,8 +220,7 @@ class PostRoute(Generic[T]):
             answer = error_response(unexpected(exc), request.path)
         if answer is None:
             answer = Response(status_code=CLIENT_GONE)  # nobody reads it
-        await answer(scope, receive, send)
-        return answer.status_code
+        return answer, size
 
 
 def post(schema: type[T], answers: object) -> Callable[[Handler[T]], PostRoute[T]]:

@@ -77,6 +77,7 @@ async def rerank_v2(request: Incoming, service: Service, body: CohereV2RerankReq
     answer = CohereV2RerankResponse(
         id=uuid.uuid4().hex,
         results=[
+            # the raw scores (a cross-encoder's logits) through a sigmoid, as /v1/rerank's
             V2RerankResult(index=i, relevance_score=sigmoid(score))
             for i, score in best_first(result.raw_scores, body.top_n)
         ],

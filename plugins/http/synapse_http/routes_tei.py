@@ -15,13 +15,14 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from synapse_core import Entry, Refused, TokenPiece
+from synapse_core import Entry, Refused, TokenPiece, shown
 
 from .errors import invalid
 from .inputs import check_dimensions, inputs_of, normalized, sigmoid, truncation
 from .openapi import Answer, answers
 from .pipeline import (
     HEADER_MODEL,
+    JSON,
     Incoming,
     PostRoute,
     check_count,
@@ -105,7 +106,16 @@ async def tokenize(request: Incoming, service: Service, body: TokenizeRequest) -
     model = model_of(request, None, service, "embed")
     entry = _entry(service, model)
     texts = _prompted(service, model, body.prompt_name, texts)
-    return json_response([_tokens(entry, text, body.add_special_tokens) for text in texts])
+    special = body.add_special_tokens
+    tokenizer = entry.tokenizer
+
+    def positions(tokens: list[Token]) -> int:
+        return tokenizer.sequence_length([t.id for t in tokens if not t.special])
+
+    answer = await service.tokenizing.answer(
+        entry, texts, lambda text: _tokens(entry, text, special), positions
+    )
+    return Response(answer, media_type=JSON)
 
 
 class ServedTask:
@@ -234,7 +244,7 @@ def _entry(service: Service, model: str) -> Entry:
     if entry is None:
         raise Refused(
             "unknown-model",
-            f"model {model!r} is not in the catalog; GET /v1/models lists the models",
+            f"model {shown(model)} is not in the catalog; GET /v1/models lists the models",
             model=model,
         )
     return entry
@@ -260,7 +270,7 @@ def _prompted(
     if prompt is None:
         known = ", ".join(map(repr, sorted(entry.spec.prompts))) or "none in the catalog"
         raise invalid(
-            f"$.prompt_name: model {model!r} has no prompt {name!r}; its prompts: {known}",
+            f"$.prompt_name: model {model!r} has no prompt {shown(name)}; its prompts: {known}",
             "$.prompt_name",
             "unknown-prompt",
         )

@@ -22,7 +22,7 @@ import anyio
 import attrs
 from starlette.types import ASGIApp
 
-from synapse_core import Host, HostConfig, PluginHost, open_host
+from synapse_core import Host, HostConfig, PluginHost, map_large_blocks, open_host
 
 from .app import create_app
 from .service import Service, preload
@@ -56,6 +56,10 @@ class Listening:
     unavailable: list[str]
 
 
+class BindError(OSError):
+    """The address cannot be bound (in use, not this machine's, not allowed)."""
+
+
 def bind(host: str, port: int) -> socket.socket:
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
@@ -65,9 +69,9 @@ def bind(host: str, port: int) -> socket.socket:
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     try:
         sock.bind((host, port))
-    except OSError:
+    except OSError as exc:
         sock.close()
-        raise
+        raise BindError(exc.errno, f"cannot bind {host}:{port}: {exc.strerror}") from None
     sock.listen(BACKLOG)
     sock.set_inheritable(False)
     return sock
@@ -90,12 +94,15 @@ async def serve(
     host is retiring them after the grace period.
     """
     sock = bind(host, port)
+    map_large_blocks()  # a large body's memory goes back once it is answered
     stop, force = anyio.Event(), anyio.Event()
     opened: list[Host] = []
     with contextlib.ExitStack() as closing:
         closing.callback(sock.close)
         async with anyio.create_task_group() as signals:
-            await signals.start(_watch_signals, stop, force, settings.shutdown_grace_s)
+            await signals.start(
+                _watch_signals, stop, force, settings.drain_s, settings.shutdown_grace_s
+            )
             signals.start_soon(_stop_now_when_forced, force, opened)
             async with open_host(config, plugins=plugins) as synapse_host:
                 opened.append(synapse_host)
@@ -103,14 +110,15 @@ async def serve(
                 app = create_app(synapse_host, settings)
                 service: Service = app.state.synapse
                 on_listening(_listening(sock, synapse_host))
+                close = anyio.Event()
                 async with anyio.create_task_group() as tg:
-                    tg.start_soon(_mark_stopping, stop, service)
+                    tg.start_soon(_drain, stop, force, close, service, settings.drain_s)
                     await run_app(
                         app,
                         sock,
                         backend,
-                        settings.shutdown_grace_s,
-                        stop,
+                        settings,
+                        close,
                         force,
                         lambda: service.metrics.inside,
                     )
@@ -134,6 +142,7 @@ def _listening(sock: socket.socket, host: Host) -> Listening:
 async def _watch_signals(
     stop: anyio.Event,
     force: anyio.Event,
+    drain: float,
     grace: float,
     *,
     task_status: anyio.abc.TaskStatus[None] = anyio.TASK_STATUS_IGNORED,
@@ -143,9 +152,10 @@ async def _watch_signals(
         async for signum in signals:
             if not stop.is_set():
                 log.warning(
-                    "%s: stopping; requests in flight may finish within %.0f s "
-                    "(signal again to stop at once)",
+                    "%s: stopping; /health answers 503 for %g s, then requests in flight "
+                    "may finish within %g s (signal again to stop at once)",
                     signal.Signals(signum).name,
+                    drain,
                     grace,
                 )
                 stop.set()
@@ -154,9 +164,17 @@ async def _watch_signals(
                 force.set()
 
 
-async def _mark_stopping(stop: anyio.Event, service: Service) -> None:
+async def _drain(
+    stop: anyio.Event, force: anyio.Event, close: anyio.Event, service: Service, drain_s: float
+) -> None:
+    """Once stopping, ``/health`` answers 503 while the listener stays open
+    for ``drain_s`` (a load balancer probing it takes the server out of its
+    pool meanwhile, and requests still arriving are served), then ``close``."""
     await stop.wait()
     service.stopping = True  # /health says 503 from now on
+    with anyio.move_on_after(drain_s):
+        await force.wait()
+    close.set()
 
 
 async def _stop_now_when_forced(force: anyio.Event, opened: list[Host]) -> None:
@@ -177,17 +195,19 @@ async def run_app(
     app: ASGIApp,
     sock: socket.socket,
     backend: Backend,
-    grace: float,
+    settings: ServeSettings,
     stop: anyio.Event,
     force: anyio.Event,
     busy: Callable[[], int] = lambda: 0,
 ) -> None:
     """Serve ``app`` on the bound ``sock`` until ``stop``, then until no request
-    is inside the app (``busy``) or ``grace`` seconds have passed, or until
-    ``force``. The server's own wait for its connections is not relied on: a
-    connection it closed at the wrong moment could hold it for the whole grace."""
+    is inside the app (``busy``) or ``settings.shutdown_grace_s`` seconds have
+    passed, or until ``force``. The server's own wait for its connections is
+    not relied on: a connection it closed at the wrong moment could hold it
+    for the whole grace."""
     run = _uvicorn if backend == "asyncio" else _hypercorn
-    await run(app, sock, grace, stop, lambda end: _end(stop, force, grace, busy, end))
+    grace = settings.shutdown_grace_s
+    await run(app, sock, settings, stop, lambda end: _end(stop, force, grace, busy, end))
 
 
 async def _end(
@@ -208,9 +228,11 @@ Ender = Callable[[Callable[[], None]], Coroutine[Any, Any, None]]
 
 
 async def _uvicorn(
-    app: ASGIApp, sock: socket.socket, grace: float, stop: anyio.Event, ender: Ender
+    app: ASGIApp, sock: socket.socket, settings: ServeSettings, stop: anyio.Event, ender: Ender
 ) -> None:
     import uvicorn
+
+    from . import uvicorn_connection
 
     class Server(uvicorn.Server):
         @contextlib.contextmanager
@@ -223,8 +245,11 @@ async def _uvicorn(
         # would leave uvicorn's lifespan task waiting for a shutdown message
         # that a forced exit never sends, and log its CancelledError traceback.
         lifespan="off",
-        # Typed int, but used as asyncio.wait_for's timeout: a float works.
-        timeout_graceful_shutdown=grace,  # type: ignore[arg-type]
+        http=uvicorn_connection.protocol(settings.header_timeout_s),
+        # Typed int, but used as asyncio.wait_for's timeout and call_later's
+        # delay: a float works.
+        timeout_graceful_shutdown=settings.shutdown_grace_s,  # type: ignore[arg-type]
+        timeout_keep_alive=settings.keep_alive_s,  # type: ignore[arg-type]
         log_level="warning",
         access_log=False,
         # Nothing reads the client's address or scheme, so rewriting them from
@@ -248,7 +273,7 @@ async def _uvicorn(
 
 
 async def _hypercorn(
-    app: ASGIApp, sock: socket.socket, grace: float, stop: anyio.Event, ender: Ender
+    app: ASGIApp, sock: socket.socket, settings: ServeSettings, stop: anyio.Event, ender: Ender
 ) -> None:
     from hypercorn.config import Config
     from hypercorn.trio import serve
@@ -258,7 +283,12 @@ async def _hypercorn(
     trio_connection.install()
     config = Config()
     config.bind = [f"fd://{sock.fileno()}"]
-    config.graceful_timeout = grace
+    config.graceful_timeout = settings.shutdown_grace_s
+    # One timer: a connection with no request begun (a new one, one between
+    # requests, or one whose request head is still arriving) is closed after
+    # it. Its read_timeout is left unset: it would cut off a client that
+    # waits quietly for a long answer.
+    config.keep_alive_timeout = min(settings.keep_alive_s, settings.header_timeout_s)
     config.accesslog = None
     config.errorlog = quiet = logging.getLogger("synapse.http.hypercorn")
     quiet.setLevel(logging.WARNING)  # we print the URL ourselves

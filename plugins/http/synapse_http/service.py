@@ -11,6 +11,7 @@ from .errors import HTTPError
 from .metrics import Metrics
 from .schemas import ErrorBody
 from .settings import ServeSettings
+from .tokenizing import Tokenizing
 
 
 class Service:
@@ -31,6 +32,8 @@ class Service:
         self.metrics = Metrics(lambda: self._host)
         #: set when the server stops taking requests (``/health`` then says 503)
         self.stopping = False
+        #: ``/tokenize``'s work, bounded (see :mod:`.tokenizing`)
+        self.tokenizing = Tokenizing()
 
     @property
     def host(self) -> Host:

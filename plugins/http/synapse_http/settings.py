@@ -23,5 +23,12 @@ class ServeSettings:
     max_inputs: int = 2048
     #: how long in-flight requests may run on after a shutdown signal
     shutdown_grace_s: float = 20.0
+    #: after a shutdown signal, how long the listener stays open answering
+    #: ``/health`` with 503 (so a load balancer sees it) before it closes
+    drain_s: float = 5.0
+    #: a request head must have arrived this long after its first byte
+    header_timeout_s: float = 10.0
+    #: a connection with no request under way is closed after this long
+    keep_alive_s: float = 15.0
     #: models to start before serving (the rest start on their first call)
     preload: tuple[str, ...] = ()

@@ -2,7 +2,8 @@
 127.0.0.1 ports, and reading their metrics. Needs the test extra (httpx).
 
 Each server runs the installed mock transport and HTTP plugins only
-(``SYNAPSE_PLUGINS=mock,http``), with a catalog written for the test.
+(``SYNAPSE_PLUGINS=mock,http``; ``plugins=`` names others), with a catalog
+written for the test.
 """
 
 from __future__ import annotations
@@ -87,14 +88,16 @@ def start_server(
     backend: str,
     models: list[dict[str, Any]],
     *args: str,
+    plugins: str = "mock,http",
     **settings: Any,
 ) -> Server:
     catalog = tmp / "catalog.toml"
     catalog.write_text(catalog_toml(*models, **settings), encoding="utf-8")
-    env = dict(os.environ, SYNAPSE_PLUGINS="mock,http", PYTHONUNBUFFERED="1")
+    env = dict(os.environ, SYNAPSE_PLUGINS=plugins, PYTHONUNBUFFERED="1")
     env.pop("SYNAPSE_CATALOG", None)
     command = [sys.executable, "-m", "synapse_core.cli", "serve", "--catalog", str(catalog)]
-    command += ["--port", "0", "--backend", backend, *args]
+    # No drain unless a test asks for one: every server here is stopped with SIGTERM.
+    command += ["--port", "0", "--backend", backend, "--drain-grace", "0", *args]
     proc = subprocess.Popen(
         command,
         stdin=subprocess.DEVNULL,

@@ -1,0 +1,263 @@
+"""Bounds on the work a call costs before it runs.
+
+A text far longer than a model's ceiling is refused without being tokenised
+(a tokenizer's time grows with the text, and a 2 MB text takes seconds), or,
+when truncation was asked for, cut to that bound first. The bound is in
+characters, like TEI's max input length times a factor:
+``ceiling * CHARS_PER_TOKEN``. Text averages 4 to 6 characters per token
+(code and URLs fewer), so a text past 32 characters a token could not fit
+the ceiling as any tokenizer the host serves reads it; only a text of runs
+of spaces, or of words longer than a tokenizer's own word limit, could, and
+those are refused too.
+
+A call whose texts are large together is tokenised in a worker thread
+(:func:`encoded`), a few at a time, so the event loop goes on serving: each
+text is encoded by its own call of the tokenizer, and the loop runs between
+them even when a tokenizer holds the GIL while it works.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import sys
+from collections.abc import Callable, Sequence
+from typing import Protocol
+from weakref import WeakKeyDictionary
+
+import anyio
+
+from .call import Call
+from .catalog import Catalog, Entry
+from .config import Task
+from .deadline import Deadline, check_deadline
+from .errors import Refused
+from .naming import shown
+
+# Plan and Truncate are the host's too: it reads them from here.
+from .plan import Plan as Plan
+from .plan import Truncate as Truncate
+from .plan import invalid_text, plan_call
+
+
+class Planning(Protocol):
+    """What :func:`started` needs of a host."""
+
+    catalog: Catalog
+
+    def _check_open(self) -> None: ...
+
+    def _call(
+        self,
+        model: str,
+        task: Task,
+        texts: Texts,
+        query: str | None,
+        deadline: Deadline | None,
+        truncate: Truncate = False,
+        plan: Plan | None = None,
+    ) -> Call: ...
+
+
+#: per host, the worker threads tokenising its large calls
+_limiters: WeakKeyDictionary[Planning, anyio.CapacityLimiter] = WeakKeyDictionary()
+
+
+async def started(
+    host: Planning,
+    model: str,
+    task: Task,
+    texts: Texts,
+    query: str | None,
+    deadline: Deadline | None,
+    truncate: Truncate,
+) -> Call:
+    """``host._call`` of the call, planned first by :func:`plan_large` when its
+    texts are large. A small call is planned and started without a pause, so
+    its refusals and errors are raised before its caller's first await."""
+    plan = await plan_large(host, model, task, texts, query, deadline, truncate)
+    return host._call(model, task, texts, query, deadline, truncate, plan)
+
+
+#: characters a text may have per token of the model's ceiling
+CHARS_PER_TOKEN = 32
+#: calls with more characters than this in all are tokenised off the event loop
+OFFLOAD_CHARS = 16 * 1024
+#: worker threads tokenising at once, host-wide
+TOKENIZING_THREADS = 2
+
+Texts = Sequence[str | Sequence[int]]
+
+
+def max_chars(entry: Entry) -> int:
+    """The longest text (in characters) ``entry``'s model is given to tokenise."""
+    return entry.ceiling * CHARS_PER_TOKEN
+
+
+def characters(texts: object, query: str | None = None) -> int:
+    """The characters of the texts (and query) of a call: what tokenising it costs."""
+    total = len(query) if isinstance(query, str) else 0
+    if isinstance(texts, str):
+        return total + len(texts)
+    if type(texts) is list or type(texts) is tuple:
+        for text in texts:
+            if type(text) is str:
+                total += len(text)
+    return total
+
+
+def bounded(
+    entry: Entry, texts: Texts, query: str | None, cut: str | bool
+) -> tuple[Texts, tuple[int, ...]]:
+    """``texts`` with every text over :func:`max_chars` refused (``over-ceiling``,
+    naming it), or with ``cut`` (``"start"``, or true for the end) cut to it at
+    that end; and the indexes cut. A query over it is refused: it is never cut.
+    Texts that are not a list, a tuple or one string are left to the plan."""
+    limit = max_chars(entry)
+    if isinstance(query, str) and len(query) > limit:
+        raise _too_long(entry, "the query", len(query), limit, None)
+    if isinstance(texts, str):
+        texts = [texts]
+    elif type(texts) is not list and type(texts) is not tuple:
+        return texts, ()
+    over = [i for i, text in enumerate(texts) if type(text) is str and len(text) > limit]
+    if not over:
+        return texts, ()
+    if not cut:
+        index = over[0]
+        what = "document" if query is not None else "input"
+        raise _too_long(entry, f"{what} {index}", len(texts[index]), limit, index)
+    kept = list(texts)
+    for index in over:
+        text = kept[index]
+        assert isinstance(text, str)
+        kept[index] = text[-limit:] if cut == "start" else text[:limit]
+    return kept, tuple(over)
+
+
+def planned(entry: Entry, texts: Texts, query: str | None, truncate: Truncate) -> Plan:
+    """The plan of a call, its texts :func:`bounded` first."""
+    bound, cut = bounded(entry, texts, query, truncate)
+    return _with_cut(plan_call(entry, bound, query, truncate), cut)
+
+
+async def plan_large(
+    host: Planning,
+    model: str,
+    task: Task,
+    texts: Texts,
+    query: str | None,
+    deadline: Deadline | None,
+    truncate: Truncate,
+) -> Plan | None:
+    """The plan of a call whose texts are large together (over
+    :data:`OFFLOAD_CHARS`): bounded on the event loop, then tokenised and
+    planned in a worker thread (at most :data:`TOKENIZING_THREADS` at once per
+    host). ``None``
+    for any other call, which the host plans on the spot (:func:`planned`)."""
+    if characters(texts, query) <= OFFLOAD_CHARS:
+        return None
+    host._check_open()
+    check_deadline(deadline)
+    entry = host.catalog.entry(model, task)
+    bound, cut = bounded(entry, texts, query, truncate)
+
+    def plan() -> Plan:
+        ids = encoded(entry, bound, truncate)
+        try:
+            return _with_cut(plan_call(entry, ids, query, truncate), cut)
+        except Exception as exc:
+            # Refused: let go of every id (the traceback's frames hold them
+            # too) before the memory is given back.
+            del ids
+            refusal = exc.with_traceback(None)
+        give_back()
+        raise refusal
+
+    limiter = _limiters.get(host)
+    if limiter is None:
+        limiter = _limiters[host] = anyio.CapacityLimiter(TOKENIZING_THREADS)
+    return await anyio.to_thread.run_sync(plan, limiter=limiter)
+
+
+def _with_cut(plan: Plan, cut: tuple[int, ...]) -> Plan:
+    """``plan``, also listing as truncated the texts ``cut`` before it was made."""
+    if cut:
+        plan.truncated = tuple(sorted({*plan.truncated, *cut}))
+    return plan
+
+
+def encoded(entry: Entry, texts: Texts, truncate: object) -> list[str | Sequence[int]]:
+    """``texts`` with each valid text replaced by its token ids, as the plan
+    would encode it; run in a worker thread. A text the tokenizer fails on,
+    or that is not valid text, is left as it is, for the plan to refuse with
+    its index as it always does; so are the texts after one the plan will
+    refuse as over the ceiling (unless ``truncate``), which are never read."""
+    tokenizer = entry.tokenizer
+    model = entry.spec.name
+    out: list[str | Sequence[int]] = []
+    for index, text in enumerate(texts):
+        if type(text) is str and (text.isascii() or invalid_text(model, text, "", index) is None):
+            try:
+                ids = tokenizer.encode(text)
+            except Exception:  # the plan reports it, naming the input
+                out.append(text)
+                continue
+            out.append(ids)
+            if not truncate and tokenizer.sequence_length(ids) > entry.ceiling:
+                out.extend(texts[index + 1 :])
+                break
+        else:
+            out.append(text)
+    return out
+
+
+def give_back() -> None:
+    """Return the memory freed by a large piece of work to the system, where
+    the C library can (glibc keeps what a worker thread freed in that
+    thread's own arena otherwise, and the process stays at its peak)."""
+    if _malloc_trim is not None:
+        _malloc_trim(0)
+
+
+#: blocks at least this large are mapped on their own (see :func:`map_large_blocks`)
+MAP_BLOCK_BYTES = 256 * 1024
+#: glibc's mallopt parameter for it
+_M_MMAP_THRESHOLD = -3
+
+
+def map_large_blocks() -> None:
+    """Have the C library map every block of :data:`MAP_BLOCK_BYTES` or more on
+    its own, so that freeing one (a large body, a large answer) returns it to
+    the system at once. For a server process: glibc otherwise raises that
+    threshold to the size of the first large block freed, and later ones
+    come from its heap, which stays at the process's peak."""
+    libc = _libc()
+    if libc is not None:
+        libc.mallopt(_M_MMAP_THRESHOLD, MAP_BLOCK_BYTES)
+
+
+def _libc() -> ctypes.CDLL | None:
+    if sys.platform != "linux":
+        return None
+    try:
+        libc = ctypes.CDLL(None)
+        libc.malloc_trim, libc.mallopt  # noqa: B018 (glibc's; musl has neither)
+    except (OSError, AttributeError):
+        return None
+    return libc
+
+
+_malloc_trim: Callable[[int], int] | None = getattr(_libc(), "malloc_trim", None)
+
+
+def _too_long(entry: Entry, what: str, length: int, limit: int, index: int | None) -> Refused:
+    model = entry.spec.name
+    return Refused(
+        "over-ceiling",
+        f"{what} has {length} characters, more than model {shown(model)} could take in its "
+        f"ceiling of {entry.ceiling} tokens (texts over {limit} characters, "
+        f"{CHARS_PER_TOKEN} a token, are refused unread); split it into shorter texts"
+        + ("" if index is None else ", or ask for truncation explicitly"),
+        model=model,
+        index=index,
+    )
