@@ -18,11 +18,11 @@ from synapse_core.call import Call
 from synapse_core.catalog import Catalog
 from synapse_core.deadline import Deadline
 from synapse_core.handoff import FutureEvent, OneShot, event_factory
-from synapse_core.host import _Runners
 from synapse_core.plan import plan_call
 from synapse_core.plugins import PluginHost
 from synapse_core.residency.lane import Backlog, Lane
 from synapse_core.residency.worker import Worker
+from synapse_core.runners import Runners
 from synapse_core.serving import CallRunner
 from synapse_core.steps import plan_steps
 from synapse_core.wire import Hello
@@ -64,7 +64,7 @@ def handoffs(
 ) -> Callable[[], Awaitable[None]]:
     """``PIECE_BATCH`` calls' hand-offs, each to a detached task that only
     ends the call: a parked one (``pooled``) or one started for it."""
-    runners = _Runners(tg, cast(CallRunner, _Echo()), 64)
+    runners = Runners(tg, cast(CallRunner, _Echo()), 64)
     runners.event = make_event
     submit: Callable[[Any], None] = (
         runners.submit if pooled else task_per_call(tg, cast(CallRunner, _Echo()))

@@ -82,7 +82,7 @@ class Switch:
 
 
 def task_per_call(tg: TaskGroup, runner: CallRunner) -> Callable[[tuple[Any, Any, Any]], None]:
-    """``_Runners.submit`` without the pool: a new task for every call."""
+    """``Runners.submit`` without the pool: a new task for every call."""
 
     def submit(job: tuple[Any, Any, Any]) -> None:
         tg.start_soon(runner.run, *job, name="call runner")

@@ -19,7 +19,7 @@ The shortcuts, and what stands in for each when it is switched off:
   (:class:`synapse_core.handoff.FutureEvent`); without, ``anyio.Event``.
   asyncio only by design: trio always uses anyio's event.
 - ``runner_pool``: the detached task of a call is a parked task woken for
-  it (``host._Runners``); without, a task started per call.
+  it (``synapse_core.runners.Runners``); without, a task started per call.
 - ``remembered_buckets``: the bucket choice is worked out once per worker
   hello and plugin set (``Worker.selection``); without, every call asks the
   plugins for a selector again.

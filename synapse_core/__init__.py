@@ -42,6 +42,7 @@ _EXPORTS = {
     "open_host": "host",
     "CLOSE_SLACK_S": "host",
     "Host": "host",
+    "AroundCall": "host",
     "EmbedResult": "call",
     "RerankResult": "call",
     "HostSnapshot": "snapshot",
@@ -81,6 +82,7 @@ __all__ = [
     "DEFAULT_CATALOG_SOURCE",
     "OFFLOAD_CHARS",
     "SHOWN_CHARS",
+    "AroundCall",
     "CapacityExhausted",
     "ConfigError",
     "Deadline",
@@ -152,7 +154,7 @@ if TYPE_CHECKING:
         WorkerRejected,
     )
     from .hookspecs import hookimpl
-    from .host import CLOSE_SLACK_S, Host, open_host
+    from .host import CLOSE_SLACK_S, AroundCall, Host, open_host
     from .naming import SHOWN_CHARS, shown
     from .plugins import PluginHost
     from .snapshot import HostSnapshot

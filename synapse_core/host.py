@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
+from typing import Protocol, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
@@ -16,12 +17,12 @@ from .coalesce import Coalescer
 from .config import HostConfig, Task
 from .deadline import Clock, Deadline, check_deadline, monotonic
 from .errors import HostClosed, Retired
-from .handoff import OneShot, event_factory
 from .plugins import PluginHost
 from .prompts import prompted
 from .residency.lane import Lane
 from .residency.supervisor import Backlog, Supervisor
 from .residency.worker import Phase, Worker
+from .runners import Runners
 from .scoring import scores_of
 from .serving import CallRunner
 from .snapshot import HostSnapshot, take
@@ -32,12 +33,29 @@ CLOSE_SLACK_S = 1.0
 #: most call runners kept parked for reuse (fewer when max_concurrent is lower)
 IDLE_RUNNERS = 64
 
+_R = TypeVar("_R")
+
+
+class AroundCall(Protocol):
+    """What a tool runs around every embed and rerank call (``open_host(around_call=...)``),
+    say to make the model resident in a cache of its own first: given the model, once the
+    catalog accepted it for the call's task, and ``call``, which starts the call anew each
+    time it is called; it returns what the call returned (or raises)."""
+
+    def __call__(self, model: str, call: Callable[[], Awaitable[_R]], /) -> Awaitable[_R]: ...
+
 
 class Host:
     """Serves embed and rerank calls. Create it with :func:`open_host`."""
 
     def __init__(
-        self, config: HostConfig, plugins: PluginHost, clock: Clock, tg: TaskGroup
+        self,
+        config: HostConfig,
+        plugins: PluginHost,
+        clock: Clock,
+        tg: TaskGroup,
+        *,
+        around_call: AroundCall | None = None,
     ) -> None:
         self.config = config
         self.plugins = plugins
@@ -57,9 +75,10 @@ class Host:
             self.backlog,
             config.max_waiting,
         )
-        self._runners = _Runners(tg, self._runner, min(config.max_concurrent, IDLE_RUNNERS))
+        self._runners = Runners(tg, self._runner, min(config.max_concurrent, IDLE_RUNNERS))
         #: per model, when ``config.coalesce`` is on
         self._coalescers: dict[str, Coalescer] = {}
+        self._around = around_call
 
     # -- public API -----------------------------------------------------------------
 
@@ -83,6 +102,18 @@ class Host:
         """
         if prompt_name is not None:
             texts = prompted(self.catalog.entry(model, "embed"), prompt_name, texts)
+        if self._around is not None:
+            self._accepts(model, "embed")
+            return await self._around(model, lambda: self._embed(model, texts, deadline, truncate))
+        return await self._embed(model, texts, deadline, truncate)
+
+    async def _embed(
+        self,
+        model: str,
+        texts: Sequence[str | Sequence[int]],
+        deadline: Deadline | None,
+        truncate: Truncate,
+    ) -> EmbedResult:
         call = await started(self, model, "embed", texts, None, deadline, truncate)
         tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
@@ -105,6 +136,21 @@ class Host:
         cross-encoder's scores are the sigmoid of its logits, which are the
         result's ``raw_scores``.
         """
+        if self._around is not None:
+            self._accepts(model, "rerank")
+            return await self._around(
+                model, lambda: self._rerank(model, query, documents, deadline, truncate)
+            )
+        return await self._rerank(model, query, documents, deadline, truncate)
+
+    async def _rerank(
+        self,
+        model: str,
+        query: str,
+        documents: Sequence[str],
+        deadline: Deadline | None,
+        truncate: Truncate,
+    ) -> RerankResult:
         call = await started(self, model, "rerank", documents, query, deadline, truncate)
         tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
@@ -174,6 +220,11 @@ class Host:
                 sup.close_lane()
 
     # -- internals --------------------------------------------------------------------
+
+    def _accepts(self, model: str, task: Task) -> None:
+        """Refuse, as a call would, a model the around-call hook must not see."""
+        self._check_open()
+        self.catalog.entry(model, task)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -302,64 +353,6 @@ class Host:
         return worker
 
 
-class _Slot:
-    __slots__ = ("event", "job")
-
-    def __init__(self, event: OneShot) -> None:
-        self.event = event
-        self.job: tuple[Call, Supervisor, Worker] | None = None
-
-
-class _Runners:
-    """Detached call tasks, reused: waking an idle one costs less than
-    starting a task per call. Each still runs in the host's task group.
-
-    At most ``keep`` of them stay parked; one that finishes a call when that
-    many are idle ends, so a burst does not leave its runners behind. A
-    parked runner holds nothing of the call it ran.
-    """
-
-    def __init__(self, tg: TaskGroup, runner: CallRunner, keep: int) -> None:
-        self.tg = tg
-        self.runner = runner
-        self.keep = keep
-        self.idle: list[_Slot] = []
-        self.event: Callable[[], OneShot] = event_factory()
-
-    def submit(self, job: tuple[Call, Supervisor, Worker]) -> None:
-        if self.idle:
-            slot = self.idle.pop()
-            slot.job = job
-            slot.event.set()
-        else:
-            self.tg.start_soon(self._loop, job, name="call runner")
-
-    async def _loop(self, job: tuple[Call, Supervisor, Worker]) -> None:
-        slot = _Slot(self.event())
-        try:
-            while True:
-                await self.runner.run(*job)
-                del job  # the call's texts, plan and rows are its caller's alone now
-                if len(self.idle) >= self.keep:
-                    return
-                # Park at once: the caller wakes only once this task yields.
-                self.idle.append(slot)
-                await slot.event.wait()
-                slot.event = self.event()
-                assert slot.job is not None
-                job, slot.job = slot.job, None
-        except BaseException:
-            # Cancelled (the host is closing): take no more work, and end a call
-            # handed over as the cancellation landed, letting go of what its
-            # caller took for it.
-            if slot in self.idle:
-                self.idle.remove(slot)
-            if slot.job is not None:
-                self.runner.cancel(*slot.job)
-                slot.job = None
-            raise
-
-
 @asynccontextmanager
 async def open_host(
     config: HostConfig | None = None,
@@ -367,6 +360,7 @@ async def open_host(
     plugins: PluginHost | Iterable[object] | None = None,
     clock: Clock = monotonic,
     host_class: type[Host] = Host,
+    around_call: AroundCall | None = None,
 ) -> AsyncIterator[Host]:
     """Open a host. Spawns nothing until a model is loaded or called.
 
@@ -374,6 +368,8 @@ async def open_host(
     of the installed entry points (tests), or ``None`` for the installed ones.
     ``host_class``: a subclass of :class:`Host` to open instead (one that
     does something before each call, say); it is constructed as ``Host`` is.
+    ``around_call``: an :class:`AroundCall` the host runs around every embed
+    and rerank call, with the call's model (a tool's hook: no subclass needed).
     Leaving the block retires every worker and confirms its exit.
     """
     if config is None:
@@ -386,7 +382,10 @@ async def open_host(
         plugin_host = PluginHost(plugins)
     try:
         async with anyio.create_task_group() as tg:
-            host = host_class(config, plugin_host, clock, tg)
+            if around_call is None:
+                host = host_class(config, plugin_host, clock, tg)
+            else:
+                host = host_class(config, plugin_host, clock, tg, around_call=around_call)
             try:
                 yield host
             finally:

@@ -42,31 +42,22 @@ PUBLIC = frozenset({HOST, TRANSPORT, POLICY, EVENTS, CLI, *TESTING})
 ALLOWED: dict[str, frozenset[str]] = {
     "mock_transport": frozenset({HOST, TRANSPORT}),
     "ane_direct": frozenset({HOST, TRANSPORT}),
-    # a transport that charges its lane in MiB (synapse_admission_cost)
-    "cpu": frozenset({HOST, TRANSPORT, POLICY}),
+    # a transport that charges its lane in MiB (synapse_admission_cost) and
+    # adds `synapse pull` (hub models)
+    "cpu": frozenset({HOST, TRANSPORT, POLICY, CLI}),
     # an observer with commands
     "certify": frozenset({HOST, EVENTS, CLI}),
     # the host API, and `synapse serve`
     "http": frozenset({HOST, CLI}),
-    # Today's synapse-ray still reads a few host constants through the
-    # transport module (see RAY_MOVED_NAMES); composing a host instead of
-    # subclassing it takes it down to the host API.
+    # the host API (it composes a host with an around-call hook), and the
+    # transport module's option helpers for its own settings (FieldInvalid,
+    # positive, structuring_problems)
     "ray": frozenset({HOST, TRANSPORT}),
 }
 #: names a plugin may still import from ``synapse_core.plugin`` after they
 #: moved to their audience's module; each must still be in use (so the list
 #: shrinks as the code moves)
-MOVED_NAMES_IN_USE: dict[str, frozenset[str]] = {
-    "ray": frozenset(
-        {
-            "CLOSE_SLACK_S",
-            "DEFAULT_CATALOG_SOURCE",
-            "default_catalog_text",
-            "catalog_toml",
-            "model_entry",
-        }
-    ),
-}
+MOVED_NAMES_IN_USE: dict[str, frozenset[str]] = {}
 #: plugins a plugin package may import, each a declared dependency of it:
 #: synapse-ray serves synapse-http's ASGI app in every replica
 OTHER_PLUGINS: dict[str, frozenset[str]] = {"ray": frozenset({"synapse_http"})}

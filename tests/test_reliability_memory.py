@@ -12,8 +12,9 @@ import pytest
 
 import synapse_core as synapse
 from synapse_core.call import Call
-from synapse_core.host import IDLE_RUNNERS, _Slot
+from synapse_core.host import IDLE_RUNNERS
 from synapse_core.plan import Plan
+from synapse_core.runners import Slot
 from synapse_core.testing import transport_plugin
 from synapse_core.testing.fake import FakeTransport, InProcessFakeTransport
 
@@ -42,7 +43,7 @@ async def test_no_call_or_plan_stays_reachable_once_its_caller_has_the_result(
 async def test_a_burst_leaves_at_most_a_small_pool_of_idle_runners(
     make_model: Any, make_config: Any
 ) -> None:
-    slots, calls = live(_Slot), live(Call)
+    slots, calls = live(Slot), live(Call)
     cfg = make_config(make_model("m"), max_concurrent=500, max_waiting=500)
     async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessFakeTransport())]) as host:
         await host.load("m")
@@ -51,7 +52,7 @@ async def test_a_burst_leaves_at_most_a_small_pool_of_idle_runners(
                 tg.start_soon(host.embed, "m", [f"text {i}"])
         await anyio.wait_all_tasks_blocked()
         assert len(host._runners.idle) <= IDLE_RUNNERS
-        assert live(_Slot) - slots <= IDLE_RUNNERS
+        assert live(Slot) - slots <= IDLE_RUNNERS
         assert live(Call) == calls
         # The pool still serves: a later burst reuses the parked runners.
         async with anyio.create_task_group() as tg:

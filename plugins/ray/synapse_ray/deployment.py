@@ -21,7 +21,7 @@ from synapse_http.app import create_app
 from synapse_http.settings import ServeSettings
 
 from .replica_host import ReplicaHost
-from .residency import Resident, RoutedHost, load_resident
+from .residency import Residency, Resident, load_resident
 from .settings import Catalog
 
 #: the response header naming the replica that answered
@@ -47,7 +47,8 @@ class SynapseHosts:
     """One Synapse host per replica; build it with :func:`synapse_ray.app`."""
 
     def __init__(self, catalog: Catalog, max_models_per_replica: int, http: ServeSettings) -> None:
-        self.replica = ReplicaHost(catalog.config(), host_class=RoutedHost)
+        residency = Residency()
+        self.replica = ReplicaHost(catalog.config(), around_call=residency)
         self.http = http
         context = serve.get_replica_context()
         self.replica_id = context.replica_id.unique_id
@@ -60,12 +61,11 @@ class SynapseHosts:
         # models this replica holds; the bound is a setting, hence not a
         # decorator on a method.
         self.resident = serve.multiplexed(max_num_models_per_replica=max_models_per_replica)(load)
+        residency.resident = self.resident
 
     async def __serve_build_asgi_app__(self) -> ASGIApp:
         """The HTTP app of ``synapse serve`` over this replica's host."""
         host = await self.replica.get()
-        assert isinstance(host, RoutedHost)
-        host.resident = self.resident
         return Answering(create_app(host, self.http), self.replica_id)
 
     async def describe(self) -> dict[str, Any]:

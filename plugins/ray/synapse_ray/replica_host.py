@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Iterable
 
-from synapse_core import Host, HostConfig, PluginHost, Retired, open_host
+from synapse_core import AroundCall, Host, HostConfig, PluginHost, Retired, open_host
 
 
 class ReplicaHost:
@@ -27,11 +27,11 @@ class ReplicaHost:
         config: HostConfig,
         *,
         plugins: PluginHost | Iterable[object] | None = None,
-        host_class: type[Host] = Host,
+        around_call: AroundCall | None = None,
     ) -> None:
         self.config = config
         self._plugins = plugins
-        self._host_class = host_class
+        self._around_call = around_call
         self._host: Host | None = None
         self._error: BaseException | None = None
         self._ready = asyncio.Event()
@@ -76,7 +76,7 @@ class ReplicaHost:
     async def _own(self) -> None:
         try:
             async with open_host(
-                self.config, plugins=self._plugins, host_class=self._host_class
+                self.config, plugins=self._plugins, around_call=self._around_call
             ) as host:
                 self._host = host
                 self._ready.set()

@@ -5,10 +5,10 @@ and tells its routers which replica holds which model id, so a request that
 carries the ``serve_multiplexed_model_id`` header goes to a replica that
 already holds that model. Here the load function is ``host.load`` and the
 cached object is a :class:`Resident` whose unloading is ``host.retire``
-(drain, confirmed exit, refund). :class:`RoutedHost` is what the HTTP app
-serves from: before each call it makes the call's model resident through
-Ray's cache, so Ray's table of which replica holds what stays true whichever
-way the request named its model.
+(drain, confirmed exit, refund). :class:`Residency` is the hook the
+replica's host runs around each call: it makes the call's model resident
+through Ray's cache first, so Ray's table of which replica holds what stays
+true whichever way the request named its model.
 
 Ray's proxy routes by the header only (it does not read bodies): a request
 without it is served by whichever replica Ray picks, which then holds the
@@ -18,9 +18,9 @@ model too.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import TypeVar
 
-from synapse_core import Deadline, EmbedResult, Host, RerankResult, Retired
+from synapse_core import Deadline, Retired
 
 from .replica_host import ReplicaHost
 
@@ -66,31 +66,25 @@ async def load_resident(replica: ReplicaHost, model: str) -> Resident:
     return Resident(model, replica)
 
 
-class RoutedHost(Host):
-    """The replica's host: ``embed`` and ``rerank`` first make their model
-    resident through :attr:`resident` (Ray's multiplexed load function).
+class Residency:
+    """What the replica's host runs around each embed and rerank call
+    (``open_host(around_call=...)``): make the call's model resident through
+    :attr:`resident` (Ray's multiplexed load function) first.
 
     The HTTP app finds the model a request names (body, ``?model=``, header
-    or the catalog's default) and calls the host with it, so this is the one
-    place that sees every call's model, however it was named.
+    or the catalog's default) and calls the host with it, so the host's hook
+    is the one place that sees every call's model, however it was named; the
+    host runs it only for a model its catalog accepts, so an unknown model
+    makes Ray load (and evict) nothing.
     """
 
-    #: Ray's multiplexed load function; ``None`` serves without Ray's cache
-    resident: Callable[[str], Awaitable[Resident]] | None = None
+    def __init__(self) -> None:
+        #: Ray's multiplexed load function; ``None`` serves without Ray's cache
+        self.resident: Callable[[str], Awaitable[Resident]] | None = None
 
-    async def embed(self, model: str, *args: Any, **kwargs: Any) -> EmbedResult:
-        embed = super().embed
-        return await self._resident_then(model, lambda: embed(model, *args, **kwargs))
-
-    async def rerank(self, model: str, *args: Any, **kwargs: Any) -> RerankResult:
-        rerank = super().rerank
-        return await self._resident_then(model, lambda: rerank(model, *args, **kwargs))
-
-    async def _resident_then(self, model: str, call: Callable[[], Awaitable[_R]]) -> _R:
+    async def __call__(self, model: str, call: Callable[[], Awaitable[_R]]) -> _R:
         for attempt in range(1, RESIDENCY_ATTEMPTS + 1):
-            # Only a model the catalog knows is made resident: the host's own
-            # checks refuse the others (unknown model) before any worker starts.
-            if self.resident is not None and model in self.catalog.entries:
+            if self.resident is not None:
                 await self.resident(model)
             try:
                 return await call()

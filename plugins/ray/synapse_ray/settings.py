@@ -15,15 +15,14 @@ from typing import Any
 import attrs
 import cattrs
 
-from synapse_core import ConfigError, HostConfig
-from synapse_core.plugin import (
+from synapse_core import (
     CLOSE_SLACK_S,
     DEFAULT_CATALOG_SOURCE,
-    FieldInvalid,
+    ConfigError,
+    HostConfig,
     default_catalog_text,
-    positive,
-    structuring_problems,
 )
+from synapse_core.plugin import FieldInvalid, positive, structuring_problems
 from synapse_http.settings import ServeSettings
 
 #: the custom Ray resource a node declares once per device lane it can host
@@ -49,6 +48,10 @@ class Settings:
     #: Ray's LRU bound: past it, the least recently used model is retired
     max_models_per_replica: int = attrs.field(default=4, validator=_at_least_one)
     lane_resource: str = LANE_RESOURCE
+    #: with no node offering enough lanes, wait for nodes that do to join
+    #: (an autoscaling cluster) instead of failing, or of running one replica
+    #: without a lane on a lone node (see :mod:`synapse_ray.lanes`)
+    wait_for_lanes: bool = False
     #: ``None``: long enough for the host to retire every worker (see :func:`shutdown_bound_s`)
     graceful_shutdown_timeout_s: float | None = None
     #: the HTTP app's: clients must send ``Authorization: Bearer <api_key>``
@@ -82,6 +85,20 @@ def _number(kind: type[int] | type[float]) -> None:
 
 _number(int)
 _number(float)
+
+#: what ``serve run``'s ``key=value`` strings may say for a boolean
+_BOOLEANS = {"true": True, "1": True, "yes": True, "false": False, "0": False, "no": False}
+
+
+def _boolean(value: Any, _: type) -> bool:
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in _BOOLEANS:
+        return _BOOLEANS[value.lower()]
+    raise TypeError(f"expected true or false, got {value!r}")
+
+
+_converter.register_structure_hook(bool, _boolean)
 
 
 def settings_from_args(args: Mapping[str, Any]) -> Settings:

@@ -7,9 +7,11 @@ through the deployment on one machine.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
+import signal
 import socket
 import time
 from collections.abc import Callable, Mapping
@@ -18,7 +20,7 @@ from typing import Any
 
 import attrs
 
-from synapse_core.plugin import catalog_toml, model_entry
+from synapse_core.testing import catalog_toml, model_entry
 
 from .settings import LANE_RESOURCE
 
@@ -27,6 +29,13 @@ LANES = 2
 #: bounds that keep a broken cluster from hanging the run; never timing claims
 BOUND_S = 120.0
 
+
+#: what Ray says when its raylet gave up on its dashboard agent: it waits a
+#: fixed 15 s for the agent's ports, which a busy 2-core machine can exceed
+#: while the agent imports; the start-up, not Synapse, failed
+STARTUP_TIMED_OUT = "The current node timed out during startup"
+#: attempts at starting Ray, for that reason only
+STARTUP_ATTEMPTS = 3
 
 #: the mock options of :func:`mock_model`'s entries
 MOCK_OPTIONS: dict[str, Any] = {"buckets": [8, 16, 32], "dims": 8, "max_batch": 4}
@@ -81,6 +90,16 @@ def descendants(root: int) -> set[int]:
                 found.add(child)
                 todo.append(child)
     return {pid for pid in found if alive(pid)}
+
+
+def end_processes(pids: set[int]) -> None:
+    """SIGKILL ``pids`` (processes this test started) and wait for them to go."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+    wait_until(
+        lambda: not any(alive(pid) for pid in pids), f"processes {sorted(pids)} to end", 30.0
+    )
 
 
 def wait_until(predicate: Callable[[], bool], what: str, timeout: float = BOUND_S) -> None:
@@ -147,15 +166,24 @@ def start_serve(catalog: Path, args: Mapping[str, str]) -> ServeApp:
     # may not. Off, so that a killed replica's workers must end by Synapse's
     # own rule (a worker watches its host process).
     os.environ["RAY_kill_child_processes_on_worker_exit"] = "0"  # noqa: SIM112 (Ray spells it so)
-    ray.init(
-        address="local",  # a new instance, never one found running on this machine
-        num_cpus=2,
-        resources={LANE_RESOURCE: LANES},
-        include_dashboard=False,
-        log_to_driver=False,
-        logging_level=logging.WARNING,
-        _node_ip_address="127.0.0.1",
-    )
+    for attempt in range(1, STARTUP_ATTEMPTS + 1):
+        before = descendants(os.getpid())
+        try:
+            ray.init(
+                address="local",  # a new instance, never one found running on this machine
+                num_cpus=2,
+                resources={LANE_RESOURCE: LANES},
+                include_dashboard=False,
+                log_to_driver=False,
+                logging_level=logging.WARNING,
+                _node_ip_address="127.0.0.1",
+            )
+            break
+        except Exception as exc:
+            if STARTUP_TIMED_OUT not in str(exc) or attempt == STARTUP_ATTEMPTS:
+                raise
+            # What the failed start left running goes before the next try.
+            end_processes(descendants(os.getpid()) - before)
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
     handle = serve.run(app({"catalog": str(catalog), **args}), name="synapse", route_prefix="/")

@@ -20,7 +20,7 @@ from ray import serve
 
 from synapse_ane_direct import lanelock
 from synapse_core import LaneLocked
-from synapse_core.plugin import model_entry
+from synapse_core.testing import model_entry
 from synapse_ray.testing import ServeApp, alive, mock_model, wait_until
 
 pytestmark = pytest.mark.ray

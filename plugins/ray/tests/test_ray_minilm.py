@@ -12,7 +12,7 @@ import openai
 import pytest
 
 import synapse_cpu
-from synapse_core.plugin import model_entry
+from synapse_core.testing import model_entry
 from synapse_ray.testing import BOUND_S, ServeApp
 
 pytestmark = pytest.mark.ray

@@ -13,15 +13,10 @@ from pathlib import Path
 
 import pytest
 
-from synapse_core import HostConfig, Refused, Retired
-from synapse_core.plugin import host_config
+from synapse_core import Host, HostConfig, Refused, Retired
+from synapse_core.testing import host_config
 from synapse_ray.replica_host import ReplicaHost
-from synapse_ray.residency import (
-    RESIDENCY_ATTEMPTS,
-    Resident,
-    RoutedHost,
-    load_resident,
-)
+from synapse_ray.residency import RESIDENCY_ATTEMPTS, Residency, Resident, load_resident
 from synapse_ray.testing import SETTINGS, alive, mock_model
 
 pytestmark = [pytest.mark.anyio, pytest.mark.subprocess]
@@ -38,16 +33,20 @@ def config(trace: Path | None = None) -> HostConfig:
 
 
 @pytest.fixture
-async def replica(tmp_path: Path) -> AsyncIterator[ReplicaHost]:
-    replica = ReplicaHost(config(tmp_path / "trace.jsonl"), host_class=RoutedHost)
+def residency() -> Residency:
+    return Residency()
+
+
+@pytest.fixture
+async def replica(tmp_path: Path, residency: Residency) -> AsyncIterator[ReplicaHost]:
+    replica = ReplicaHost(config(tmp_path / "trace.jsonl"), around_call=residency)
     try:
         yield replica
     finally:
         await replica.aclose()
 
 
-def worker_pid(host: object, model: str) -> int:
-    assert isinstance(host, RoutedHost)
+def worker_pid(host: Host, model: str) -> int:
     pid = host.snapshot().worker(model).pid
     assert pid is not None
     return pid
@@ -76,7 +75,6 @@ async def test_the_host_opens_once_on_first_use_and_starts_no_worker(
     assert replica.opened is None
     first, second = await replica.get(), await replica.get()
     assert first is second is replica.opened
-    assert isinstance(first, RoutedHost)
     assert first.snapshot().lanes == {}
 
 
@@ -109,21 +107,23 @@ async def test_unloading_a_resident_retires_its_worker(
         await host.embed("a", ["x"])
 
 
-async def test_a_call_makes_its_model_resident_first(replica: ReplicaHost) -> None:
+async def test_a_call_makes_its_model_resident_first(
+    replica: ReplicaHost, residency: Residency
+) -> None:
     host = await replica.get()
-    assert isinstance(host, RoutedHost)
     loads = Loads(replica)
-    host.resident = loads
+    residency.resident = loads
     result = await host.embed("a", ["one", "two"])
     assert len(result.vectors) == 2
     assert loads.models == ["a"]
 
 
-async def test_an_unknown_model_is_refused_without_loading(replica: ReplicaHost) -> None:
+async def test_an_unknown_model_is_refused_without_loading(
+    replica: ReplicaHost, residency: Residency
+) -> None:
     host = await replica.get()
-    assert isinstance(host, RoutedHost)
     loads = Loads(replica)
-    host.resident = loads
+    residency.resident = loads
     with pytest.raises(Refused) as caught:
         await host.embed("nope", ["x"])
     assert caught.value.code == "unknown-model"
@@ -131,10 +131,9 @@ async def test_an_unknown_model_is_refused_without_loading(replica: ReplicaHost)
 
 
 async def test_a_model_retired_under_a_call_is_made_resident_again(
-    replica: ReplicaHost,
+    replica: ReplicaHost, residency: Residency
 ) -> None:
     host = await replica.get()
-    assert isinstance(host, RoutedHost)
     await host.load("a")
     await host.retire("a")  # as if Ray's LRU evicted it just before the call
     calls: list[str] = []
@@ -146,14 +145,13 @@ async def test_a_model_retired_under_a_call_is_made_resident_again(
             return Resident(model, replica)
         return await load_resident(replica, model)
 
-    host.resident = resident
+    residency.resident = resident
     assert len((await host.embed("a", ["x"])).vectors) == 1
     assert calls == ["a", "a"]
 
 
-async def test_retirement_retries_are_bounded(replica: ReplicaHost) -> None:
+async def test_retirement_retries_are_bounded(replica: ReplicaHost, residency: Residency) -> None:
     host = await replica.get()
-    assert isinstance(host, RoutedHost)
     await host.load("a")
     await host.retire("a")
     calls: list[str] = []
@@ -162,7 +160,7 @@ async def test_retirement_retries_are_bounded(replica: ReplicaHost) -> None:
         calls.append(model)
         return Resident(model, replica)
 
-    host.resident = stale
+    residency.resident = stale
     with pytest.raises(Retired):
         await host.embed("a", ["x"])
     assert len(calls) == RESIDENCY_ATTEMPTS

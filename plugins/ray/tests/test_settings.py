@@ -107,3 +107,9 @@ def test_the_documented_serve_config_is_valid() -> None:
     # What the builder would choose for the shipped catalog's bounds.
     shipped = read_catalog(Settings())[1]
     assert deployment["graceful_shutdown_timeout_s"] == graceful_shutdown_s(Settings(), shipped)
+
+
+def test_a_boolean_that_is_not_one_is_named() -> None:
+    with pytest.raises(ConfigError) as caught:
+        settings_from_args({"wait_for_lanes": "maybe"})
+    assert any("wait_for_lanes: expected true or false" in p for p in caught.value.problems)
