@@ -360,16 +360,20 @@ class OrtLimit:
 
     def __init__(self, model: Any) -> None:
         from synapse_cpu.cores import usable_cores
-        from synapse_cpu.runtime import onnx_session
+        from synapse_cpu.sessions import onnx_session
 
         self.model = model
         self.session = onnx_session(model.graph, usable_cores())
+        self.typed = any(i.name == "token_type_ids" for i in self.session.get_inputs())
 
     def run(self, sequences: list[list[int]]) -> None:
         from synapse_cpu import bert
 
-        ids, mask = bert.pack(sequences, self.model.cls_id, self.model.sep_id)
-        self.session.run(["embeddings"], {"input_ids": ids, "attention_mask": mask})
+        ids, types, mask = bert.pack(sequences, self.model.framing)
+        feed = {"input_ids": ids, "attention_mask": mask}
+        if self.typed:
+            feed["token_type_ids"] = types
+        self.session.run(["output"], feed)
 
     def bulk(self, texts: list[str]) -> None:
         """Tokenise all, sort by length, run batches of 32."""

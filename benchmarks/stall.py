@@ -89,7 +89,7 @@ def percentile(values: list[float], q: float) -> float:
 def probe(url: str, until: threading.Event | None, count: int = 0) -> list[float]:
     """``/health`` latencies (ms), one request after another: ``count`` of
     them, or until ``until`` is set."""
-    out = []
+    out: list[float] = []
     with httpx.Client(base_url=url, timeout=60) as http:
         while (until is None and len(out) < count) or (until is not None and not until.is_set()):
             began = time.perf_counter()
@@ -102,7 +102,7 @@ def bodies() -> list[tuple[str, dict[str, Any]]]:
     two_mb = ("lorem ipsum dolor sit amet " * (2_000_000 // 27 + 1))[:2_000_000]
     kilo = ("the quick brown fox jumps over the lazy dog " * 23)[:1000]
     eight_k = ("lorem ipsum dolor sit amet " * 304)[:8192]
-    jobs = [
+    jobs: list[tuple[str, dict[str, Any]]] = [
         ("/tokenize", {"inputs": two_mb}),
         ("/embed", {"inputs": two_mb}),
         ("/tokenize", {"inputs": [kilo] * 2000}),

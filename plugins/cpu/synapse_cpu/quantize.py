@@ -143,7 +143,7 @@ def measure(graph: Path, quantized: Path, sequences: Sequence[Packed]) -> Loss:
     import onnxruntime as ort
 
     from .cores import usable_cores
-    from .runtime import onnx_session
+    from .sessions import onnx_session
 
     sessions = [onnx_session(path, usable_cores()) for path in (graph, quantized)]
     cosines = []

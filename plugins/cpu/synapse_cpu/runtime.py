@@ -22,6 +22,7 @@ from . import architectures, bert, files
 from .cores import CoreShare, usable_cores
 from .errors import ModelFilesError
 from .folder import Layout
+from .sessions import onnx_session
 from .tokenizer import HFTokenizer, check_fits
 
 Runtime = Literal["numpy", "onnxruntime"]
@@ -319,14 +320,3 @@ class OnnxSessions:
             feed["token_type_ids"] = types
         out: bert.F32 = self.session(threads).run(["output"], feed)[0]
         return out
-
-
-def onnx_session(path: Path, threads: int) -> Any:
-    """An onnxruntime session of the graph at ``path`` on ``threads`` intra-op threads."""
-    import onnxruntime as ort
-
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])

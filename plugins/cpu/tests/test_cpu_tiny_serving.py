@@ -63,7 +63,7 @@ def runtime_options(runtime: str, cache: Path) -> dict[str, Any]:
         pytest.importorskip("onnxruntime")
         pytest.importorskip("onnx")
         return {"runtime": runtime, "cache_dir": str(cache)}
-    return {}
+    return {"runtime": "numpy"}  # named: onnxruntime is the default
 
 
 @asyncio_only

@@ -1,0 +1,22 @@
+"""onnxruntime sessions: one graph on a given number of intra-op threads.
+
+Its own module because both the forward pass (:mod:`.runtime`) and the int8
+builder's loss measurement (:mod:`.quantize`) open sessions, and the builder
+is itself called from :mod:`.runtime`.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+
+def onnx_session(path: Path, threads: int) -> Any:
+    """An onnxruntime session of the graph at ``path`` on ``threads`` intra-op threads."""
+    import onnxruntime as ort
+
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = threads
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
