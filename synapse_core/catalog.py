@@ -6,6 +6,7 @@ stable code, the offending index and a message that says what to do.
 
 from __future__ import annotations
 
+import logging
 from importlib import resources
 
 import attrs
@@ -16,8 +17,10 @@ from .errors import ConfigError, Refused
 from .naming import shown
 from .plugins import PluginHost, TransportInfo
 from .tokenizer import BasicTokenizer, Tokenizer
-from .transport import LaneInfo, ModelTraits
+from .transport import Conversion, LaneInfo, ModelTraits
 from .wire import bucket_problem
+
+log = logging.getLogger(__name__)
 
 DEFAULT_CATALOG = "default_catalog.toml"
 #: where errors in the shipped catalog say they are (its ``HostConfig.source``)
@@ -66,6 +69,21 @@ class Entry:
     @property
     def available(self) -> bool:
         return not self.problem
+
+    def conversion(self) -> Conversion | None:
+        """The lossy conversion the model is served through and its measured
+        cost (``Transport.model_conversion``), ``None`` for none; it may read a
+        file, so call it off the event loop. A transport's failure is logged
+        and reads as ``None``: describing a model must not stop serving it."""
+        if self.transport is None or not self.available:
+            return None
+        try:
+            return self.transport.transport.model_conversion(self.spec)
+        except Exception:
+            log.exception(
+                "transport %r failed to describe model %r", self.spec.transport, self.spec.name
+            )
+            return None
 
 
 class Catalog:

@@ -11,7 +11,7 @@ the conformance suite). Names load on first use, so a worker process
 importing ``ModelWorker`` does not pay for the host's modules.
 
 - Transports: :class:`Transport`, :class:`Availability`, :class:`LaneInfo`,
-  :class:`ModelTraits` (and its :data:`Scorer`),
+  :class:`ModelTraits` (and its :data:`Scorer`), :class:`Conversion`,
   :class:`LaneSession`, :class:`LaunchRequest`, :class:`Launched`,
   :class:`WorkerProcess` (:class:`ProcessGroup` for a group leader),
   :func:`spawn_worker`, :func:`launch_spec`, :func:`confirm_exit`,
@@ -46,6 +46,7 @@ from ._lazy import lazy_getattr
 _EXPORTS = {
     # transports
     "Availability": "transport",
+    "Conversion": "transport",
     "LaneInfo": "transport",
     "LaneSession": "transport",
     "ModelTraits": "transport",
@@ -155,6 +156,7 @@ __all__ = [
     "Availability",
     "BasicTokenizer",
     "ConfigError",
+    "Conversion",
     "CountingTokenizer",
     "Crash",
     "Declined",
@@ -229,6 +231,7 @@ if TYPE_CHECKING:
     )
     from .transport import (
         Availability,
+        Conversion,
         LaneInfo,
         LaneSession,
         Launched,

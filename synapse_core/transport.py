@@ -20,6 +20,7 @@ from .tokenizer import BasicTokenizer, Tokenizer
 # needs them without needing this module) and published here with the class.
 __all__ = [
     "Availability",
+    "Conversion",
     "LaneInfo",
     "LaneSession",
     "LaunchRequest",
@@ -46,6 +47,19 @@ class Availability:
     @classmethod
     def no(cls, reason: str) -> Availability:
         return cls(False, reason)
+
+
+@attrs.frozen
+class Conversion:
+    """A lossy conversion a model is served through (:meth:`Transport.model_conversion`),
+    and what it was measured to cost."""
+
+    #: what it is, as the model's options name it (e.g. ``"int8"``)
+    name: str
+    #: the worst and the mean cosine of its vectors to the unconverted
+    #: model's on the transport's fixed text set; ``None`` until measured
+    min_cosine: float | None = None
+    mean_cosine: float | None = None
 
 
 #: how a rerank model scores: see :class:`ModelTraits`
@@ -123,6 +137,12 @@ class Transport:
         conversion costs); empty for none. Called only to list a catalog:
         keep it cheap (read a file, never load or spawn)."""
         return ""
+
+    def model_conversion(self, model: ModelSpec) -> Conversion | None:
+        """The lossy conversion ``model`` is served through (``/info`` shows it),
+        ``None`` for the model as its files hold it. Keep it cheap, as
+        :meth:`model_note`."""
+        return None
 
     def model_availability(self, model: ModelSpec) -> Availability:
         """Whether ``model`` can run here when the transport can (its files are

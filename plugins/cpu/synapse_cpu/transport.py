@@ -19,6 +19,7 @@ from synapse_core.plugin import (
     Availability,
     BasicTokenizer,
     ConfigError,
+    Conversion,
     LaneInfo,
     Launched,
     LaunchRequest,
@@ -138,9 +139,23 @@ class CpuTransport(Transport):
 
     def model_note(self, model: ModelSpec) -> str:
         """For int8: that it is lossy, and its worst cosine to float32 once measured."""
+        conversion = self.model_conversion(model)
+        if conversion is None:
+            return ""
+        if conversion.min_cosine is None or conversion.mean_cosine is None:
+            return (
+                f"{conversion.name} (dynamic quantization, lossy): worst cosine to float32 "
+                "measured when its graph is first built"
+            )
+        from . import quantize
+
+        return quantize.describe(conversion.min_cosine, conversion.mean_cosine)
+
+    def model_conversion(self, model: ModelSpec) -> Conversion | None:
+        """For int8: its worst and mean cosine to float32, once its graph is built."""
         options: CpuOptions = self.model_options(model)
         if options.quantize is None:
-            return ""
+            return None
         from . import quantize
         from .onnx_graph import default_cache_dir
 
@@ -152,11 +167,8 @@ class CpuTransport(Transport):
             sha256 = _verified(located.weights, stat.st_size, stat.st_mtime_ns, None)
         loss = quantize.read_loss(root, sha256.lower())
         if loss is None:
-            return (
-                f"{options.quantize} (dynamic quantization, lossy): worst cosine to float32 "
-                "measured when its graph is first built"
-            )
-        return loss.describe()
+            return Conversion(options.quantize)
+        return Conversion(options.quantize, loss.min_cosine, loss.mean_cosine)
 
     def model_availability(self, model: ModelSpec) -> Availability:
         options: CpuOptions = self.model_options(model)

@@ -19,7 +19,7 @@ import pytest
 
 import synapse_core as synapse
 import synapse_cpu.plugin
-from synapse_core.plugin import Shape
+from synapse_core.plugin import Conversion, Shape
 from synapse_core.testing import host_config, model_entry
 from synapse_cpu import costs, files, runtime
 from synapse_cpu.tokenizer import HFTokenizer
@@ -121,6 +121,35 @@ def test_the_catalog_notes_int8_as_lossy_with_its_measured_cosine(
         "graph is first built"
     )
     assert transport.model_note(host_config(entry("m")).models[0]) == ""
+    # /info's structured form of the same
+    conversion = transport.model_conversion(spec)
+    assert conversion == Conversion("int8", loss.min_cosine, loss.mean_cosine)
+    assert transport.model_conversion(unbuilt) == Conversion("int8")
+    assert transport.model_conversion(host_config(entry("m")).models[0]) is None
+
+
+def test_the_int8_graph_keeps_two_feed_forward_products_float32(
+    int8_model: runtime.Model, onnxruntime_model: runtime.Model
+) -> None:
+    import onnx
+
+    def weights_of(path: Path | None) -> dict[str, tuple[int, ...]]:
+        assert path is not None
+        graph = onnx.load(str(path)).graph
+        shapes = {t.name: tuple(t.dims) for t in graph.initializer}
+        return {
+            n.input[1]: shapes[n.input[1]]
+            for n in graph.node
+            if n.op_type == "MatMul" and n.input[1] in shapes
+        }
+
+    # MiniLM: 6 layers of 4 products (query-key-value, output, up, down), all float32
+    before = list(weights_of(onnxruntime_model.graph).items())
+    assert len(before) == 24
+    kept = weights_of(int8_model.graph)
+    # layer 1's down-projection (1536 to 384) and layer 3's up-projection (384 to 1536)
+    assert list(kept.items()) == [before[3], before[10]]
+    assert [shape for _, shape in kept.items()] == [(1536, 384), (384, 1536)]
 
 
 @asyncio_only

@@ -11,6 +11,7 @@ import itertools
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
+import anyio
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -205,6 +206,8 @@ async def info(request: Request) -> Response:
         }
     )
     settings = service.settings
+    # the transport may read a file for it: off the event loop
+    conversion = await anyio.to_thread.run_sync(entry.conversion)
     answer = Info(
         model_id=spec.name,
         served_model_name=spec.name,
@@ -218,6 +221,9 @@ async def info(request: Request) -> Response:
         auto_truncate=False,
         tokenization_workers=1,
         version=VERSION,
+        quantize=conversion.name if conversion else None,
+        min_cosine_to_float32=conversion.min_cosine if conversion else None,
+        mean_cosine_to_float32=conversion.mean_cosine if conversion else None,
     )
     return json_response(answer)
 

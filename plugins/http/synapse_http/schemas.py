@@ -137,6 +137,13 @@ class Info(Body):
     sha: str | None = None
     docker_label: str | None = None
     max_batch_requests: int | None = None
+    #: Synapse's own: the lossy conversion the model is served through (e.g.
+    #: ``"int8"``, whose vectors are close to float32's, not equal), ``None``
+    #: for none; and the worst and mean cosine of its vectors to float32's on
+    #: the transport's fixed text set, ``None`` until measured
+    quantize: str | None = None
+    min_cosine_to_float32: float | None = None
+    mean_cosine_to_float32: float | None = None
 
 
 # -- Cohere / Jina rerank ---------------------------------------------------------------

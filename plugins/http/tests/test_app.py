@@ -13,7 +13,7 @@ import pytest
 from starlette.applications import Starlette
 
 import synapse_core as synapse
-from synapse_core.plugin import BasicTokenizer
+from synapse_core.plugin import BasicTokenizer, Conversion
 from synapse_core.testing import host_config, transport_plugin
 from synapse_http import ServeSettings, create_app
 from synapse_http.server import backend_options
@@ -47,6 +47,17 @@ class IdsOnlyTokenizer(InProcessTransport):
             sequence_length = staticmethod(basic.sequence_length)
 
         return IdsOnly()
+
+
+class Quantized(InProcessTransport):
+    """Model "q" is served int8 with a measured loss, "u" int8 not measured yet;
+    "broken" fails to say (a plugin bug: /info still answers)."""
+
+    def model_conversion(self, model: Any) -> Conversion | None:
+        if model.name == "broken":
+            raise RuntimeError("cannot read its loss")
+        measured = {"q": Conversion("int8", 0.9863, 0.9942), "u": Conversion("int8")}
+        return measured.get(model.name)
 
 
 def config() -> synapse.HostConfig:
@@ -162,3 +173,21 @@ async def test_a_prompt_named_by_the_request_goes_in_front_of_each_text() -> Non
         assert blank.status_code == 422
         assert blank.json()["error_type"] == "empty-sequence" and blank.json()["index"] == 1
         assert (await http.post("/embed", json={"inputs": "a"})).status_code == 200
+
+
+async def test_info_carries_the_conversion_and_its_measured_cosine_to_float32() -> None:
+    cfg = host_config(model("q"), model("u"), model("e"), model("broken"))
+    async with (
+        synapse.open_host(cfg, plugins=[transport_plugin(Quantized())]) as host,
+        client(create_app(host)) as http,
+    ):
+        infos = {
+            name: (await http.get(f"/info?model={name}")).json()
+            for name in ("q", "u", "e", "broken")
+        }
+    fields = ("quantize", "min_cosine_to_float32", "mean_cosine_to_float32")
+    assert [infos["q"][f] for f in fields] == ["int8", 0.9863, 0.9942]
+    assert [infos["u"][f] for f in fields] == ["int8", None, None]
+    assert [infos["e"][f] for f in fields] == [None, None, None]
+    assert [infos["broken"][f] for f in fields] == [None, None, None]
+    assert infos["broken"]["model_id"] == "broken"
