@@ -41,7 +41,7 @@ from ..wire import (
 )
 from .context import Context
 from .lane import Backlog, Lane
-from .lifecycle import CHANNEL_FAULTS, Lifecycle
+from .lifecycle import CHANNEL_FAULTS, Readiness
 from .policy import AdmissionRequest, Refuse, Wait
 from .policy import Evict as EvictDecision
 from .worker import Worker
@@ -90,7 +90,7 @@ class Admission:
         context: Context,
         lane: Lane,
         workers: Mapping[str, Worker],
-        lifecycle: Lifecycle,
+        lifecycle: Readiness,
         backlog: Backlog,
     ) -> None:
         self._context = context

@@ -7,6 +7,8 @@ keeps are written at the :class:`~.worker.Worker` fields they govern.
 
 from __future__ import annotations
 
+from typing import Protocol
+
 import anyio
 
 from ..channel import FramedChannel
@@ -35,6 +37,14 @@ CHANNEL_FAULTS = (ChannelClosed, ExchangeTimeout, WireError)
 #: the largest batch a worker may report in its hello: the most inputs one
 #: request carries (a batch of 2**40 is a worker's bug, not its capacity)
 MAX_BATCH = 65536
+
+
+class Readiness(Protocol):
+    """What admission needs of the lifecycle: a ready worker, and a fault told."""
+
+    async def wait_ready(self, worker: Worker, deadline: Deadline) -> None: ...
+
+    def report_fault(self, worker: Worker, generation: int, reason: str) -> bool: ...
 
 
 class Lifecycle:
