@@ -27,7 +27,8 @@ class Backlog:
 
 @attrs.define(eq=False)
 class Lane:
-    """A device lane's reservation table. Only its own methods change it."""
+    """A device lane's reservation table. Only its own methods change it
+    (``tests/test_residency_structure.py`` keeps it so)."""
 
     info: LaneInfo
     capacity: int

@@ -45,7 +45,7 @@ class Phase(StrEnum):
 class Worker:
     """One model's worker on its lane: what its current generation runs and holds.
 
-    Only this class's methods change its fields (``tests/test_structure.py``
+    Only this class's methods change its fields (``tests/test_residency_structure.py``
     keeps it so); the supervisor's collaborators call them.
     """
 
@@ -83,7 +83,7 @@ class Worker:
     #   leased or busy shape is never evictable. A lease is granted only while
     #   ``takes_work`` and the current generation admitted the shape.
     leases: Counter[Shape] = attrs.field(factory=Counter)
-    #: calls holding the catalog guard; retirement waits for none
+    #: calls holding the catalog guard; retirement waits until none does
     inflight: int = 0
     restarts: list[float] = attrs.field(factory=list)
     restart_count: int = 0
@@ -95,9 +95,9 @@ class Worker:
     #: reservation table for certification
     admission_count: int = 0
     #: a process of this worker whose exit could not be confirmed, still watched
-    # Invariant: its reservations stay charged while it is set: they are
-    #   refunded only once the exit of the process that held them is confirmed
-    #   (``gone``), and the worker is not EXITED meanwhile.
+    # Invariant: what this process holds stays charged while it is set: a
+    #   reservation is refunded only once the exit of the process that held it
+    #   is confirmed (then ``gone``), and the worker is not EXITED meanwhile.
     lingering: WorkerProcess | None = None
     #: the bucket choice for the current hello and plugin set (see ``CallRunner``)
     selection: Selection | None = None
