@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterator, Sequence
-from typing import Literal, cast
+from collections.abc import Iterator, Sequence
+from typing import TYPE_CHECKING, Literal, cast
 
 import attrs
 
@@ -19,7 +19,13 @@ from .catalog import Entry
 from .errors import PluginError, Refused
 from .tokenizer import CountingTokenizer, Tokenizer
 
-#: calls of at most this many texts are encoded while they are planned
+if TYPE_CHECKING:
+    from .cut import Group
+
+#: calls of at most this many texts are encoded while they are planned (a
+#: pass of counting first would only cost them; larger calls are encoded
+#: chunk by chunk while earlier chunks run). Coalescing relies on it: only
+#: a call whose ids are all known joins others (``Coalescer.joins``)
 EAGER_TEXTS = 8
 
 #: a UTF-16 surrogate on its own: a str can hold one, UTF-8 cannot encode it
@@ -47,6 +53,14 @@ class Plan:
     query: list[int] | None = None
     #: indexes of the inputs cut to the ceiling (only when truncation was asked for)
     truncated: tuple[int, ...] = ()
+    #: the ceiling every input was checked against (or cut to) when planned;
+    #: ``None``: not checked, so cutting the plan into requests checks it
+    ceiling: int | None = None
+    # The requests the plan was cut into (:func:`synapse_core.cut.steps_of`)
+    # and the bucket choice they were cut by: a plan is cut once.
+    # Invariant: _steps is not None ⇔ _cut_by is not None
+    _steps: list[Group] | None = attrs.field(default=None, init=False)
+    _cut_by: object = attrs.field(default=None, init=False)
 
     @property
     def tokens(self) -> int:
@@ -78,17 +92,24 @@ class Plan:
             sequences.append(ids)
         return sequences
 
+    @property
+    def steps(self) -> list[Group] | None:
+        """The requests the plan was last cut into, if it was."""
+        return self._steps
+
+    def kept_steps(self, selection: object) -> list[Group] | None:
+        """The requests kept by :meth:`keep_steps` for ``selection``, if any."""
+        return self._steps if self._cut_by is selection else None
+
+    def keep_steps(self, selection: object, steps: list[Group]) -> list[Group]:
+        self._steps, self._cut_by = steps, selection
+        return steps
+
     def encode_ahead(self, items: Sequence[Item]) -> None:
         """Encode ``items`` early (while an earlier request runs); an error
         surfaces when their own request is built."""
         with contextlib.suppress(Exception):
             self.encode(items)
-
-
-@attrs.define(eq=False)
-class Group:
-    bucket: int
-    items: Sequence[Item]
 
 
 def over_ceiling(model: str, item: Item, ceiling: int, pair: bool = False) -> Refused:
@@ -281,7 +302,7 @@ def plan_call(
             )
             cut.append(index)
         items.append(item)
-    return Plan(model, entry.spec.task, tuple(items), tokenizer, query_ids, tuple(cut))
+    return Plan(model, entry.spec.task, tuple(items), tokenizer, query_ids, tuple(cut), ceiling)
 
 
 def _query_ids(model: str, tokenizer: Tokenizer, query: str) -> list[int]:
@@ -354,33 +375,3 @@ def _sized(
             index=index,
         )
     return Item(index, text, n, length, ids)
-
-
-def group_by_bucket(
-    items: Sequence[Item], select: Callable[[int], int], batch: int, budget: int | None = None
-) -> list[Group]:
-    """Group items by the bucket ``select`` chooses, smallest bucket first, in
-    chunks of at most ``batch`` items (one request each) and, with a
-    ``budget``, of at most ``budget`` positions (bucket x items; never fewer
-    than one item): a request then takes a bounded time, and other calls get
-    the worker between a large call's requests."""
-    if len(items) == 1:
-        return [Group(select(items[0].length), items)]
-    grouped: dict[int, list[Item]] = {}
-    chosen: dict[int, int] = {}  # one hook call per distinct length
-    for item in items:
-        bucket = chosen.get(item.length)
-        if bucket is None:
-            bucket = chosen[item.length] = select(item.length)
-        grouped.setdefault(bucket, []).append(item)
-    return [
-        Group(bucket, group[i : i + size])
-        for bucket in sorted(grouped)
-        for group, size in ((grouped[bucket], chunk_size(bucket, batch, budget)),)
-        for i in range(0, len(group), size)
-    ]
-
-
-def chunk_size(bucket: int, batch: int, budget: int | None) -> int:
-    """How many items of ``bucket`` one request takes."""
-    return batch if budget is None else max(1, min(batch, budget // bucket))
