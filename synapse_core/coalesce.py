@@ -73,6 +73,8 @@ class Coalescer:
         self._worker = worker
         self._budget = budget
         self.running: Call | None = None
+        # Invariant: each queued call is joined to this queue (``joined is
+        # self``), admitted, and counted once in the line.
         self.queue: list[Call] = []
         self._dispatching = False
         self._closed: SynapseError | None = None

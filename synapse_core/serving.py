@@ -1,17 +1,22 @@
 """Running a composed call in a detached task that owns all of its resources.
 
 The task, not the caller, holds the execution permit, the catalog guard
-(in-flight count), and one lease at a time. A cancelled caller abandons the
-call: the current exchange's reply is drained, ownership is released, and no
-later group starts. A healthy worker is never restarted for it.
+(in-flight count), and one lease at a time (what a call holds is kept, and
+let go of, by the call itself: :mod:`synapse_core.call`). A cancelled caller
+abandons the call: the current exchange's reply is drained, ownership is
+released, and no later group starts. A healthy worker is never restarted
+for it.
 
-The caller gives the task a head start: before waking it, the caller takes
-whatever is free at once (permit, an admitted shape's lease, the channel's
-turn, guard). When all of it is free, the first request is written first,
-before the call's record is made, and permit, lease and guard are recorded
-after the write. With no await in between, nothing can cancel the hand-over
-halfway or see its order, and from then on the task owns it all as if it had
-taken it; that bookkeeping and waking the task overlap the worker's compute.
+One start route. The caller gives the task a head start
+(:meth:`CallRunner.try_begin`): when permit, worker, an admitted shape's
+lease and the channel's turn are all free, the first request is written
+before the call's record is made, and permit, lease and guard are taken
+after the write; all of it is handed to the call, or nothing is taken. Then
+:meth:`CallRunner.start` gives the call what the head start took, or takes
+the permit if one is free, or counts the call as waiting. With no await in
+between, nothing can cancel the hand-over halfway or see its order, and from
+then on the task owns it all as if it had taken it; that bookkeeping and
+waking the task overlap the worker's compute.
 """
 
 from __future__ import annotations
@@ -62,6 +67,8 @@ class CallRunner:
         self.max_waiting = max_waiting
         #: calls counted as waiting for a permit (``call.queued``), from the
         #: head start on: while any waits, no new call takes one ahead of it
+        # Invariant: permit_waiters == the calls with ``queued`` set, each
+        # counted in ``backlog.waiting`` too.
         self.permit_waiters = 0
 
     async def wait(self, call: Call) -> None:

@@ -54,7 +54,12 @@ def serving_problems(host: Host, calls: Iterable[Call]) -> list[str]:
     queued = sum(1 for call in calls if call.queued)
     if runner.permit_waiters != queued:
         found.append(f"{runner.permit_waiters} permit waiters counted, {queued} calls queued")
-    coalescing = sum(len(c.queue) for c in host._coalescers.values())
+    coalescing = 0
+    for coalescer in host._coalescers.values():
+        coalescing += len(coalescer.queue)
+        for call in coalescer.queue:
+            if call.joined is not coalescer or not call.admitted:
+                found.append(f"call {id(call):x} is queued to be coalesced, not joined to it")
     unleased = sum(
         1
         for call in calls

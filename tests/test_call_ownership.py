@@ -192,3 +192,52 @@ def test_only_call_py_changes_a_call_and_only_backlog_its_count() -> None:
         if problems:
             found[str(path.relative_to(CORE.parent))] = problems
     assert found == {}
+
+
+class _Done:
+    def __init__(self, done: bool) -> None:
+        self.done = done
+
+    def is_set(self) -> bool:
+        return self.done
+
+    def set(self) -> None:
+        self.done = True
+
+    async def wait(self) -> None:  # pragma: no cover - never awaited here
+        raise AssertionError
+
+
+def test_the_invariant_checker_finds_each_broken_invariant() -> None:
+    from synapse_core.deadline import Deadline
+    from synapse_core.plan import Item, Plan
+    from synapse_core.tokenizer import BasicTokenizer
+
+    from .call_invariants import call_problems
+
+    plan = Plan("m", "embed", (Item(0, "a", 1, 3, [1]),), BasicTokenizer())
+    lease, begun = object(), (object(), object())
+
+    def call(done: bool = False, **held: object) -> Call:
+        return Call(plan, Deadline.never(), [None], _Done(done), **held)  # type: ignore[arg-type]
+
+    assert call_problems(call()) == []
+    assert call_problems(call(permit=1, entered=True, lease=lease, begun=begun)) == []
+    broken = {
+        "holds a permit and is queued": call(permit=1, queued=True),
+        "entered the guard without a permit": call(entered=True),
+        "holds a lease without guard and permit": call(permit=1, lease=lease),
+        "request under way without lease and guard": call(permit=1, entered=True, begun=begun),
+        "ended holding permit": call(done=True, permit=1),
+        "ended holding place in line": call(done=True, queued=True),
+    }
+    for what, bad in broken.items():
+        problems = call_problems(bad)
+        assert any(what in problem for problem in problems), (what, problems)
+    callers = [call(), call()]
+    shared = Coalesced.of(callers, _Done(False))
+    for caller in callers:
+        shared.left(caller)
+    assert call_problems(shared) == []  # the last to leave abandons it
+    stuck = Coalesced(plan, Deadline.never(), [None], _Done(False), callers=callers, gone=2)
+    assert any("not abandoned" in p for p in call_problems(stuck))
