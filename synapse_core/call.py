@@ -25,12 +25,11 @@ from .channel import Exchange
 from .deadline import Deadline
 from .errors import SynapseError
 from .handoff import OneShot
-from .plan import Item, Plan
+from .plan import Group, Item, Plan
 from .residency.supervisor import Lease
 from .wire import Infer, Output, rows_of
 
 if TYPE_CHECKING:
-    from .cut import Group
     from .residency.supervisor import Supervisor
     from .residency.worker import Worker
 

@@ -16,23 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-import attrs
-
 from .config import ModelSpec
 from .errors import PluginError
-from .plan import Item, Plan, over_ceiling
+from .plan import Group, Item, Plan, over_ceiling
 from .plugins import PluginHost
 from .residency.worker import Selection, Worker
 from .transport import Transport
 from .wire import Infer, Shape
-
-
-@attrs.define(eq=False)
-class Group:
-    """One step: inputs of one bucket, sent as one request."""
-
-    bucket: int
-    items: Sequence[Item]
 
 
 def selection_of(worker: Worker, plugins: PluginHost) -> Selection:

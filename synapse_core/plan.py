@@ -11,16 +11,13 @@ from __future__ import annotations
 import contextlib
 import re
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING, Literal, cast
+from typing import Literal, cast
 
 import attrs
 
 from .catalog import Entry
 from .errors import PluginError, Refused
 from .tokenizer import CountingTokenizer, Tokenizer
-
-if TYPE_CHECKING:
-    from .cut import Group
 
 #: calls of at most this many texts are encoded while they are planned (a
 #: pass of counting first would only cost them; larger calls are encoded
@@ -110,6 +107,15 @@ class Plan:
         surfaces when their own request is built."""
         with contextlib.suppress(Exception):
             self.encode(items)
+
+
+@attrs.define(eq=False)
+class Group:
+    """One step of a plan (see :mod:`synapse_core.cut`): inputs of one
+    bucket, sent as one request."""
+
+    bucket: int
+    items: Sequence[Item]
 
 
 def over_ceiling(model: str, item: Item, ceiling: int, pair: bool = False) -> Refused:

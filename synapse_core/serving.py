@@ -27,7 +27,7 @@ import anyio
 
 from .call import Call, HeadStart
 from .channel import Exchange
-from .cut import Group, infer_request, step_shape, steps_of
+from .cut import infer_request, step_shape, steps_of
 from .deadline import Clock, Deadline, wait_bounded
 from .errors import (
     CallerGone,
@@ -42,7 +42,7 @@ from .errors import (
     WorkerFault,
 )
 from .handoff import FutureEvent
-from .plan import Plan
+from .plan import Group, Plan
 from .plugins import PluginHost
 from .residency.supervisor import Backlog, Lease, Supervisor
 from .residency.worker import Worker
