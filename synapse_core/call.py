@@ -89,7 +89,7 @@ class HeadStart:
     step's shape; and that step's request, written. A call takes it all over
     with :meth:`Call.hold`, with no await in between."""
 
-    #: the borrower the execution permit is held for
+    #: the borrower the execution permit is held for (the exchange begun)
     permit: object
     lease: Lease
     begun: tuple[Infer, Exchange]
@@ -111,8 +111,8 @@ class Call:
     # What the call holds, taken by the head start (``hold``) or by its
     # detached task, and let go of by ``release`` only.
     # Invariant: done ⇒ permit is None, not queued, not entered, no lease, not begun.
-    #: the borrower the execution permit is held for (this call, or the head
-    #: start that took it); ``None``: no permit
+    #: the borrower the execution permit is held for (this call, or the
+    #: exchange its head start began, before the call was made); ``None``: no permit
     # Invariant: permit ⇒ not queued.
     permit: object | None = None
     #: counted in ``Backlog.waiting`` (and the runner's permit waiters) until it holds the permit
