@@ -158,6 +158,8 @@ class Coalescer:
             size += len(items)
             if budget is not None:
                 positions += sum(_positions(selection, item.length) for item in items)
+            # The oldest call is always taken: over the room alone, it is cut
+            # into several requests as any call is.
             if taken and (size > room or (budget is not None and positions > budget)):
                 break
             taken += 1

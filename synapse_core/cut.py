@@ -86,7 +86,7 @@ def group_by_bucket(
     ``budget``, of at most ``budget`` positions (bucket x items; never fewer
     than one item): a request then takes a bounded time, and other calls get
     the worker between a large call's requests."""
-    if len(items) == 1:
+    if len(items) == 1:  # the common small call: one request, nothing to group
         return [Group(select(items[0].length), items)]
     grouped: dict[int, list[Item]] = {}
     chosen: dict[int, int] = {}  # one hook call per distinct length

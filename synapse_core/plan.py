@@ -67,6 +67,7 @@ class Plan:
     @property
     def longest(self) -> Item:
         items = self.items
+        # One input (the common call) needs no max() and no key function.
         return items[0] if len(items) == 1 else max(items, key=lambda item: item.length)
 
     def encode(self, items: Sequence[Item]) -> list[list[int]]:
