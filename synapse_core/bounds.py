@@ -148,11 +148,11 @@ async def plan_large(host: Planning, asked: Asked) -> Plan | None:
     """The plan of a call whose texts are large together (over
     :data:`OFFLOAD_CHARS`): bounded on the event loop, then tokenised and
     planned in a worker thread (at most :data:`TOKENIZING_THREADS` at once per
-    host). ``None``
-    for any other call, which the host plans on the spot (:func:`planned`)."""
-    model, task, texts, query, deadline, truncate = asked
-    if characters(texts, query) <= OFFLOAD_CHARS:
+    host). ``None`` for any other call, which the host plans on the spot
+    (:func:`planned`)."""
+    if characters(asked.texts, asked.query) <= OFFLOAD_CHARS:
         return None
+    model, task, texts, query, deadline, truncate = asked
     host._check_open()
     check_deadline(deadline)
     entry = host.catalog.entry(model, task)
