@@ -27,7 +27,7 @@ from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from .pipeline import OPENAI_PATHS, PostRoute, service_of
-from .schemas import MAX_INPUTS, ErrorBody, OpenAIErrorBody
+from .schemas import MAX_INPUTS, PROMPTED_INPUTS, ErrorBody, OpenAIErrorBody
 from .service import Service
 from .settings import VERSION
 
@@ -257,6 +257,10 @@ def _exact(component: Any, served: Served, names: list[str] | None) -> Any:
         if "prompt_name" in properties:
             enum = {"enum": list(served.prompts)} if served.prompts else None
             properties["prompt_name"] = _or_null(enum, properties["prompt_name"])
+            if enum is not None and "inputs" in properties:
+                # a prompt named: texts only (its text cannot go in front of ids)
+                out["if"] = {"properties": {"prompt_name": enum}, "required": ["prompt_name"]}
+                out["then"] = {"properties": {"inputs": _exact(PROMPTED_INPUTS, served, None)}}
     return out
 
 

@@ -64,6 +64,9 @@ Inputs = (
         ),
     ]
 )
+#: ``inputs`` when a ``prompt_name`` is given: texts only, since a prompt's
+#: text cannot go in front of token ids (the document's ``if``/``then``)
+PROMPTED_INPUTS = msgspec.json.schema(Text | Texts)
 Direction = Literal["Left", "Right", "left", "right"]
 Positive = Annotated[int, msgspec.Meta(ge=1)]
 

@@ -122,6 +122,15 @@ async def test_the_document_names_the_served_models_prompts_and_input_limit() ->
     given = {"anyOf": [{"enum": ["passage", "query"]}, {"type": "null"}], "default": None}
     assert _property(doc, "EmbedRequest", "prompt_name") == given
     assert _property(doc, "TokenizeRequest", "prompt_name") == given
+    # A prompt named, the inputs are texts: a prompt cannot go in front of ids.
+    embed = doc["components"]["schemas"]["EmbedRequest"]
+    assert embed["if"] == {
+        "properties": {"prompt_name": given["anyOf"][0]},
+        "required": ["prompt_name"],
+    }
+    one, listed_texts = embed["then"]["properties"]["inputs"]["anyOf"]
+    assert one == {"type": "string", "minLength": 1}
+    assert listed_texts["items"] == one and listed_texts["maxItems"] == 7
     assert _property(doc, "RerankRequest", "texts")["maxItems"] == 7
     assert _property(doc, "RerankRequest", "query")["minLength"] == 1
     text_or_array, batch = _property(doc, "EmbedRequest", "inputs")["anyOf"]
@@ -136,6 +145,7 @@ async def test_without_prompts_the_document_takes_no_prompt_name() -> None:
     async with client() as http:
         doc = (await http.get("/openapi.json")).json()
     assert _property(doc, "EmbedRequest", "prompt_name") == {"type": "null", "default": None}
+    assert "if" not in doc["components"]["schemas"]["EmbedRequest"]
 
 
 def _schema(doc: dict[str, Any], path: str, method: str, status: int) -> dict[str, Any]:
