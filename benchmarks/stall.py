@@ -5,8 +5,8 @@ asyncio|trio] [--rounds N]``; bounded (a few minutes at most), loopback only.
 One ``synapse serve`` runs the catalog's ``minilm`` on the CPU lane
 (synapse-cpu and the model wheel must be installed), preloaded and warmed
 up. ``/health`` is probed one request after another, from a blocking
-socket, first alone and then while four requests of about 2 MB each arrive
-at once:
+socket, first alone and then while eight requests of about 2 MB each arrive
+at once, four to ``/tokenize`` and four to ``/embed``, two of each of:
 
 - ``/tokenize`` of one 2 MB text, and ``/embed`` of one (both far over the
   ceiling: refused before tokenising);
@@ -109,7 +109,7 @@ def bodies() -> list[tuple[str, dict[str, Any]]]:
         ("/embed", {"inputs": [eight_k] * 250}),
     ]
     only = os.environ.get("STALL_ONLY")
-    return [jobs[int(i)] for i in only.split(",")] if only else jobs
+    return [jobs[int(i)] for i in only.split(",")] if only else jobs * 2
 
 
 def burst(url: str, pid: int) -> dict[str, Any]:

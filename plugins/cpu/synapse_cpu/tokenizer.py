@@ -22,6 +22,9 @@ from .errors import ModelFilesError
 #: letting go of it is tens of microseconds, a small part of theirs)
 RELEASE_GIL_CHARS = 512
 
+#: a text's tokens by column: ids, texts, special flags, starts, stops
+PieceColumns = tuple[list[int], list[str], list[bool], list[int | None], list[int | None]]
+
 
 class HFTokenizer:
     """Implements the plugin API's ``CountingTokenizer``, ``DescribingTokenizer``
@@ -93,21 +96,27 @@ class HFTokenizer:
         """Each token's id, the characters of ``text`` it stands for (its
         word piece before lower-casing and accent stripping), and their span;
         a special token by its vocabulary entry, with no span."""
+        return list(map(TokenPiece, *self.piece_columns(text, special)))
+
+    def piece_columns(self, text: str, special: bool = False) -> PieceColumns:
+        """:meth:`pieces` as columns (ids, texts, special flags, starts,
+        stops), made without an object per token: a long ``/tokenize``
+        answer is built from them while holding the GIL as little as it can."""
         stripped = text.strip()
         lead = len(text) - len(text.lstrip())  # spans count from the text as given
         encoding = self._encoding(stripped, special)
-        return [
-            TokenPiece(i, token, True)
-            if mask
-            else TokenPiece(i, stripped[a:b], False, a + lead, b + lead)
-            for i, token, (a, b), mask in zip(
-                encoding.ids,
-                encoding.tokens,
-                encoding.offsets,
-                encoding.special_tokens_mask,
-                strict=True,
-            )
-        ]
+        offsets: list[tuple[int, int]] = encoding.offsets
+        ids: list[int] = encoding.ids
+        texts = [stripped[a:b] for a, b in offsets]
+        starts: list[int | None] = [a + lead for a, _ in offsets]
+        stops: list[int | None] = [b + lead for _, b in offsets]
+        mask: list[int] = encoding.special_tokens_mask
+        flags = list(map(bool, mask))
+        if special:
+            names: list[str] = encoding.tokens
+            for index in [i for i, m in enumerate(mask) if m]:
+                texts[index], starts[index], stops[index] = names[index], None, None
+        return ids, texts, flags, starts, stops
 
     def sequence_length(self, ids: list[int], pair: list[int] | None = None) -> int:
         return self.positions(len(ids), None if pair is None else len(pair))
