@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
+import os
 import signal
 import socket
 from collections.abc import Callable, Coroutine, Iterator
@@ -95,6 +96,10 @@ async def serve(
     """
     sock = bind(host, port)
     map_large_blocks()  # a large body's memory goes back once it is answered
+    # Hugging Face tokenizers (the CPU lane's) would hand a long text to a pool
+    # of its own threads, at the event loop's priority: here it works in the
+    # thread that asks, a background one of lowered priority (.background).
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     stop, force = anyio.Event(), anyio.Event()
     opened: list[Host] = []
     with contextlib.ExitStack() as closing:
