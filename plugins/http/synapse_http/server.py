@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import socket
+import sys
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Literal
 
@@ -35,6 +36,8 @@ log = logging.getLogger("synapse.http")
 BACKLOG = 2048
 #: how often a stopping server looks whether requests are still inside the app
 IDLE_POLL_S = 0.05
+#: the longest a thread running Python code keeps the GIL from the event loop
+SWITCH_INTERVAL_S = 0.001
 
 
 def backend_options(backend: Backend) -> dict[str, Any]:
@@ -100,6 +103,10 @@ async def serve(
     # of its own threads, at the event loop's priority: here it works in the
     # thread that asks, a background one of lowered priority (.background).
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    # After each system call the event loop takes the GIL back; while a
+    # background thread runs Python code it waits for the switch interval
+    # (5 ms by default) at every step of every request.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     stop, force = anyio.Event(), anyio.Event()
     opened: list[Host] = []
     with contextlib.ExitStack() as closing:
