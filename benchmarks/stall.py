@@ -59,6 +59,20 @@ def rss_mib(pid: int) -> float:
     return int(match[1]) / 1024 if match else float("nan")
 
 
+def settled_rss(pid: int) -> float:
+    """RSS once it stops falling (two readings 0.2 s apart within 0.5 MiB,
+    for at most 5 s): the server gives memory back in a thread after the
+    last answer is written, which a quick reading would race."""
+    last = rss_mib(pid)
+    for _ in range(25):
+        time.sleep(0.2)
+        now = rss_mib(pid)
+        if abs(now - last) < 0.5:
+            return now
+        last = now
+    return last
+
+
 def start(folder: Path, backend: str) -> tuple[subprocess.Popen[str], str]:
     catalog = folder / "catalog.toml"
     catalog.write_text(CATALOG, encoding="utf-8")
@@ -170,7 +184,7 @@ def main() -> None:
             rounds = [burst(url, proc.pid) for _ in range(args.rounds)]
             # Answers are written and dropped; the allocator gets a moment to give back.
             probe(url, None, 50)
-            after = rss_mib(proc.pid)
+            after = settled_rss(proc.pid)
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import contextlib
 import importlib.util
 import logging
-import os
 import signal
 import socket
 import sys
@@ -99,10 +98,6 @@ async def serve(
     """
     sock = bind(host, port)
     map_large_blocks()  # a large body's memory goes back once it is answered
-    # Hugging Face tokenizers (the CPU lane's) would hand a long text to a pool
-    # of its own threads, at the event loop's priority: here it works in the
-    # thread that asks, a background one of lowered priority (.background).
-    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     # After each system call the event loop takes the GIL back; while a
     # background thread runs Python code it waits for the switch interval
     # (5 ms by default) at every step of every request.
