@@ -1,0 +1,139 @@
+"""Cutting a plan into requests: what a call sends, one ``Infer`` per step.
+
+A plan's inputs are grouped by the smallest bucket that fits each and cut
+into steps of at most the worker's batch size and the model's request budget
+(``max_batch_tokens`` positions); each step is one ``Infer`` request on the
+worker, and between two of them the worker may serve other calls.
+
+A plan is cut once (:func:`steps_of` keeps its steps in the plan, for the
+worker's bucket choice they were cut by), and the ceiling is checked once:
+the plan checked every input against the catalog's ceiling, so cutting it
+checks again only when the worker's own ceiling is lower (its largest bucket
+is smaller than the catalog declared).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+from .config import ModelSpec
+from .errors import PluginError
+from .plan import Group, Item, Plan, over_ceiling
+from .plugins import PluginHost
+from .residency.worker import Selection, Worker
+from .transport import Transport
+from .wire import Infer, Shape
+
+
+def selection_of(worker: Worker, plugins: PluginHost) -> Selection:
+    """How ``worker``'s calls pick buckets now. The worker remembers it until
+    its hello or the plugins change."""
+    hello = worker.hello
+    assert hello is not None
+    selection = worker.selection
+    if (
+        selection is None
+        or selection.hello is not hello
+        or selection.plugins_version != plugins.version
+    ):
+        selection = worker.remember(
+            Selection(
+                hello,
+                plugins.version,
+                plugins.bucket_selector(hello.buckets, worker.spec),
+                worker.ceiling,
+                request_budget(worker.spec, worker.transport),
+            )
+        )
+    return selection
+
+
+def cut(plan: Plan, selection: Selection) -> list[Group]:
+    """``plan``'s requests under ``selection``, smallest bucket first: chunks
+    of its bucket groups, bounded by the batch size and the request budget;
+    refused if an input is over the worker's ceiling and the plan was checked
+    against a higher one (or none)."""
+    ceiling = selection.ceiling
+    if plan.ceiling is None or ceiling < plan.ceiling:
+        longest = plan.longest
+        if longest.length > ceiling:
+            raise over_ceiling(plan.model, longest, ceiling, pair=plan.query is not None)
+    return group_by_bucket(
+        plan.items, selection.select, selection.hello.max_batch, selection.budget
+    )
+
+
+def plan_steps(plan: Plan, worker: Worker, plugins: PluginHost) -> list[Group]:
+    """``plan`` cut into requests on ``worker`` now (kept nowhere)."""
+    return cut(plan, selection_of(worker, plugins))
+
+
+def steps_of(plan: Plan, worker: Worker, plugins: PluginHost) -> list[Group]:
+    """``plan``'s requests on ``worker``: cut the first time, then the ones
+    kept in the plan for as long as the worker's bucket choice stands."""
+    selection = selection_of(worker, plugins)
+    steps = plan.kept_steps(selection)
+    if steps is None:
+        steps = plan.keep_steps(selection, cut(plan, selection))
+    return steps
+
+
+def group_by_bucket(
+    items: Sequence[Item], select: Callable[[int], int], batch: int, budget: int | None = None
+) -> list[Group]:
+    """Group items by the bucket ``select`` chooses, smallest bucket first, in
+    chunks of at most ``batch`` items (one request each) and, with a
+    ``budget``, of at most ``budget`` positions (bucket x items; never fewer
+    than one item): a request then takes a bounded time, and other calls get
+    the worker between a large call's requests."""
+    if len(items) == 1:  # the common small call: one request, nothing to group
+        return [Group(select(items[0].length), items)]
+    grouped: dict[int, list[Item]] = {}
+    chosen: dict[int, int] = {}  # one hook call per distinct length
+    for item in items:
+        bucket = chosen.get(item.length)
+        if bucket is None:
+            bucket = chosen[item.length] = select(item.length)
+        grouped.setdefault(bucket, []).append(item)
+    return [
+        Group(bucket, group[i : i + size])
+        for bucket in sorted(grouped)
+        for group, size in ((grouped[bucket], chunk_size(bucket, batch, budget)),)
+        for i in range(0, len(group), size)
+    ]
+
+
+def chunk_size(bucket: int, batch: int, budget: int | None) -> int:
+    """How many items of ``bucket`` one request takes."""
+    return batch if budget is None else max(1, min(batch, budget // bucket))
+
+
+def request_budget(spec: ModelSpec, transport: Transport) -> int | None:
+    """The most positions one request of ``spec``'s calls carries: the
+    catalog's ``max_batch_tokens``, else its transport's default."""
+    if spec.max_batch_tokens is not None:
+        return spec.max_batch_tokens
+    budget = transport.max_batch_tokens(spec)
+    if budget is not None and (type(budget) is not int or budget <= 0):
+        raise PluginError(
+            f"transport {transport.name!r} gave max_batch_tokens = {budget!r} for model "
+            f"{spec.name!r}; a transport's default must be a whole number above 0, or None"
+        )
+    return budget
+
+
+def step_shape(worker: Worker, step: Group) -> Shape:
+    """The shape a step's request is leased and run at."""
+    assert worker.hello is not None
+    return Shape(step.bucket, worker.hello.max_batch)
+
+
+def infer_request(plan: Plan, request_id: int, shape: Shape, step: Group) -> Infer:
+    """The request of ``step`` (its inputs encoded now, unless they are already)."""
+    return Infer(
+        request_id,
+        shape,
+        plan.task,  # type: ignore[arg-type]
+        plan.encode(step.items),
+        plan.query,
+    )
