@@ -19,7 +19,7 @@ import pytest
 
 import synapse_core as synapse
 from synapse_core.testing import transport_plugin
-from synapse_core.testing.fake import InProcessFakeTransport
+from synapse_core.testing.fake import HeldReplies, InProcessFakeTransport
 from synapse_core.testing.fake_worker import fake_vector
 from synapse_core.tokenizer import BasicTokenizer
 from synapse_core.wire import Infer
@@ -32,47 +32,6 @@ LONG = [f"long{i} " * 20 for i in range(4)]
 
 def vector(text: str) -> list[float]:
     return fake_vector(BasicTokenizer().encode(text), 4)
-
-
-class HeldReplies:
-    """Holds the worker's answer to every inference until the test releases
-    it; records the requests in the order the worker received them."""
-
-    def __init__(self) -> None:
-        self.armed = False
-        self.received: list[Infer] = []
-        self._releases: list[anyio.Event] = []
-        self._arrival = anyio.Event()
-
-    async def __call__(self, model: str, frame: Any) -> None:
-        if not (self.armed and isinstance(frame, Infer)):
-            return
-        release = anyio.Event()
-        self.received.append(frame)
-        self._releases.append(release)
-        self._arrival.set()
-        self._arrival = anyio.Event()
-        await release.wait()
-
-    async def wait_for(self, count: int) -> None:
-        """Until ``count`` requests have reached the worker."""
-        while len(self.received) < count:
-            await self._arrival.wait()
-
-    async def answer(self, index: int) -> None:
-        """Let the worker answer request ``index``, then let every task run
-        until it blocks: each call is then either done or waiting."""
-        self._releases[index].set()
-        await anyio.wait_all_tasks_blocked()
-
-    async def answer_all(self, after: Callable[[], None] = lambda: None) -> None:
-        """Answer requests one at a time, in order, until nothing more comes;
-        ``after`` is told after each answer."""
-        index = 0
-        while index < len(self.received):
-            await self.answer(index)
-            after()
-            index += 1
 
 
 def budget_model(make_model: Any, **extra: Any) -> dict[str, Any]:

@@ -11,10 +11,15 @@ unless given another name, on their own lane ``fake:0``.
 from __future__ import annotations
 
 import itertools
+from collections.abc import Callable
+from typing import Any
+
+import anyio
 
 from ..config import ModelSpec
 from ..inprocess import InProcessWorkers
 from ..transport import LaneInfo, Launched, LaunchRequest, Transport
+from ..wire import Infer
 from .fake_worker import FakeOptions, FakeWorker
 
 LANE = LaneInfo("fake:0", capacity=1_000_000)
@@ -46,3 +51,46 @@ class InProcessFakeTransport(InProcessWorkers, FakeTransport):
 
     async def launch(self, request: LaunchRequest) -> Launched:
         return self.start_worker(request, FakeWorker, next(_pids))
+
+
+class HeldReplies:
+    """A :attr:`~synapse_core.inprocess.InProcessWorkers.reply_gate` that,
+    once ``armed``, holds the worker's answer to every inference until the
+    test releases it, and records the requests in the order the worker
+    received them."""
+
+    def __init__(self) -> None:
+        self.armed = False
+        self.received: list[Infer] = []
+        self._releases: list[anyio.Event] = []
+        self._arrival = anyio.Event()
+
+    async def __call__(self, model: str, frame: Any) -> None:
+        if not (self.armed and isinstance(frame, Infer)):
+            return
+        release = anyio.Event()
+        self.received.append(frame)
+        self._releases.append(release)
+        self._arrival.set()
+        self._arrival = anyio.Event()
+        await release.wait()
+
+    async def wait_for(self, count: int) -> None:
+        """Until ``count`` requests have reached the worker."""
+        while len(self.received) < count:
+            await self._arrival.wait()
+
+    async def answer(self, index: int) -> None:
+        """Let the worker answer request ``index``, then let every task run
+        until it blocks: each call is then either done or waiting."""
+        self._releases[index].set()
+        await anyio.wait_all_tasks_blocked()
+
+    async def answer_all(self, after: Callable[[], None] = lambda: None) -> None:
+        """Answer requests one at a time, in order, until nothing more comes;
+        ``after`` is told after each answer."""
+        index = 0
+        while index < len(self.received):
+            await self.answer(index)
+            after()
+            index += 1

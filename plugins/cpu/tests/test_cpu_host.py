@@ -19,6 +19,7 @@ import pytest
 
 import synapse_core as synapse
 import synapse_cpu.plugin
+import synapse_cpu.tokenizer
 from synapse_core.plugin import Conversion, Shape
 from synapse_core.testing import host_config, model_entry
 from synapse_cpu import costs, files, runtime
@@ -344,6 +345,25 @@ def test_host_tokenizer_says_what_each_token_is() -> None:
         ("[SEP]", True, None),
     ]
     assert framed[1:-1] == pieces
+
+
+def test_a_long_text_is_tokenised_as_the_tokenizers_own_encode_does() -> None:
+    """Long texts are encoded as a batch of one (which lets go of the GIL):
+    the same ids, and the same pieces and spans, as ``Tokenizer.encode``."""
+    tokenizer = HFTokenizer(files.locate(None, None).tokenizer)
+    inner: Any = tokenizer.load()
+    text = "  Unaffable café, naïve İstanbul; " * 40 + "end "
+    assert len(text) >= synapse_cpu.tokenizer.RELEASE_GIL_CHARS
+    own = inner.encode(text.strip(), add_special_tokens=False)
+    assert tokenizer.encode(text) == own.ids
+    pieces = tokenizer.pieces(text)
+    assert [p.id for p in pieces] == own.ids
+    assert all(text[p.start : p.stop] == p.text and not p.special for p in pieces)
+    short = text[: synapse_cpu.tokenizer.RELEASE_GIL_CHARS // 2]
+    assert [p.id for p in tokenizer.pieces(short)] == tokenizer.encode(short)
+    assert [p.id for p in pieces[:5]] == tokenizer.encode(short)[:5]
+    framed = tokenizer.pieces(text, special=True)
+    assert framed[1:-1] == pieces and framed[0].special and framed[-1].special
 
 
 def test_without_onnxruntime_the_default_falls_back_to_numpy_and_insisting_is_refused(

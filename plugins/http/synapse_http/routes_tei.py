@@ -12,6 +12,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import anyio
+import msgspec
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
@@ -110,7 +111,7 @@ async def tokenize(request: Incoming, service: Service, body: TokenizeRequest) -
     special = body.add_special_tokens
     tokenizer = entry.tokenizer
 
-    def positions(tokens: list[Token]) -> int:
+    def positions(tokens: list[Token | TokenRow]) -> int:
         return tokenizer.sequence_length([t.id for t in tokens if not t.special])
 
     answer = await service.tokenizing.answer(
@@ -152,8 +153,29 @@ class ServedTask:
         return entry.spec.task if entry is not None else "embed"
 
 
-def _tokens(entry: Entry, text: str, special: bool) -> list[Token]:
+class TokenRow(msgspec.Struct):
+    """:class:`~.schemas.Token`'s fields, positional, and encoded as it is: a
+    long answer's rows are made by ``map`` from a tokenizer's columns, with no
+    Python code run per token (the GIL stays free for the event loop)."""
+
+    id: int
+    text: str
+    special: bool
+    start: int | None
+    stop: int | None
+
+
+def _tokens(entry: Entry, text: str, special: bool) -> list[Token | TokenRow]:
     tokenizer = entry.tokenizer
+    columns = getattr(tokenizer, "piece_columns", None)
+    if columns is not None:  # the CPU lane's tokenizer: its pieces by column
+        ids, texts, flags, starts, stops = columns(text, special)
+        if not text.isascii():
+            at = _byte_offsets(text)
+            starts = [None if i is None else at(i) for i in starts]
+            stops = [None if i is None else at(i) for i in stops]
+        rows: list[Token | TokenRow] = list(map(TokenRow, ids, texts, flags, starts, stops))
+        return rows
     describe = getattr(tokenizer, "pieces", None)
     # A tokenizer that cannot say what its tokens are gives their ids alone
     # (it adds its special tokens itself, so none are shown).

@@ -15,6 +15,7 @@ import importlib.util
 import logging
 import signal
 import socket
+import sys
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, Literal
 
@@ -34,6 +35,8 @@ log = logging.getLogger("synapse.http")
 BACKLOG = 2048
 #: how often a stopping server looks whether requests are still inside the app
 IDLE_POLL_S = 0.05
+#: the longest a thread running Python code keeps the GIL from the event loop
+SWITCH_INTERVAL_S = 0.001
 
 
 def backend_options(backend: Backend) -> dict[str, Any]:
@@ -95,6 +98,10 @@ async def serve(
     """
     sock = bind(host, port)
     map_large_blocks()  # a large body's memory goes back once it is answered
+    # After each system call the event loop takes the GIL back; while a
+    # background thread runs Python code it waits for the switch interval
+    # (5 ms by default) at every step of every request.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
     stop, force = anyio.Event(), anyio.Event()
     opened: list[Host] = []
     with contextlib.ExitStack() as closing:

@@ -5,8 +5,8 @@ A text over the model's character bound (``ceiling`` times
 tokenised, and a text whose tokens do not fit the ceiling is refused with its
 index, as ``/embed`` refuses it: so an answer holds at most ``--max-inputs``
 times the ceiling tokens. Texts that are large together are tokenised in a
-worker thread, a few requests at a time, so ``/health`` and every other
-request go on being answered meanwhile.
+worker thread of lowered priority (:mod:`.background`), a few requests at a
+time, so ``/health`` and every other request go on being answered meanwhile.
 """
 
 from __future__ import annotations
@@ -14,10 +14,11 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import TypeVar
 
-import anyio
 import msgspec
 
 from synapse_core import OFFLOAD_CHARS, Entry, Refused, bounded, characters, give_back, shown
+
+from .background import Background
 
 T = TypeVar("T")
 _encoder = msgspec.json.Encoder()
@@ -27,7 +28,7 @@ class Tokenizing:
     """Describes texts for ``/tokenize``; one per app, whose threads it bounds."""
 
     def __init__(self, threads: int = 2) -> None:
-        self.limiter = anyio.CapacityLimiter(threads)
+        self.threads = Background(threads, "synapse-tokenize")
 
     async def answer(
         self,
@@ -65,7 +66,7 @@ class Tokenizing:
             finally:
                 give_back()  # the pieces are gone: return their memory
 
-        return await anyio.to_thread.run_sync(offloaded, limiter=self.limiter)
+        return await self.threads.run(offloaded)
 
 
 def _over(entry: Entry, index: int, length: int) -> Refused:
