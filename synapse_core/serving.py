@@ -40,7 +40,15 @@ from .plan import Group, Plan
 from .plugins import PluginHost
 from .residency.supervisor import Backlog, Lease, Supervisor
 from .residency.worker import Worker
-from .steps import HeadStart, infer_request, plan_steps, step_shape, store_rows
+from .steps import (
+    HeadStart,
+    has_worker_alone,
+    infer_request,
+    join_steps,
+    plan_steps,
+    step_shape,
+    store_rows,
+)
 from .wire import Frame, Infer, Output, expect_output
 
 
@@ -282,7 +290,15 @@ class CallRunner:
         assert hello is not None
         width = hello.dims if plan.task == "embed" else 1
         checked: tuple[Group, Output] | None = None  # rows checked but not yet stored
-        for index, step in enumerate(steps):
+        entries, shared = worker.entries, False
+        index = 0
+        while index < len(steps):
+            # Alone on the worker since its first request, a call sends the
+            # rest joined up to the batch size; shared once, it keeps to the budget.
+            shared = shared or not has_worker_alone(worker, entries)
+            if index and not shared:
+                join_steps(steps, index, hello.max_batch)
+            step = steps[index]
             # The request under way is kept in ``call.begun`` until its reply
             # is awaited, so whatever happens in between lets go of it. One
             # begun by the head start is drained even if the caller is gone.
@@ -302,6 +318,7 @@ class CallRunner:
             except Fault as exc:
                 reply = exc
             checked = (step, self._finish_step(call, supervisor, worker, request, reply, width))
+            index += 1
         if checked is not None:
             store_rows(call, *checked)
         call.identity = hello.identity

@@ -4,7 +4,10 @@ each reply put back in input order.
 A plan's inputs are grouped by the smallest bucket that fits each and cut
 into steps of at most the worker's batch size and the model's request budget
 (``max_batch_tokens`` positions); each step is one ``Infer`` request on the
-worker, and between two of them the worker may serve other calls.
+worker, and between two of them the worker may serve other calls. The budget
+is for sharing: a call that has had the worker to itself since it began sends
+its later steps joined up to the batch size (:func:`join_steps`), and keeps to
+the budget from the moment another call uses or waits for the worker.
 """
 
 from __future__ import annotations
@@ -62,6 +65,32 @@ def plan_steps(plan: Plan, worker: Worker, plugins: PluginHost) -> list[Group]:
     if longest.length > selection.ceiling:
         raise over_ceiling(plan.model, longest, selection.ceiling, pair=plan.query is not None)
     return group_by_bucket(plan.items, selection.select, hello.max_batch, selection.budget)
+
+
+def join_steps(steps: list[Group], start: int, batch: int) -> None:
+    """Join ``steps[start]`` with the steps after it of its bucket, in place,
+    up to ``batch`` items: one request where the budget cut several. A step
+    taken in part keeps the rest of its items, so every input is still sent
+    once and in the same order."""
+    first = steps[start]
+    room = batch - len(first.items)
+    stop = start + 1
+    while room > 0 and stop < len(steps) and steps[stop].bucket == first.bucket:
+        room -= len(steps[stop].items)
+        stop += 1
+    if stop == start + 1:
+        return
+    items = [item for step in steps[start:stop] for item in step.items]
+    joined = [Group(first.bucket, items[:batch])]
+    if len(items) > batch:
+        joined.append(Group(first.bucket, items[batch:]))
+    steps[start:stop] = joined
+
+
+def has_worker_alone(worker: Worker, entries: int) -> bool:
+    """Whether a call that entered ``worker`` as its ``entries``-th call is
+    the only call in it, and none has entered since."""
+    return worker.inflight == 1 and worker.entries == entries
 
 
 def request_budget(spec: ModelSpec, transport: Transport) -> int | None:

@@ -61,6 +61,8 @@ class Worker:
     busy_shapes: dict[Shape, anyio.Event] = attrs.field(factory=dict)
     leases: Counter[Shape] = attrs.field(factory=Counter)
     inflight: int = 0
+    #: calls that ever entered (``inflight`` counts those inside now)
+    entries: int = 0
     restarts: list[float] = attrs.field(factory=list)
     restart_count: int = 0
     #: a fault was seen while retiring: no point waiting for a polite exit
@@ -120,6 +122,7 @@ class Worker:
     def enter(self) -> None:
         """Take the catalog guard: retirement waits for this call to leave."""
         self.inflight += 1
+        self.entries += 1
 
     def leave(self) -> None:
         self.inflight -= 1
