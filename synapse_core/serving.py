@@ -40,15 +40,7 @@ from .plan import Group, Plan
 from .plugins import PluginHost
 from .residency.supervisor import Backlog, Lease, Supervisor
 from .residency.worker import Worker
-from .steps import (
-    HeadStart,
-    has_worker_alone,
-    infer_request,
-    join_steps,
-    plan_steps,
-    step_shape,
-    store_rows,
-)
+from .steps import HeadStart, infer_request, join_next, plan_steps, step_shape, store_rows
 from .wire import Frame, Infer, Output, expect_output
 
 
@@ -73,8 +65,7 @@ class CallRunner:
         self.permit_waiters = 0
 
     async def wait(self, call: Call) -> None:
-        """The caller's side: wait for the result within the deadline, and
-        raise the error the call ended with, if any."""
+        """The caller's side: wait for the result within the deadline; raise the call's error."""
         done, deadline = call.done, call.deadline
         try:
             if deadline.when == math.inf:
@@ -290,15 +281,8 @@ class CallRunner:
         assert hello is not None
         width = hello.dims if plan.task == "embed" else 1
         checked: tuple[Group, Output] | None = None  # rows checked but not yet stored
-        entries, shared = worker.entries, False
-        index = 0
-        while index < len(steps):
-            # Alone on the worker since its first request, a call sends the
-            # rest joined up to the batch size; shared once, it keeps to the budget.
-            shared = shared or not has_worker_alone(worker, entries)
-            if index and not shared:
-                join_steps(steps, index, hello.max_batch)
-            step = steps[index]
+        for index, step in enumerate(steps):
+            step = join_next(steps, index, worker)  # may join the steps after it
             # The request under way is kept in ``call.begun`` until its reply
             # is awaited, so whatever happens in between lets go of it. One
             # begun by the head start is drained even if the caller is gone.
@@ -318,7 +302,6 @@ class CallRunner:
             except Fault as exc:
                 reply = exc
             checked = (step, self._finish_step(call, supervisor, worker, request, reply, width))
-            index += 1
         if checked is not None:
             store_rows(call, *checked)
         call.identity = hello.identity

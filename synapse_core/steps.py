@@ -5,9 +5,9 @@ A plan's inputs are grouped by the smallest bucket that fits each and cut
 into steps of at most the worker's batch size and the model's request budget
 (``max_batch_tokens`` positions); each step is one ``Infer`` request on the
 worker, and between two of them the worker may serve other calls. The budget
-is for sharing: a call that has had the worker to itself since it began sends
-its later steps joined up to the batch size (:func:`join_steps`), and keeps to
-the budget from the moment another call uses or waits for the worker.
+is for sharing: a call that has the worker to itself sends its later steps
+joined up to the batch size (:func:`join_next`), and keeps to the budget from
+the moment a second call enters the worker until the worker is idle again.
 """
 
 from __future__ import annotations
@@ -87,10 +87,16 @@ def join_steps(steps: list[Group], start: int, batch: int) -> None:
     steps[start:stop] = joined
 
 
-def has_worker_alone(worker: Worker, entries: int) -> bool:
-    """Whether a call that entered ``worker`` as its ``entries``-th call is
-    the only call in it, and none has entered since."""
-    return worker.inflight == 1 and worker.entries == entries
+def join_next(steps: list[Group], index: int, worker: Worker) -> Group:
+    """The step to send as ``steps[index]``: joined with the steps after it of
+    its bucket (in place, :func:`join_steps`) while its call has ``worker``
+    to itself (:attr:`Worker.shared`: no second call has entered it since it
+    was last idle). A call's first step keeps to the budget: it may have been
+    sent already (the head start), and another call may come just as it starts."""
+    assert worker.hello is not None
+    if index and not worker.shared:
+        join_steps(steps, index, worker.hello.max_batch)
+    return steps[index]
 
 
 def request_budget(spec: ModelSpec, transport: Transport) -> int | None:

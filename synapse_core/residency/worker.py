@@ -61,8 +61,9 @@ class Worker:
     busy_shapes: dict[Shape, anyio.Event] = attrs.field(factory=dict)
     leases: Counter[Shape] = attrs.field(factory=Counter)
     inflight: int = 0
-    #: calls that ever entered (``inflight`` counts those inside now)
-    entries: int = 0
+    #: a second call entered since the worker was last idle: each call's
+    #: requests keep to the model's budget (see ``steps.join_next``)
+    shared: bool = False
     restarts: list[float] = attrs.field(factory=list)
     restart_count: int = 0
     #: a fault was seen while retiring: no point waiting for a polite exit
@@ -121,10 +122,11 @@ class Worker:
 
     def enter(self) -> None:
         """Take the catalog guard: retirement waits for this call to leave."""
+        self.shared = self.shared or self.inflight > 0
         self.inflight += 1
-        self.entries += 1
 
     def leave(self) -> None:
         self.inflight -= 1
         if self.inflight == 0:
+            self.shared = False
             self.notify()
