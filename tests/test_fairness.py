@@ -10,7 +10,7 @@ host alone, never by timing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -244,28 +244,48 @@ def test_a_transports_bad_default_budget_is_a_plugin_error(bad: object) -> None:
     assert request_budget(attrs.evolve(spec, max_batch_tokens=16), Odd()) == 16
 
 
+#: starts a call of these texts, kept under this name, and lets it run until it waits
+Start = Callable[[str, list[str]], Awaitable[None]]
+
+
+async def bulk_alone(
+    cfg: synapse.HostConfig,
+    texts: list[str],
+    meanwhile: Callable[[HeldReplies, Start], Awaitable[None]] | None = None,
+) -> list[Infer]:
+    """Serve one bulk call of ``texts`` from an idle worker, ``meanwhile``
+    running once it has started, and answer every request in turn; returns
+    the requests the worker received."""
+    held = HeldReplies()
+    transport = InProcessFakeTransport()
+    transport.reply_gate = held
+    results: dict[str, Any] = {}
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.embed("m", [texts[0], "warm"])
+        held.armed = True
+        async with anyio.create_task_group() as tg:
+
+            async def start(name: str, call_texts: list[str]) -> None:
+                await started(tg, results, name, lambda: host.embed("m", call_texts))
+
+            await start("bulk", texts)
+            if meanwhile is not None:
+                await meanwhile(held, start)
+            await held.answer_all()
+    assert results["bulk"].vectors == [pytest.approx(vector(t), abs=1e-6) for t in texts]
+    return held.received
+
+
 async def test_a_call_alone_sends_its_later_steps_joined_up_to_the_batch(
     make_model: Any, make_config: Any
 ) -> None:
     """The budget is for sharing: with the worker to itself, a bulk call's
     first request keeps to it (another call may come just as it starts) and
     the rest go in requests of up to ``max_batch`` texts, in input order."""
-    held = HeldReplies()
-    transport = InProcessFakeTransport()
-    transport.reply_gate = held
     texts = [f"alone{i} " * 20 for i in range(11)]  # bucket 32: one text per budget step
-    results: dict[str, Any] = {}
-    async with synapse.open_host(
-        make_config(budget_model(make_model)), plugins=[transport_plugin(transport)]
-    ) as host:
-        await host.embed("m", [texts[0], "warm"])
-        held.armed = True
-        async with anyio.create_task_group() as tg:
-            await started(tg, results, "bulk", lambda: host.embed("m", texts))
-            await held.answer_all()
-    assert [len(f.sequences) for f in held.received] == [1, 8, 2]
-    assert [ids for f in held.received for ids in f.sequences] == _ids(texts)
-    assert results["bulk"].vectors == [pytest.approx(vector(t), abs=1e-6) for t in texts]
+    received = await bulk_alone(make_config(budget_model(make_model)), texts)
+    assert [len(f.sequences) for f in received] == [1, 8, 2]
+    assert [ids for f in received for ids in f.sequences] == _ids(texts)
 
 
 async def test_a_call_keeps_to_the_budget_once_another_came(
@@ -273,26 +293,25 @@ async def test_a_call_keeps_to_the_budget_once_another_came(
 ) -> None:
     """A short call arriving during a bulk call's joined request makes the
     rest of the bulk call keep to the budget, also after the short call ended."""
-    held = HeldReplies()
-    transport = InProcessFakeTransport()
-    transport.reply_gate = held
+
+    async def short_during_the_joined_request(held: HeldReplies, start: Start) -> None:
+        await held.answer(0)  # the bulk call's first request, at the budget
+        await held.wait_for(2)  # its second, joined
+        await start("short", ["short"])
+
     texts = [f"joined{i} " * 20 for i in range(12)]
-    results: dict[str, Any] = {}
-    async with synapse.open_host(
-        make_config(budget_model(make_model)), plugins=[transport_plugin(transport)]
-    ) as host:
-        await host.embed("m", [texts[0], "warm"])
-        held.armed = True
-        async with anyio.create_task_group() as tg:
-            await started(tg, results, "bulk", lambda: host.embed("m", texts))
-            await held.answer(0)  # the bulk call's first request, at the budget
-            await held.wait_for(2)  # its second, joined
-            await started(tg, results, "short", lambda: host.embed("m", ["short"]))
-            await held.answer_all()
-    sizes = ["short" if f.sequences == _ids(["short"]) else len(f.sequences) for f in held.received]
-    assert sizes == [1, 8, "short", 1, 1, 1]
-    bulk_ids = [ids for f in held.received if f.sequences != _ids(["short"]) for ids in f.sequences]
-    assert bulk_ids == _ids(texts)
+    cfg = make_config(budget_model(make_model))
+    received = await bulk_alone(cfg, texts, short_during_the_joined_request)
+    short = _ids(["short"])
+    assert ["short" if f.sequences == short else len(f.sequences) for f in received] == [
+        1,
+        8,
+        "short",
+        1,
+        1,
+        1,
+    ]
+    assert [ids for f in received if f.sequences != short for ids in f.sequences] == _ids(texts)
 
 
 def test_join_steps_takes_whole_steps_and_part_of_the_last() -> None:
