@@ -87,6 +87,8 @@ class Worker:
     inflight: int = 0
     #: a second call entered since the worker was last idle: each call's
     #: requests keep to the model's budget (see ``steps.join_next``)
+    # Invariant: false whenever ``inflight`` is 0; set by ``enter`` when a call
+    #   enters beside another, cleared by ``leave`` when the last one leaves.
     shared: bool = False
     restarts: list[float] = attrs.field(factory=list)
     restart_count: int = 0
