@@ -16,6 +16,7 @@ from anyio.abc import TaskGroup
 
 from synapse_core.call import Call
 from synapse_core.catalog import Catalog
+from synapse_core.cut import plan_steps
 from synapse_core.deadline import Deadline
 from synapse_core.handoff import FutureEvent, OneShot, event_factory
 from synapse_core.plan import plan_call
@@ -24,7 +25,6 @@ from synapse_core.residency.lane import Backlog, Lane
 from synapse_core.residency.worker import Worker
 from synapse_core.runners import Runners
 from synapse_core.serving import CallRunner
-from synapse_core.steps import plan_steps
 from synapse_core.wire import Hello
 
 from . import rig

@@ -58,14 +58,14 @@ class Switch:
             self.on = lambda: setattr(runners, "submit", pooled)
             self.off = lambda: setattr(runners, "submit", spawn)
         elif name == "head_start":
-            start, head_start = runner.start, runner.head_start
+            start, try_begin = runner.start, runner.try_begin
             late = no_head_start(runner)
 
             def on() -> None:
-                runner.start, runner.head_start = start, head_start  # type: ignore[method-assign]
+                runner.start, runner.try_begin = start, try_begin  # type: ignore[method-assign]
 
             def off() -> None:
-                runner.start, runner.head_start = late, no_request  # type: ignore[method-assign,assignment]
+                runner.start, runner.try_begin = late, no_request  # type: ignore[method-assign,assignment]
 
             self.on, self.off = on, off
         elif name == "remembered_buckets":
@@ -90,19 +90,18 @@ def task_per_call(tg: TaskGroup, runner: CallRunner) -> Callable[[tuple[Any, Any
     return submit
 
 
-def no_head_start(runner: CallRunner) -> Callable[..., bool]:
+def no_head_start(runner: CallRunner) -> Callable[..., None]:
     """``CallRunner.start`` without the head start: only the overload check
     stays in the caller's task; the detached task takes everything."""
 
-    def start(call: Any, supervisor: Any, worker: Any, head: Any = None) -> bool:
+    def start(call: Any, head: Any) -> None:
         runner.check_room()
-        return True
 
     return start
 
 
 def no_request(*args: Any) -> None:
-    """``CallRunner.head_start`` that never writes (with :func:`no_head_start`)."""
+    """``CallRunner.try_begin`` that never writes (with :func:`no_head_start`)."""
     return None
 
 
@@ -144,7 +143,7 @@ def switched_off(host: Host, names: Sequence[str]) -> Iterator[None]:
             saved.append(_patch(runners, "submit", task_per_call(runners.tg, runner)))
         elif name == "head_start":
             saved.append(_patch(runner, "start", no_head_start(runner)))
-            saved.append(_patch(runner, "head_start", no_request))
+            saved.append(_patch(runner, "try_begin", no_request))
         elif name == "remembered_buckets":
             # Every worker forgets its choice as soon as it is made.
             saved.append(_patch(Worker, "remember", lambda _worker, selection: selection))

@@ -25,7 +25,7 @@ The shortcuts, and what stands in for each when it is switched off:
   plugins for a selector again.
 - ``head_start``: the caller takes permit, guard, lease and channel turn and
   writes the first request before the detached task wakes (before the
-  call's record, when all of it is free: ``CallRunner.head_start``, then
+  call's record, when all of it is free: ``CallRunner.try_begin``, then
   ``CallRunner.start``); without, the detached task takes everything.
 - ``direct_bucket_hook``: with only Synapse's own bucket hook registered,
   it is called directly and its choice kept per length; without, every

@@ -21,7 +21,7 @@ from __future__ import annotations
 import ctypes
 import sys
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import NamedTuple, Protocol
 from weakref import WeakKeyDictionary
 
 import anyio
@@ -62,20 +62,24 @@ class Planning(Protocol):
 _limiters: WeakKeyDictionary[Planning, anyio.CapacityLimiter] = WeakKeyDictionary()
 
 
-async def started(
-    host: Planning,
-    model: str,
-    task: Task,
-    texts: Texts,
-    query: str | None,
-    deadline: Deadline | None,
-    truncate: Truncate,
-) -> Call:
+class Asked(NamedTuple):
+    """One embed or rerank call as its caller asked for it (a tuple: made
+    once per call, on the hot path)."""
+
+    model: str
+    task: Task
+    texts: Texts
+    query: str | None
+    deadline: Deadline | None
+    truncate: Truncate
+
+
+async def started(host: Planning, asked: Asked) -> Call:
     """``host._call`` of the call, planned first by :func:`plan_large` when its
     texts are large. A small call is planned and started without a pause, so
     its refusals and errors are raised before its caller's first await."""
-    plan = await plan_large(host, model, task, texts, query, deadline, truncate)
-    return host._call(model, task, texts, query, deadline, truncate, plan)
+    plan = await plan_large(host, asked)
+    return host._call(*asked, plan)
 
 
 #: characters a text may have per token of the model's ceiling
@@ -140,22 +144,15 @@ def planned(entry: Entry, texts: Texts, query: str | None, truncate: Truncate) -
     return _with_cut(plan_call(entry, bound, query, truncate), cut)
 
 
-async def plan_large(
-    host: Planning,
-    model: str,
-    task: Task,
-    texts: Texts,
-    query: str | None,
-    deadline: Deadline | None,
-    truncate: Truncate,
-) -> Plan | None:
+async def plan_large(host: Planning, asked: Asked) -> Plan | None:
     """The plan of a call whose texts are large together (over
     :data:`OFFLOAD_CHARS`): bounded on the event loop, then tokenised and
     planned in a worker thread (at most :data:`TOKENIZING_THREADS` at once per
-    host). ``None``
-    for any other call, which the host plans on the spot (:func:`planned`)."""
-    if characters(texts, query) <= OFFLOAD_CHARS:
+    host). ``None`` for any other call, which the host plans on the spot
+    (:func:`planned`)."""
+    if characters(asked.texts, asked.query) <= OFFLOAD_CHARS:
         return None
+    model, task, texts, query, deadline, truncate = asked
     host._check_open()
     check_deadline(deadline)
     entry = host.catalog.entry(model, task)

@@ -1,24 +1,37 @@
 """One call's state, from its plan to its result, and the results callers get.
 
 A :class:`Call` is created by the host and ended by the serving path
-(:mod:`synapse_core.serving`); a coalesced call (:mod:`synapse_core.coalesce`)
-is a call whose plan holds the inputs of several callers' calls.
+(:mod:`synapse_core.serving`); a :class:`Coalesced` call (see
+:mod:`synapse_core.coalesce`) is a call whose plan holds the inputs of
+several callers' calls. Every change of a call's state is a method here:
+no other module assigns to a call.
+
+What a call holds (the execution permit, the catalog guard, one lease and
+the request under way) is taken either all at once by the head start
+(:class:`HeadStart`, given to the call by :meth:`Call.hold`) or one after
+another by its detached task, and let go of in one place,
+:meth:`Call.release`, whichever way the call ended.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Protocol, Self
+from typing import TYPE_CHECKING, Protocol, Self
 
+import anyio
 import attrs
 
 from .channel import Exchange
 from .deadline import Deadline
 from .errors import SynapseError
 from .handoff import OneShot
-from .plan import Group, Plan
+from .plan import Group, Item, Plan
 from .residency.supervisor import Lease
-from .wire import Infer
+from .wire import Infer, Output, rows_of
+
+if TYPE_CHECKING:
+    from .residency.supervisor import Supervisor
+    from .residency.worker import Worker
 
 
 @attrs.frozen
@@ -59,6 +72,29 @@ class Joined(Protocol):
         """``call``'s caller gave up (cancelled, or past its deadline)."""
 
 
+class Keeper(Protocol):
+    """Where a call's permit comes from and goes back to (the host's ``CallRunner``)."""
+
+    permits: anyio.CapacityLimiter
+
+    def leave_line(self) -> None:
+        """A call counted as waiting for a permit waits no more."""
+
+
+@attrs.define(eq=False)
+class HeadStart:
+    """Everything the head start took for a call not made yet
+    (:meth:`~synapse_core.serving.CallRunner.try_begin`): the permit, held on
+    behalf of ``permit``; the catalog guard (entered); the lease of the first
+    step's shape; and that step's request, written. A call takes it all over
+    with :meth:`Call.hold`, with no await in between."""
+
+    #: the borrower the execution permit is held for (the exchange begun)
+    permit: object
+    lease: Lease
+    begun: tuple[Infer, Exchange]
+
+
 @attrs.define(eq=False)
 class Call:
     plan: Plan
@@ -68,21 +104,29 @@ class Call:
     error: SynapseError | None = None
     identity: str = ""
     #: the caller is gone (cancelled or past its deadline): start nothing new
+    # Invariant: once set, never unset.
     abandoned: bool = False
     #: what the wait under way ends in at the deadline (default DeadlineExceeded)
     expiry: SynapseError | None = None
-    # What the call holds, whether the head start or the detached task took it.
-    permit: bool = False
-    #: counted in ``Backlog.waiting`` until it holds the permit
+    # What the call holds, taken by the head start (``hold``) or by its
+    # detached task, and let go of by ``release`` only.
+    # Invariant: done ⇒ permit is None, not queued, not entered, no lease, not begun.
+    #: the borrower the execution permit is held for (this call, or the
+    #: exchange its head start began, before the call was made); ``None``: no permit
+    # Invariant: permit ⇒ not queued.
+    permit: object | None = None
+    #: counted in ``Backlog.waiting`` (and the runner's permit waiters) until it holds the permit
     queued: bool = False
     #: let in past ``max_waiting`` already (queued to be coalesced): a later
     #: wait is never refused with ``Overloaded``
     admitted: bool = False
+    #: holds the catalog guard (counted in ``Worker.inflight``)
+    # Invariant: entered ⇒ permit.
     entered: bool = False
-    #: the requests to send: each a batch-sized chunk of one bucket group
-    steps: list[Group] | None = None
+    # Invariant: lease ⇒ entered and permit (one lease at a time).
     lease: Lease | None = None
-    #: the first request, begun by the head start and not yet finished
+    #: the request under way, begun and not yet being finished
+    # Invariant: begun ⇒ lease and entered.
     begun: tuple[Infer, Exchange] | None = None
     #: the coalesced call (or its queue) this call is served in, if any
     joined: Joined | None = None
@@ -106,6 +150,87 @@ class Call:
     def note_expiry(self, error: SynapseError | None) -> None:
         self.expiry = error
 
+    # -- what the call holds ---------------------------------------------------------
+
+    def hold(self, head: HeadStart) -> None:
+        """Take over everything the head start took."""
+        self.permit, self.lease, self.begun, self.entered = (
+            head.permit,
+            head.lease,
+            head.begun,
+            True,
+        )
+
+    def queue(self) -> None:
+        """Counted as waiting for a permit (by the caller, in the backlog)."""
+        self.queued = True
+
+    def took_permit(self) -> bool:
+        """The permit is held on this call's behalf now; whether the call was
+        counted as waiting for it (it is not any more)."""
+        self.permit = self
+        queued, self.queued = self.queued, False
+        return queued
+
+    def enter(self, worker: Worker) -> None:
+        """Take ``worker``'s catalog guard (retirement waits for the call to leave)."""
+        worker.enter()
+        self.entered = True
+
+    def leased(self, lease: Lease) -> Lease:
+        self.lease = lease
+        return lease
+
+    def unlease(self) -> Lease:
+        """Give up the lease (to be released by the caller at once)."""
+        lease, self.lease = self.lease, None
+        assert lease is not None
+        return lease
+
+    def began(self, begun: tuple[Infer, Exchange]) -> None:
+        self.begun = begun
+
+    def take_begun(self) -> tuple[Infer, Exchange]:
+        """The request under way, handed to the exchange that finishes it."""
+        begun, self.begun = self.begun, None
+        assert begun is not None
+        return begun
+
+    def release(self, keeper: Keeper, supervisor: Supervisor, worker: Worker) -> None:
+        """Let go of everything the call holds, whichever path it took."""
+        if self.begun is not None:
+            # Only a closing host (or a bug) gets here with a request in flight;
+            # a late reply then fails the next exchange's request-id check.
+            self.begun[1].release()
+            self.begun = None
+        if self.lease is not None:
+            supervisor.release(self.unlease())
+        if self.entered:
+            self.entered = False
+            worker.leave()
+        if self.permit is not None:
+            permit, self.permit = self.permit, None
+            keeper.permits.release_on_behalf_of(permit)
+        elif self.queued:
+            self.queued = False
+            keeper.leave_line()
+
+    # -- its outcome -----------------------------------------------------------------
+
+    def store_rows(self, step: Group, output: Output) -> None:
+        """Put the rows of ``step``'s reply at their inputs' places."""
+        rows = rows_of(output)
+        if len(rows) == len(self.rows):
+            # One request held every input, in input order.
+            self.rows = rows  # type: ignore[assignment]
+            return
+        for item, row in zip(step.items, rows, strict=True):
+            self.rows[item.index] = row
+
+    def served(self, identity: str) -> None:
+        """Every row is stored; ``identity`` is the vector space they are in."""
+        self.identity = identity
+
     def fail(self, error: SynapseError) -> None:
         if not self.done.is_set():
             self.error = error
@@ -120,3 +245,81 @@ class Call:
         hook, self.on_end = self.on_end, None
         if hook is not None:
             hook()
+
+    # -- coalescing ------------------------------------------------------------------
+
+    def wait_in(self, queue: Joined) -> None:
+        """Queued in ``queue`` to be coalesced, let in past ``max_waiting``:
+        when it starts (alone or coalesced, waiting for a permit or not), it
+        is not refused as Overloaded after all."""
+        self.admitted, self.joined = True, queue
+
+    def unjoin(self) -> None:
+        self.joined = None
+
+    def when_ended(self, hook: Callable[[], None]) -> None:
+        self.on_end = hook
+
+
+@attrs.define(eq=False)
+class Coalesced(Call):
+    """A call serving its callers' calls: their inputs in one plan, in
+    arrival order, and each caller's rows handed back to it. What its waits
+    would end in at the deadline (``CapacityExhausted`` while waiting for
+    lane room, say) is what each caller's wait ends in too."""
+
+    callers: list[Call] = attrs.field(factory=list)
+    #: how many of ``callers`` gave up
+    # Invariant: gone == len(callers) ⇒ abandoned.
+    gone: int = 0
+
+    @classmethod
+    def of(cls, callers: list[Call], done: OneShot) -> Coalesced:
+        first = callers[0].plan
+        items: list[Item] = []
+        for caller in callers:
+            base = len(items)
+            items.extend(
+                Item(base + item.index, item.text, item.count, item.length, item.ids)
+                for item in caller.plan.items
+            )
+        # One model's calls: planned against the same ceiling.
+        plan = Plan(first.model, first.task, tuple(items), first.tokenizer, ceiling=first.ceiling)
+        # It runs to the latest deadline; each caller still waits to its own.
+        deadline = max((caller.deadline for caller in callers), key=lambda d: d.when)
+        call = cls.new(plan, deadline, done)
+        call.callers = callers
+        call.admitted = True  # its callers were let in already
+        for caller in callers:
+            caller.joined = call
+        return call
+
+    def left(self, call: Call) -> None:
+        self.gone += 1
+        if self.gone == len(self.callers):
+            self.abandoned = True  # nobody is waiting: start nothing new
+
+    def note_expiry(self, error: SynapseError | None) -> None:
+        self.expiry = error
+        for caller in self.callers:
+            caller.expiry = error
+
+    def unlink(self) -> None:
+        """The call has ended: its callers' links back to it go (a cycle,
+        freed only by a full collection otherwise)."""
+        for caller in self.callers:
+            caller.joined = None
+
+    def settle(self) -> None:
+        """Give each caller its rows, or this call's error."""
+        self.unlink()
+        start = 0
+        for caller in self.callers:
+            end = start + len(caller.rows)
+            if self.error is None:
+                caller.rows = self.rows[start:end]
+                caller.identity = self.identity
+            else:
+                caller.error = self.error
+            caller.done.set()
+            start = end

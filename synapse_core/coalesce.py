@@ -26,17 +26,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
 
-import attrs
-
-from .call import Call
+from .call import Call, Coalesced
 from .errors import InternalError, Refused, SynapseError, WorkerRejected
 from .handoff import OneShot
-from .plan import Item, Plan
+from .plan import Plan
 
 if TYPE_CHECKING:
     from .residency.worker import Selection, Worker
 
-#: most inputs a coalesced call takes before the worker has said its batch size
+#: most inputs a coalesced call takes before the worker has said its batch
+#: size: a guess that bounds the first shared request (a worker that takes
+#: fewer gets it cut into several requests, still correct)
 BEFORE_HELLO = 32
 
 
@@ -48,68 +48,6 @@ class Line(Protocol):
 
     def dequeue(self) -> None:
         """Count one waiting call less."""
-
-
-@attrs.define(eq=False)
-class Coalesced(Call):
-    """A call serving its callers' calls: their inputs in one plan, in
-    arrival order, and each caller's rows handed back to it. What its waits
-    would end in at the deadline (``CapacityExhausted`` while waiting for
-    lane room, say) is what each caller's wait ends in too."""
-
-    callers: list[Call] = attrs.field(factory=list)
-    #: how many of ``callers`` gave up
-    gone: int = 0
-
-    @classmethod
-    def of(cls, callers: list[Call], done: OneShot) -> Coalesced:
-        first = callers[0].plan
-        items: list[Item] = []
-        for caller in callers:
-            base = len(items)
-            items.extend(
-                Item(base + item.index, item.text, item.count, item.length, item.ids)
-                for item in caller.plan.items
-            )
-        plan = Plan(first.model, first.task, tuple(items), first.tokenizer)
-        # It runs to the latest deadline; each caller still waits to its own.
-        deadline = max((caller.deadline for caller in callers), key=lambda d: d.when)
-        call = cls.new(plan, deadline, done)
-        call.callers = callers
-        call.admitted = True  # its callers were let in already
-        for caller in callers:
-            caller.joined = call
-        return call
-
-    def left(self, call: Call) -> None:
-        self.gone += 1
-        if self.gone == len(self.callers):
-            self.abandoned = True  # nobody is waiting: start nothing new
-
-    def note_expiry(self, error: SynapseError | None) -> None:
-        self.expiry = error
-        for caller in self.callers:
-            caller.expiry = error
-
-    def unlink(self) -> None:
-        """The call has ended: its callers' links back to it go (a cycle,
-        freed only by a full collection otherwise)."""
-        for caller in self.callers:
-            caller.joined = None
-
-    def settle(self) -> None:
-        """Give each caller its rows, or this call's error."""
-        self.unlink()
-        start = 0
-        for caller in self.callers:
-            end = start + len(caller.rows)
-            if self.error is None:
-                caller.rows = self.rows[start:end]
-                caller.identity = self.identity
-            else:
-                caller.error = self.error
-            caller.done.set()
-            start = end
 
 
 class Coalescer:
@@ -135,6 +73,8 @@ class Coalescer:
         self._worker = worker
         self._budget = budget
         self.running: Call | None = None
+        # Invariant: each queued call is joined to this queue (``joined is
+        # self``), admitted, and counted once in the line.
         self.queue: list[Call] = []
         self._dispatching = False
         self._closed: SynapseError | None = None
@@ -144,7 +84,12 @@ class Coalescer:
         whose inputs are all encoded already and that fits the budget of one
         request. A call over it is cut into several requests, between which
         other calls get the worker; as the queue's running call it would
-        hold every queued call back until its last request."""
+        hold every queued call back until its last request.
+
+        Whether a call has every id at planning depends on ``plan.EAGER_TEXTS``
+        (8): a call of more texts is only counted then, unless its tokenizer
+        cannot count, so it does not join; building the shared request then
+        never runs a tokenizer that could fail on one caller's text."""
         items = plan.items
         if plan.task != "embed" or not all(item.ids is not None for item in items):
             return False
@@ -162,17 +107,14 @@ class Coalescer:
                 raise call.error  # refused by the head start, before any await
             return
         self._line.enqueue()  # raises Overloaded when max_waiting calls wait
-        # Let in: when it starts (alone or coalesced, waiting for a permit or
-        # not), it is not refused as Overloaded after all.
-        call.admitted = True
-        call.joined = self
+        call.wait_in(self)
         self.queue.append(call)
 
     def left(self, call: Call) -> None:
         """A queued caller gave up: it leaves the queue and stops waiting."""
         if call in self.queue:
             self.queue.remove(call)
-            call.joined = None
+            call.unjoin()
             self._line.dequeue()
 
     def close(self, error: SynapseError) -> None:
@@ -180,7 +122,7 @@ class Coalescer:
         self._closed = error
         queued, self.queue = self.queue, []
         for call in queued:
-            call.joined = None
+            call.unjoin()
             self._line.dequeue()
             call.fail(error)
 
@@ -216,12 +158,14 @@ class Coalescer:
             size += len(items)
             if budget is not None:
                 positions += sum(_positions(selection, item.length) for item in items)
+            # The oldest call is always taken: over the room alone, it is cut
+            # into several requests as any call is.
             if taken and (size > room or (budget is not None and positions > budget)):
                 break
             taken += 1
         calls, self.queue = self.queue[:taken], self.queue[taken:]
         for call in calls:
-            call.joined = None
+            call.unjoin()
             self._line.dequeue()
         return calls
 
@@ -242,7 +186,7 @@ class Coalescer:
                     call.settle()
             self._settled()
 
-        call.on_end = settled
+        call.when_ended(settled)
         self.running = call
         self._launch_or_fail(call)  # a call that fails settles: the queue moves on
 

@@ -10,11 +10,12 @@ from typing import Protocol, TypeVar
 import anyio
 from anyio.abc import TaskGroup
 
-from .bounds import Plan, Truncate, planned, started
+from .bounds import Asked, Plan, Truncate, planned, started
 from .call import Call, EmbedResult, RerankResult
 from .catalog import Catalog, Entry, default_config
 from .coalesce import Coalescer
 from .config import HostConfig, Task
+from .cut import request_budget
 from .deadline import Clock, Deadline, check_deadline, monotonic
 from .errors import HostClosed, Retired
 from .plugins import PluginHost
@@ -26,7 +27,6 @@ from .runners import Runners
 from .scoring import scores_of
 from .serving import CallRunner
 from .snapshot import HostSnapshot, take
-from .steps import request_budget
 
 #: scheduling slack on top of the bounds a close is made of
 CLOSE_SLACK_S = 1.0
@@ -114,7 +114,7 @@ class Host:
         deadline: Deadline | None,
         truncate: Truncate,
     ) -> EmbedResult:
-        call = await started(self, model, "embed", texts, None, deadline, truncate)
+        call = await started(self, Asked(model, "embed", texts, None, deadline, truncate))
         tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
         return EmbedResult(model, call.rows, call.identity, call.plan.truncated, tokens)  # type: ignore[arg-type]
@@ -151,7 +151,7 @@ class Host:
         deadline: Deadline | None,
         truncate: Truncate,
     ) -> RerankResult:
-        call = await started(self, model, "rerank", documents, query, deadline, truncate)
+        call = await started(self, Asked(model, "rerank", documents, query, deadline, truncate))
         tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
         raw = [row[0] for row in call.rows if row is not None]
@@ -280,14 +280,12 @@ class Host:
                 runner.check_room()  # a refused call leaves no worker record behind
             worker = self._worker(self.catalog.entries[plan.model])
         sup = self.supervisors[worker.lane.info.lane_id]
-        head = runner.head_start(plan, deadline, sup, worker)
+        head = runner.try_begin(plan, deadline, sup, worker)  # raises before any await
         # Nothing that can fail goes here: a request written and never
         # recorded would keep the channel's turn.
         if call is None:
             call = Call.new(plan, deadline, self._runners.event())
-        if not runner.start(call, sup, worker, head):
-            assert call.error is not None
-            raise call.error  # before any await, as a refusal of the plan is
+        runner.start(call, head)
         self._runners.submit((call, sup, worker))
         return call
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Literal, cast
 
 import attrs
@@ -19,7 +19,10 @@ from .catalog import Entry
 from .errors import PluginError, Refused
 from .tokenizer import CountingTokenizer, Tokenizer
 
-#: calls of at most this many texts are encoded while they are planned
+#: calls of at most this many texts are encoded while they are planned (a
+#: pass of counting first would only cost them; larger calls are encoded
+#: chunk by chunk while earlier chunks run). Coalescing relies on it: only
+#: a call whose ids are all known joins others (``Coalescer.joins``)
 EAGER_TEXTS = 8
 
 #: a UTF-16 surrogate on its own: a str can hold one, UTF-8 cannot encode it
@@ -47,6 +50,14 @@ class Plan:
     query: list[int] | None = None
     #: indexes of the inputs cut to the ceiling (only when truncation was asked for)
     truncated: tuple[int, ...] = ()
+    #: the ceiling every input was checked against (or cut to) when planned;
+    #: ``None``: not checked, so cutting the plan into requests checks it
+    ceiling: int | None = None
+    # The requests the plan was cut into (:func:`synapse_core.cut.steps_of`)
+    # and the bucket choice they were cut by: a plan is cut once.
+    # Invariant: _steps is not None ⇔ _cut_by is not None
+    _steps: list[Group] | None = attrs.field(default=None, init=False)
+    _cut_by: object = attrs.field(default=None, init=False)
 
     @property
     def tokens(self) -> int:
@@ -56,6 +67,7 @@ class Plan:
     @property
     def longest(self) -> Item:
         items = self.items
+        # One input (the common call) needs no max() and no key function.
         return items[0] if len(items) == 1 else max(items, key=lambda item: item.length)
 
     def encode(self, items: Sequence[Item]) -> list[list[int]]:
@@ -78,6 +90,19 @@ class Plan:
             sequences.append(ids)
         return sequences
 
+    @property
+    def steps(self) -> list[Group] | None:
+        """The requests the plan was last cut into, if it was."""
+        return self._steps
+
+    def kept_steps(self, selection: object) -> list[Group] | None:
+        """The requests kept by :meth:`keep_steps` for ``selection``, if any."""
+        return self._steps if self._cut_by is selection else None
+
+    def keep_steps(self, selection: object, steps: list[Group]) -> list[Group]:
+        self._steps, self._cut_by = steps, selection
+        return steps
+
     def encode_ahead(self, items: Sequence[Item]) -> None:
         """Encode ``items`` early (while an earlier request runs); an error
         surfaces when their own request is built."""
@@ -87,6 +112,9 @@ class Plan:
 
 @attrs.define(eq=False)
 class Group:
+    """One step of a plan (see :mod:`synapse_core.cut`): inputs of one
+    bucket, sent as one request."""
+
     bucket: int
     items: Sequence[Item]
 
@@ -281,7 +309,7 @@ def plan_call(
             )
             cut.append(index)
         items.append(item)
-    return Plan(model, entry.spec.task, tuple(items), tokenizer, query_ids, tuple(cut))
+    return Plan(model, entry.spec.task, tuple(items), tokenizer, query_ids, tuple(cut), ceiling)
 
 
 def _query_ids(model: str, tokenizer: Tokenizer, query: str) -> list[int]:
@@ -354,33 +382,3 @@ def _sized(
             index=index,
         )
     return Item(index, text, n, length, ids)
-
-
-def group_by_bucket(
-    items: Sequence[Item], select: Callable[[int], int], batch: int, budget: int | None = None
-) -> list[Group]:
-    """Group items by the bucket ``select`` chooses, smallest bucket first, in
-    chunks of at most ``batch`` items (one request each) and, with a
-    ``budget``, of at most ``budget`` positions (bucket x items; never fewer
-    than one item): a request then takes a bounded time, and other calls get
-    the worker between a large call's requests."""
-    if len(items) == 1:
-        return [Group(select(items[0].length), items)]
-    grouped: dict[int, list[Item]] = {}
-    chosen: dict[int, int] = {}  # one hook call per distinct length
-    for item in items:
-        bucket = chosen.get(item.length)
-        if bucket is None:
-            bucket = chosen[item.length] = select(item.length)
-        grouped.setdefault(bucket, []).append(item)
-    return [
-        Group(bucket, group[i : i + size])
-        for bucket in sorted(grouped)
-        for group, size in ((grouped[bucket], chunk_size(bucket, batch, budget)),)
-        for i in range(0, len(group), size)
-    ]
-
-
-def chunk_size(bucket: int, batch: int, budget: int | None) -> int:
-    """How many items of ``bucket`` one request takes."""
-    return batch if budget is None else max(1, min(batch, budget // bucket))

@@ -195,7 +195,8 @@ async def test_a_coalesced_call_takes_one_requests_worth(make_model: Any, make_c
 
 
 def test_requests_are_cut_within_the_budget_and_keep_input_order() -> None:
-    from synapse_core.plan import Item, group_by_bucket
+    from synapse_core.cut import group_by_bucket
+    from synapse_core.plan import Item
 
     lengths = [30, 5, 30, 6, 7, 8, 30, 9, 10]
     items = [Item(i, "", n - 2, n) for i, n in enumerate(lengths)]
@@ -226,7 +227,7 @@ def test_max_batch_tokens_is_checked_in_the_catalog(bad: object) -> None:
 
 @pytest.mark.parametrize("bad", [0, -1, 2.5])
 def test_a_transports_bad_default_budget_is_a_plugin_error(bad: object) -> None:
-    from synapse_core.steps import request_budget
+    from synapse_core.cut import request_budget
 
     class Odd(InProcessFakeTransport):
         def max_batch_tokens(self, model: Any) -> Any:
@@ -315,8 +316,8 @@ async def test_a_call_keeps_to_the_budget_once_another_came(
 
 
 def test_join_steps_takes_whole_steps_and_part_of_the_last() -> None:
+    from synapse_core.cut import join_steps
     from synapse_core.plan import Group, Item
-    from synapse_core.steps import join_steps
 
     items = [Item(i, "", 3, 5) for i in range(9)]
     steps = [

@@ -8,7 +8,7 @@ The host lives in an event loop on a blocking portal's thread; each rule is a
 synchronous step that runs to quiescence on that loop. Time is a FakeClock.
 The supervisor is watched through what it offers anyone: its observation
 events (``synapse_observe``) and a lease watch (``watch_leases``); calls are
-told apart by wrapping ``CallRunner.start`` and ``run``.
+told apart by wrapping ``CallRunner.try_begin``, ``start`` and ``run``.
 On failure hypothesis prints the falsifying steps and a reproduction blob.
 """
 
@@ -40,6 +40,8 @@ from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.testing.fake_worker import fake_vector
 from synapse_core.tokenizer import BasicTokenizer
 from synapse_core.wire import Infer
+
+from .call_invariants import serving_problems
 
 MODELS = ("a", "b")
 DIMS = 4
@@ -151,6 +153,7 @@ class ResidencyMachine(RuleBasedStateMachine):
         # A call's first lease may be granted in the caller's task (the head
         # start) and the rest in its detached task: leases are counted per call.
         serving: ContextVar[int] = ContextVar("serving", default=0)
+        original_try_begin = CallRunner.try_begin
         original_start = CallRunner.start
         original_run = CallRunner.run
 
@@ -173,11 +176,20 @@ class ResidencyMachine(RuleBasedStateMachine):
 
         leases = Leases()
 
-        def start(runner: CallRunner, call: Any, sup: Supervisor, *args: Any) -> bool:
+        def try_begin(
+            runner: CallRunner, plan: Any, deadline: Any, sup: Supervisor, *args: Any
+        ) -> Any:
             sup.watch_leases(leases)  # before the call's first lease
-            token = serving.set(id(call))
+            return original_try_begin(runner, plan, deadline, sup, *args)
+
+        def start(runner: CallRunner, call: Any, head: Any) -> None:
+            if head is not None:
+                # Leased by the head start before the call was made: the call's now.
+                machine.leases_by_call[machine.lease_owner[id(head.lease)]] -= 1
+                machine.leases_by_call[id(call)] += 1
+                machine.lease_owner[id(head.lease)] = id(call)
             try:
-                started = original_start(runner, call, sup, *args)
+                original_start(runner, call, head)
             except synapse.Overloaded:
                 machine.overloaded += 1
                 # Refused only when max_waiting calls really wait: for a
@@ -187,12 +199,9 @@ class ResidencyMachine(RuleBasedStateMachine):
                         f"refused with {runner.backlog.waiting} waiting ({queued()} for a permit)"
                     )
                 raise
-            finally:
-                serving.reset(token)
             machine.started.append(call)
             if queued() > MAX_WAITING:
                 machine.queue_problems.append(f"{queued()} calls wait for a permit")
-            return started
 
         async def run(runner: CallRunner, call: Any, *args: Any) -> None:
             token = serving.set(id(call))
@@ -202,9 +211,11 @@ class ResidencyMachine(RuleBasedStateMachine):
                 serving.reset(token)
 
         self._patches = [
+            (CallRunner, "try_begin", original_try_begin),
             (CallRunner, "start", original_start),
             (CallRunner, "run", original_run),
         ]
+        CallRunner.try_begin = try_begin  # type: ignore[method-assign]
         CallRunner.start = start  # type: ignore[method-assign]
         CallRunner.run = run  # type: ignore[method-assign]
 
@@ -474,6 +485,13 @@ class ResidencyMachine(RuleBasedStateMachine):
     @invariant()
     def at_most_max_waiting_calls_wait(self) -> None:
         assert self.queue_problems == []
+
+    @invariant()
+    def calls_hold_what_their_fields_say(self) -> None:
+        async def check() -> list[str]:
+            return serving_problems(self.host, self.started)
+
+        assert self.portal.call(check) == []
 
     @invariant()
     def one_lease_per_call(self) -> None:

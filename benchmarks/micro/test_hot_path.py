@@ -25,7 +25,8 @@ import pytest
 from benchmarks import rig
 from synapse_core import defaults
 from synapse_core.catalog import Catalog, Entry
-from synapse_core.plan import Item, group_by_bucket, plan_call
+from synapse_core.cut import group_by_bucket
+from synapse_core.plan import Item, plan_call
 from synapse_core.plugins import PluginHost
 from synapse_core.tokenizer import BasicTokenizer
 from synapse_core.wire import (

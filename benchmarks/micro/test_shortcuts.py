@@ -24,8 +24,8 @@ from benchmarks import shortcut_pieces as pieces
 from benchmarks import shortcuts
 from benchmarks.harness import SMOKE
 from benchmarks.shortcut_switches import CONTROL, SHORTCUTS, applies, through_pluggy
+from synapse_core.cut import plan_steps
 from synapse_core.handoff import OneShot
-from synapse_core.steps import plan_steps
 
 #: hand-offs per timed round (one is too short to time)
 HANDOFFS = 200

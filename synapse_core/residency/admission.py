@@ -142,13 +142,13 @@ class Admission:
                     f"lane {self.lane.lane_id} had no room for {shape} of "
                     f"{worker.spec.name!r} before the deadline"
                 )
-                self.backlog.waiting += 1
+                self.backlog.enter()
                 note(exhausted)
                 try:
                     await wait_bounded(self.lane.changed, deadline, self._context.clock, exhausted)
                 finally:
                     note(None)
-                    self.backlog.waiting -= 1
+                    self.backlog.leave()
                 continue
             if isinstance(decision, EvictDecision):
                 await self._evict(decision)

@@ -20,9 +20,21 @@ class Charge:
 
 @attrs.define(eq=False)
 class Backlog:
-    """Calls waiting for a permit or for lane capacity, host-wide."""
+    """Calls waiting for a permit, for lane capacity, or to be coalesced,
+    host-wide; ``max_waiting`` bounds it (the host's ``CallRunner`` refuses
+    a call with ``Overloaded`` before it enters)."""
 
+    #: changed only by :meth:`enter` and :meth:`leave`
+    # Invariant: waiting >= 0; each wait enters once and leaves once.
     waiting: int = 0
+
+    def enter(self) -> None:
+        """One more call waits."""
+        self.waiting += 1
+
+    def leave(self) -> None:
+        """A call waits no more."""
+        self.waiting -= 1
 
 
 @attrs.define(eq=False)

@@ -86,7 +86,7 @@ class Worker:
     #: calls holding the catalog guard; retirement waits until none does
     inflight: int = 0
     #: a second call entered since the worker was last idle: each call's
-    #: requests keep to the model's budget (see ``steps.join_next``)
+    #: requests keep to the model's budget (see ``cut.join_next``)
     # Invariant: false whenever ``inflight`` is 0; set by ``enter`` when a call
     #   enters beside another, cleared by ``leave`` when the last one leaves.
     shared: bool = False

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from synapse_core.cut import request_budget
 from synapse_core.plugin import ModelSpec
-from synapse_core.steps import request_budget
 from synapse_cpu.costs import POSITIONS_PER_S, REQUEST_S
 from synapse_cpu.transport import CpuTransport
 

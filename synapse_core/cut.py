@@ -1,5 +1,4 @@
-"""What a call sends and keeps: its plan cut into requests, and the rows of
-each reply put back in input order.
+"""Cutting a plan into requests: what a call sends, one ``Infer`` per step.
 
 A plan's inputs are grouped by the smallest bucket that fits each and cut
 into steps of at most the worker's batch size and the model's request budget
@@ -8,42 +7,30 @@ worker, and between two of them the worker may serve other calls. The budget
 is for sharing: a call that has the worker to itself sends its later steps
 joined up to the batch size (:func:`join_next`), and keeps to the budget from
 the moment a second call enters the worker until the worker is idle again.
+
+A plan is cut once (:func:`steps_of` keeps its steps in the plan, for the
+worker's bucket choice they were cut by), and the ceiling is checked once:
+the plan checked every input against the catalog's ceiling, so cutting it
+checks again only when the worker's own ceiling is lower (its largest bucket
+is smaller than the catalog declared).
 """
 
 from __future__ import annotations
 
-from typing import cast
+from collections.abc import Callable, Sequence
 
-import attrs
-
-from .call import Call
-from .channel import Exchange
 from .config import ModelSpec
 from .errors import PluginError
-from .plan import Group, Plan, group_by_bucket, over_ceiling
+from .plan import Group, Item, Plan, over_ceiling
 from .plugins import PluginHost
 from .residency.worker import Selection, Worker
 from .transport import Transport
-from .wire import Infer, Output, Shape, rows_of
+from .wire import Infer, Shape
 
 
-@attrs.frozen
-class HeadStart:
-    """A call's steps, worked out before the call's record was made, and its
-    first request if that was written then (``begun``; see
-    :meth:`~synapse_core.serving.CallRunner.head_start`)."""
-
-    steps: list[Group]
-    #: the shape of the first step
-    shape: Shape
-    begun: tuple[Infer, Exchange] | None
-
-
-def plan_steps(plan: Plan, worker: Worker, plugins: PluginHost) -> list[Group]:
-    """``plan``'s requests on ``worker``, smallest bucket first: chunks of
-    its bucket groups, bounded by the batch size and the request budget. The
-    worker remembers its bucket selector and budget until its hello or the
-    plugins change."""
+def selection_of(worker: Worker, plugins: PluginHost) -> Selection:
+    """How ``worker``'s calls pick buckets now. The worker remembers it until
+    its hello or the plugins change."""
     hello = worker.hello
     assert hello is not None
     selection = worker.selection
@@ -61,17 +48,74 @@ def plan_steps(plan: Plan, worker: Worker, plugins: PluginHost) -> list[Group]:
                 request_budget(worker.spec, worker.transport),
             )
         )
-    longest = plan.longest
-    if longest.length > selection.ceiling:
-        raise over_ceiling(plan.model, longest, selection.ceiling, pair=plan.query is not None)
-    return group_by_bucket(plan.items, selection.select, hello.max_batch, selection.budget)
+    return selection
+
+
+def cut(plan: Plan, selection: Selection) -> list[Group]:
+    """``plan``'s requests under ``selection``, smallest bucket first: chunks
+    of its bucket groups, bounded by the batch size and the request budget;
+    refused if an input is over the worker's ceiling and the plan was checked
+    against a higher one (or none)."""
+    ceiling = selection.ceiling
+    if plan.ceiling is None or ceiling < plan.ceiling:
+        longest = plan.longest
+        if longest.length > ceiling:
+            raise over_ceiling(plan.model, longest, ceiling, pair=plan.query is not None)
+    return group_by_bucket(
+        plan.items, selection.select, selection.hello.max_batch, selection.budget
+    )
+
+
+def plan_steps(plan: Plan, worker: Worker, plugins: PluginHost) -> list[Group]:
+    """``plan`` cut into requests on ``worker`` now (kept nowhere)."""
+    return cut(plan, selection_of(worker, plugins))
+
+
+def steps_of(plan: Plan, worker: Worker, plugins: PluginHost) -> list[Group]:
+    """``plan``'s requests on ``worker``: cut the first time, then the ones
+    kept in the plan for as long as the worker's bucket choice stands."""
+    selection = selection_of(worker, plugins)
+    steps = plan.kept_steps(selection)
+    if steps is None:
+        steps = plan.keep_steps(selection, cut(plan, selection))
+    return steps
+
+
+def group_by_bucket(
+    items: Sequence[Item], select: Callable[[int], int], batch: int, budget: int | None = None
+) -> list[Group]:
+    """Group items by the bucket ``select`` chooses, smallest bucket first, in
+    chunks of at most ``batch`` items (one request each) and, with a
+    ``budget``, of at most ``budget`` positions (bucket x items; never fewer
+    than one item): a request then takes a bounded time, and other calls get
+    the worker between a large call's requests."""
+    if len(items) == 1:  # the common small call: one request, nothing to group
+        return [Group(select(items[0].length), items)]
+    grouped: dict[int, list[Item]] = {}
+    chosen: dict[int, int] = {}  # one hook call per distinct length
+    for item in items:
+        bucket = chosen.get(item.length)
+        if bucket is None:
+            bucket = chosen[item.length] = select(item.length)
+        grouped.setdefault(bucket, []).append(item)
+    return [
+        Group(bucket, group[i : i + size])
+        for bucket in sorted(grouped)
+        for group, size in ((grouped[bucket], chunk_size(bucket, batch, budget)),)
+        for i in range(0, len(group), size)
+    ]
+
+
+def chunk_size(bucket: int, batch: int, budget: int | None) -> int:
+    """How many items of ``bucket`` one request takes."""
+    return batch if budget is None else max(1, min(batch, budget // bucket))
 
 
 def join_steps(steps: list[Group], start: int, batch: int) -> None:
     """Join ``steps[start]`` with the steps after it of its bucket, in place,
     up to ``batch`` items: one request where the budget cut several. A step
     taken in part keeps the rest of its items, so every input is still sent
-    once and in the same order."""
+    once and in the same order (the steps stay valid if kept for the plan)."""
     first = steps[start]
     room = batch - len(first.items)
     stop = start + 1
@@ -128,14 +172,3 @@ def infer_request(plan: Plan, request_id: int, shape: Shape, step: Group) -> Inf
         plan.encode(step.items),
         plan.query,
     )
-
-
-def store_rows(call: Call, step: Group, output: Output) -> None:
-    """Put the rows of ``step``'s reply at their inputs' places in ``call.rows``."""
-    rows = rows_of(output)
-    if len(rows) == len(call.rows):
-        # One request held every input, in input order.
-        call.rows = cast(list[list[float] | None], rows)
-        return
-    for item, row in zip(step.items, rows, strict=True):
-        call.rows[item.index] = row
