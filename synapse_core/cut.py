@@ -3,7 +3,10 @@
 A plan's inputs are grouped by the smallest bucket that fits each and cut
 into steps of at most the worker's batch size and the model's request budget
 (``max_batch_tokens`` positions); each step is one ``Infer`` request on the
-worker, and between two of them the worker may serve other calls.
+worker, and between two of them the worker may serve other calls. The budget
+is for sharing: a call that has the worker to itself sends its later steps
+joined up to the batch size (:func:`join_next`), and keeps to the budget from
+the moment a second call enters the worker until the worker is idle again.
 
 A plan is cut once (:func:`steps_of` keeps its steps in the plan, for the
 worker's bucket choice they were cut by), and the ceiling is checked once:
@@ -106,6 +109,38 @@ def group_by_bucket(
 def chunk_size(bucket: int, batch: int, budget: int | None) -> int:
     """How many items of ``bucket`` one request takes."""
     return batch if budget is None else max(1, min(batch, budget // bucket))
+
+
+def join_steps(steps: list[Group], start: int, batch: int) -> None:
+    """Join ``steps[start]`` with the steps after it of its bucket, in place,
+    up to ``batch`` items: one request where the budget cut several. A step
+    taken in part keeps the rest of its items, so every input is still sent
+    once and in the same order (the steps stay valid if kept for the plan)."""
+    first = steps[start]
+    room = batch - len(first.items)
+    stop = start + 1
+    while room > 0 and stop < len(steps) and steps[stop].bucket == first.bucket:
+        room -= len(steps[stop].items)
+        stop += 1
+    if stop == start + 1:
+        return
+    items = [item for step in steps[start:stop] for item in step.items]
+    joined = [Group(first.bucket, items[:batch])]
+    if len(items) > batch:
+        joined.append(Group(first.bucket, items[batch:]))
+    steps[start:stop] = joined
+
+
+def join_next(steps: list[Group], index: int, worker: Worker) -> Group:
+    """The step to send as ``steps[index]``: joined with the steps after it of
+    its bucket (in place, :func:`join_steps`) while its call has ``worker``
+    to itself (:attr:`Worker.shared`: no second call has entered it since it
+    was last idle). A call's first step keeps to the budget: it may have been
+    sent already (the head start), and another call may come just as it starts."""
+    assert worker.hello is not None
+    if index and not worker.shared:
+        join_steps(steps, index, worker.hello.max_batch)
+    return steps[index]
 
 
 def request_budget(spec: ModelSpec, transport: Transport) -> int | None:

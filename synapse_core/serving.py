@@ -27,7 +27,7 @@ import anyio
 
 from .call import Call, HeadStart
 from .channel import Exchange
-from .cut import infer_request, step_shape, steps_of
+from .cut import infer_request, join_next, step_shape, steps_of
 from .deadline import Clock, Deadline, wait_bounded
 from .errors import (
     CallerGone,
@@ -252,6 +252,7 @@ class CallRunner:
         width = hello.dims if plan.task == "embed" else 1
         checked: tuple[Group, Output] | None = None  # rows checked but not yet stored
         for index, step in enumerate(steps):
+            step = join_next(steps, index, worker)  # may join the steps after it
             # The request under way is kept in ``call.begun`` until its reply
             # is awaited, so whatever happens in between lets go of it. One
             # begun by the head start is drained even if the caller is gone.

@@ -10,7 +10,7 @@ host alone, never by timing.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -202,3 +202,95 @@ def test_a_transports_bad_default_budget_is_a_plugin_error(bad: object) -> None:
     with pytest.raises(synapse.PluginError, match=r"transport 'fake' gave max_batch_tokens"):
         request_budget(spec, Odd())
     assert request_budget(attrs.evolve(spec, max_batch_tokens=16), Odd()) == 16
+
+
+#: starts a call of these texts, kept under this name, and lets it run until it waits
+Start = Callable[[str, list[str]], Awaitable[None]]
+
+
+async def bulk_alone(
+    cfg: synapse.HostConfig,
+    texts: list[str],
+    meanwhile: Callable[[HeldReplies, Start], Awaitable[None]] | None = None,
+) -> list[Infer]:
+    """Serve one bulk call of ``texts`` from an idle worker, ``meanwhile``
+    running once it has started, and answer every request in turn; returns
+    the requests the worker received."""
+    held = HeldReplies()
+    transport = InProcessFakeTransport()
+    transport.reply_gate = held
+    results: dict[str, Any] = {}
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        await host.embed("m", [texts[0], "warm"])
+        held.armed = True
+        async with anyio.create_task_group() as tg:
+
+            async def start(name: str, call_texts: list[str]) -> None:
+                await started(tg, results, name, lambda: host.embed("m", call_texts))
+
+            await start("bulk", texts)
+            if meanwhile is not None:
+                await meanwhile(held, start)
+            await held.answer_all()
+    assert results["bulk"].vectors == [pytest.approx(vector(t), abs=1e-6) for t in texts]
+    return held.received
+
+
+async def test_a_call_alone_sends_its_later_steps_joined_up_to_the_batch(
+    make_model: Any, make_config: Any
+) -> None:
+    """The budget is for sharing: with the worker to itself, a bulk call's
+    first request keeps to it (another call may come just as it starts) and
+    the rest go in requests of up to ``max_batch`` texts, in input order."""
+    texts = [f"alone{i} " * 20 for i in range(11)]  # bucket 32: one text per budget step
+    received = await bulk_alone(make_config(budget_model(make_model)), texts)
+    assert [len(f.sequences) for f in received] == [1, 8, 2]
+    assert [ids for f in received for ids in f.sequences] == _ids(texts)
+
+
+async def test_a_call_keeps_to_the_budget_once_another_came(
+    make_model: Any, make_config: Any
+) -> None:
+    """A short call arriving during a bulk call's joined request makes the
+    rest of the bulk call keep to the budget, also after the short call ended."""
+
+    async def short_during_the_joined_request(held: HeldReplies, start: Start) -> None:
+        await held.answer(0)  # the bulk call's first request, at the budget
+        await held.wait_for(2)  # its second, joined
+        await start("short", ["short"])
+
+    texts = [f"joined{i} " * 20 for i in range(12)]
+    cfg = make_config(budget_model(make_model))
+    received = await bulk_alone(cfg, texts, short_during_the_joined_request)
+    short = _ids(["short"])
+    assert ["short" if f.sequences == short else len(f.sequences) for f in received] == [
+        1,
+        8,
+        "short",
+        1,
+        1,
+        1,
+    ]
+    assert [ids for f in received if f.sequences != short for ids in f.sequences] == _ids(texts)
+
+
+def test_join_steps_takes_whole_steps_and_part_of_the_last() -> None:
+    from synapse_core.cut import join_steps
+    from synapse_core.plan import Group, Item
+
+    items = [Item(i, "", 3, 5) for i in range(9)]
+    steps = [
+        Group(8, items[0:1]),
+        Group(8, items[1:4]),
+        Group(8, items[4:7]),
+        Group(32, items[7:9]),
+    ]
+    join_steps(steps, 0, 5)
+    # Five bucket-8 items joined; the rest of the step taken in part stays; bucket 32 untouched.
+    assert [(g.bucket, [i.index for i in g.items]) for g in steps] == [
+        (8, [0, 1, 2, 3, 4]),
+        (8, [5, 6]),
+        (32, [7, 8]),
+    ]
+    join_steps(steps, 2, 5)  # nothing after it of its bucket
+    assert len(steps) == 3

@@ -85,6 +85,11 @@ class Worker:
     leases: Counter[Shape] = attrs.field(factory=Counter)
     #: calls holding the catalog guard; retirement waits until none does
     inflight: int = 0
+    #: a second call entered since the worker was last idle: each call's
+    #: requests keep to the model's budget (see ``cut.join_next``)
+    # Invariant: false whenever ``inflight`` is 0; set by ``enter`` when a call
+    #   enters beside another, cleared by ``leave`` when the last one leaves.
+    shared: bool = False
     restarts: list[float] = attrs.field(factory=list)
     restart_count: int = 0
     #: a fault was seen while retiring: no point waiting for a polite exit
@@ -146,11 +151,13 @@ class Worker:
 
     def enter(self) -> None:
         """Take the catalog guard: retirement waits for this call to leave."""
+        self.shared = self.shared or self.inflight > 0
         self.inflight += 1
 
     def leave(self) -> None:
         self.inflight -= 1
         if self.inflight == 0:
+            self.shared = False
             self.notify()
 
     # -- lifecycle: start, connect, fault, settle, retire ---------------------------

@@ -68,6 +68,10 @@ class CpuOptions(WorkerOptions):
     #: BLAS / onnxruntime threads per worker; default (``None``): the cores this
     #: process may use, shared out among the lane's busy workers
     threads: int | None = attrs.field(default=None, validator=count)
+    #: onnxruntime's idle pool threads spin-wait for the next operator (its
+    #: default) or, ``false``, sleep: on a machine whose cores the host
+    #: process and other work share, spinning takes their time (docs/cpu-lane.md)
+    spin_wait: bool = True
     #: where built ONNX graphs are kept; default ``~/.cache/synapse/onnx``
     cache_dir: str | None = None
 

@@ -181,10 +181,12 @@ def load(
     batch_tokens: int = 2048,
     threads: int | None = None,
     share: CoreShare | None = None,
+    spinning: bool = True,
 ) -> Model:
     """Check and load a model folder (default: the MiniLM wheel's) on ``runtime``
     (default: onnxruntime, else numpy), on ``threads`` threads (default: every
-    usable core, or ``share``'s share of them).
+    usable core, or ``share``'s share of them); ``spinning``: onnxruntime's
+    idle pool threads spin-wait (its default) or sleep.
 
     Raises :class:`ModelFilesError` naming the file at fault: missing, corrupt
     (sha256 mismatch), an architecture or pooling not supported, or a
@@ -215,7 +217,7 @@ def load(
             encode = functools.partial(_fixed_sequences, tokenizer, most)
             graph, loss = int8.cached_int8(graph, encode, root, digest)
             min_cosine = loss.min_cosine
-        forward = OnnxSessions(graph, typed).run
+        forward = OnnxSessions(graph, typed, spinning).run
     else:
         if quantize is not None:
             raise ValueError("quantize needs the onnxruntime runtime")
@@ -301,17 +303,22 @@ class NumpyForward:
 
 class OnnxSessions:
     """One onnxruntime session per thread count asked for (its intra-op pool
-    is fixed when it is made), each made on first use."""
+    is fixed when it is made), each made on first use.
 
-    def __init__(self, path: Path, typed: bool) -> None:
+    ``spinning``: idle pool threads spin-wait for the next operator
+    (onnxruntime's default) or sleep; see the ``spin_wait`` option."""
+
+    def __init__(self, path: Path, typed: bool, spinning: bool = True) -> None:
         self.path = path
         self.typed = typed
+        self.spinning = spinning
         self._sessions: dict[int, Any] = {}
 
     def session(self, threads: int) -> Any:
         session = self._sessions.get(threads)
         if session is None:
-            session = self._sessions[threads] = onnx_session(self.path, threads)
+            session = onnx_session(self.path, threads, self.spinning)
+            self._sessions[threads] = session
         return session
 
     def run(self, ids: bert.I64, types: bert.I64, mask: bert.F32, threads: int) -> bert.F32:

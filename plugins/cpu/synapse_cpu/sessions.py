@@ -11,12 +11,16 @@ from pathlib import Path
 from typing import Any
 
 
-def onnx_session(path: Path, threads: int) -> Any:
-    """An onnxruntime session of the graph at ``path`` on ``threads`` intra-op threads."""
+def onnx_session(path: Path, threads: int, spinning: bool = True) -> Any:
+    """An onnxruntime session of the graph at ``path`` on ``threads`` intra-op
+    threads; with ``spinning`` (onnxruntime's default) idle pool threads
+    spin-wait for the next operator instead of sleeping."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    if not spinning:
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])

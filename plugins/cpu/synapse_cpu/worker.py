@@ -37,6 +37,7 @@ class CpuWorker(ModelWorker):
             quantize=options.quantize,
             threads=options.threads,
             share=share,
+            spinning=options.spin_wait,
         )
         self.buckets = options.buckets or self.runner.layout.buckets()
         self.max_batch = options.max_batch

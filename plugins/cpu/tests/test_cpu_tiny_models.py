@@ -253,3 +253,32 @@ def test_a_ceiling_is_never_past_the_positions(tmp_path: Path) -> None:
     layout = folder.read_layout(root)
     assert layout.max_tokens == 130 and layout.buckets() == (32, 64, 128, 130)
     assert attrs.evolve(layout, max_tokens=512).buckets() == (32, 64, 128, 256, 512)
+
+
+def test_spin_wait_false_makes_sessions_whose_threads_sleep(onnx_cache: Path) -> None:
+    """``options.spin_wait = false`` reaches the forward pass's sessions; the
+    default keeps onnxruntime's own (spinning)."""
+    pytest.importorskip("onnxruntime")
+    from synapse_cpu.options import parse_options
+
+    assert parse_options({}).spin_wait is True
+    assert parse_options({"spin_wait": False}).spin_wait is False
+    with pytest.raises(Exception, match=r"options\.spin_wait"):
+        parse_options({"spin_wait": "sometimes"})
+    key = "session.intra_op.allow_spinning"
+    root = str(TINY / EMBEDDERS[0])
+    for spinning, entry in ((False, "0"), (True, "")):
+        model = runtime.load(
+            root, runtime="onnxruntime", cache_dir=str(onnx_cache), spinning=spinning
+        )
+        forward = model.run.__self__  # type: ignore[attr-defined]
+        assert isinstance(forward, runtime.OnnxSessions)
+        assert _config_entry(forward.session(1).get_session_options(), key) == entry
+
+
+def _config_entry(options: Any, key: str) -> str:
+    """A session option's value, "" when it is not set (onnxruntime's default)."""
+    try:
+        return str(options.get_session_config_entry(key))
+    except RuntimeError:
+        return ""
