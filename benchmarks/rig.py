@@ -11,9 +11,10 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
+import anyio
+
 from synapse_core.channel import Exchange, FramedChannel
 from synapse_core.config import HostConfig
-from synapse_core.handoff import OneShot, event_factory
 from synapse_core.host import Host
 from synapse_core.residency.worker import Worker
 from synapse_core.testing import host_config, model_entry, transport_plugin
@@ -101,15 +102,14 @@ class EssentialsPath:
         self.hello = worker.hello
         self.select = host.plugins.bucket_selector(worker.hello.buckets, worker.spec)
         self.timeout_s = timeout_s
-        self._event = event_factory()
-        self._wake = self._event()
-        self._job: tuple[Exchange, OneShot, list[Frame]] | None = None
+        self._wake = anyio.Event()
+        self._job: tuple[Exchange, anyio.Event, list[Frame]] | None = None
 
     async def reader(self) -> None:
         """The second task: run it in a task group for as long as ``embed`` is used."""
         while True:
             await self._wake.wait()
-            self._wake = self._event()
+            self._wake = anyio.Event()
             assert self._job is not None
             exchange, done, box = self._job
             box.append(await self.channel.complete(exchange, self.timeout_s))
@@ -122,7 +122,7 @@ class EssentialsPath:
         request = Infer(next(_bare_ids), Shape(bucket, self.hello.max_batch), "embed", [ids])
         exchange = self.channel.begin_now(request)
         assert exchange is not None, "nothing else uses the channel meanwhile"
-        done, box = self._event(), list[Frame]()
+        done, box = anyio.Event(), list[Frame]()
         self._job = (exchange, done, box)
         self._wake.set()
         await done.wait()

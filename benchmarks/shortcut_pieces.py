@@ -17,14 +17,13 @@ from anyio.abc import TaskGroup
 from synapse_core.call import Call
 from synapse_core.catalog import Catalog
 from synapse_core.deadline import Deadline
-from synapse_core.handoff import FutureEvent, OneShot, event_factory
+from synapse_core.handoff import OneShot
 from synapse_core.plan import plan_call
 from synapse_core.plugins import PluginHost
 from synapse_core.residency.lane import Backlog, Lane
 from synapse_core.residency.worker import Worker
 from synapse_core.runners import Runners
 from synapse_core.serving import CallRunner
-from synapse_core.steps import plan_steps
 from synapse_core.wire import Hello
 
 from . import rig
@@ -42,16 +41,12 @@ class _Echo:
         done.set()
 
 
-async def handoff_pair(
-    samples: int, events: Sequence[Callable[[], OneShot]], pooled: Sequence[bool]
-) -> list[float]:
+async def handoff_pair(samples: int, pooled: Sequence[bool]) -> list[float]:
     """p50 (µs per call) of the two hand-offs of a call (caller to detached
-    task and back) with each (event factory, pooled runner) variant,
-    alternating call by call. The detached task does nothing but end the call."""
+    task and back) with each variant (a pooled runner or not), alternating
+    call by call. The detached task does nothing but end the call."""
     async with anyio.create_task_group() as tg:
-        variants = [
-            handoffs(tg, make_event, pool) for make_event, pool in zip(events, pooled, strict=True)
-        ]
+        variants = [handoffs(tg, pool) for pool in pooled]
         for variant in variants:  # park a runner of each pool before timing
             await variant()
         times = await rotating_p50(variants, samples)
@@ -59,59 +54,33 @@ async def handoff_pair(
     return [t / PIECE_BATCH for t in times]
 
 
-def handoffs(
-    tg: TaskGroup, make_event: Callable[[], OneShot], pooled: bool
-) -> Callable[[], Awaitable[None]]:
+def handoffs(tg: TaskGroup, pooled: bool) -> Callable[[], Awaitable[None]]:
     """``PIECE_BATCH`` calls' hand-offs, each to a detached task that only
     ends the call: a parked one (``pooled``) or one started for it."""
     runners = Runners(tg, cast(CallRunner, _Echo()), 64)
-    runners.event = make_event
     submit: Callable[[Any], None] = (
         runners.submit if pooled else task_per_call(tg, cast(CallRunner, _Echo()))
     )
 
     async def calls() -> None:
         for _ in range(PIECE_BATCH):
-            done = make_event()
+            done = anyio.Event()
             submit((done, None, None))
             await done.wait()
 
     return calls
 
 
-def future_events() -> Callable[[], OneShot]:
-    factory = event_factory()
-    assert isinstance(factory(), FutureEvent), "asyncio only"
-    return factory
-
-
-def steps_pair(samples: int) -> list[float]:
-    """p50 (µs) of ``plan_steps`` for one short text, with the worker's
-    remembered bucket choice and without it (asked again every call)."""
-    runner, worker, call = steps_rig()
-    plan_steps(call.plan, worker, runner.plugins)  # remembered from now on
-
-    def remembered() -> object:
-        worker.selection = worker.selection
-        return plan_steps(call.plan, worker, runner.plugins)
-
-    def asked_again() -> object:
-        worker.selection = None
-        return plan_steps(call.plan, worker, runner.plugins)
-
-    return _sync_pair([remembered, asked_again], samples)
-
-
 def bucket_pair(samples: int) -> list[float]:
     """p50 (µs) of one bucket choice: Synapse's own hook called directly with
     its choice kept per length, and the same hook through pluggy."""
     runner, worker, call = steps_rig()
-    plan_steps(call.plan, worker, runner.plugins)
-    direct = worker.selection
-    assert direct is not None
-    hooked = through_pluggy(direct, runner.plugins, worker.spec).select
+    assert worker.hello is not None
+    buckets = worker.hello.buckets
+    direct = runner.plugins.bucket_selector(buckets, worker.spec)
+    hooked = through_pluggy(runner.plugins, buckets, worker.spec)
     length = call.plan.longest.length
-    return _sync_pair([lambda: direct.select(length), lambda: hooked(length)], samples)
+    return _sync_pair([lambda: direct(length), lambda: hooked(length)], samples)
 
 
 def steps_rig() -> tuple[CallRunner, Worker, Call]:

@@ -6,19 +6,16 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import anyio
 from anyio.abc import TaskGroup
 
 from synapse_core.config import ModelSpec
 from synapse_core.host import Host
 from synapse_core.plugins import PluginHost
-from synapse_core.residency.worker import Selection, Worker
+from synapse_core.residency.worker import Worker
 from synapse_core.serving import CallRunner
 
 SHORTCUTS = (
-    "future_event",
     "runner_pool",
-    "remembered_buckets",
     "head_start",
     "direct_bucket_hook",
 )
@@ -30,10 +27,6 @@ CONTROL = "control"
 WITHOUT: set[str] = set()
 
 
-def applies(name: str, backend: str) -> bool:
-    return name != "future_event" or backend == "asyncio"
-
-
 class Switch:
     """Turns one shortcut of one host on and off between calls.
 
@@ -42,16 +35,14 @@ class Switch:
     """
 
     def __init__(self, name: str, host: Host, worker: Worker) -> None:
-        runners, runner = host._runners, host._runner
+        runners, runner, plugins = host._runners, host._runner, host.plugins
         self.name = name
         self.on: Callable[[], None]
         self.off: Callable[[], None]
+        plugins.bucket_selector(worker.buckets, worker.spec)  # works out the direct path
+        assert plugins._only_default_buckets, "a plugin here has a bucket hook of its own"
         if name == CONTROL:
-            self.on = self.off = lambda: setattr(worker, "selection", worker.selection)
-        elif name == "future_event":
-            factory = runners.event
-            self.on = lambda: setattr(runners, "event", factory)
-            self.off = lambda: setattr(runners, "event", anyio.Event)
+            self.on = self.off = lambda: setattr(plugins, "_only_default_buckets", True)
         elif name == "runner_pool":
             pooled = runners.submit
             spawn = task_per_call(runners.tg, runner)
@@ -68,15 +59,11 @@ class Switch:
                 runner.start, runner.head_start = late, no_request  # type: ignore[method-assign,assignment]
 
             self.on, self.off = on, off
-        elif name == "remembered_buckets":
-            self.on = lambda: setattr(worker, "selection", worker.selection)
-            self.off = lambda: setattr(worker, "selection", None)
         elif name == "direct_bucket_hook":
-            direct = worker.selection
-            assert direct is not None, "warm the worker first"
-            hooked = through_pluggy(direct, host.plugins, worker.spec)
-            self.on = lambda: setattr(worker, "selection", direct)
-            self.off = lambda: setattr(worker, "selection", hooked)
+            # Off: as if a plugin had its own bucket hook, so every call's
+            # selector asks pluggy.
+            self.on = lambda: setattr(plugins, "_only_default_buckets", True)
+            self.off = lambda: setattr(plugins, "_only_default_buckets", False)
         else:
             raise ValueError(f"unknown shortcut {name!r}; one of {', '.join(SHORTCUTS)}")
 
@@ -106,14 +93,11 @@ def no_request(*args: Any) -> None:
     return None
 
 
-def through_pluggy(selection: Selection, plugins: PluginHost, spec: ModelSpec) -> Selection:
-    """``selection`` with every bucket asked of pluggy's hook caller."""
-    hello = selection.hello
-
-    def select(length: int) -> int:
-        return plugins.select_bucket(length, hello.buckets, spec)
-
-    return Selection(hello, selection.plugins_version, select, selection.ceiling, selection.budget)
+def through_pluggy(
+    plugins: PluginHost, buckets: Sequence[int], spec: ModelSpec
+) -> Callable[[int], int]:
+    """A bucket selector that asks pluggy's hook caller for every choice."""
+    return lambda length: plugins.select_bucket(length, buckets, spec)
 
 
 def _patch(owner: object, attribute: str, value: object) -> Callable[[], None]:
@@ -138,16 +122,11 @@ def switched_off(host: Host, names: Sequence[str]) -> Iterator[None]:
     runners, runner = host._runners, host._runner
     saved: list[Callable[[], None]] = []
     for name in names:
-        if name == "future_event":
-            saved.append(_patch(runners, "event", anyio.Event))
-        elif name == "runner_pool":
+        if name == "runner_pool":
             saved.append(_patch(runners, "submit", task_per_call(runners.tg, runner)))
         elif name == "head_start":
             saved.append(_patch(runner, "start", no_head_start(runner)))
             saved.append(_patch(runner, "head_start", no_request))
-        elif name == "remembered_buckets":
-            # Every worker forgets its choice as soon as it is made.
-            saved.append(_patch(Worker, "remember", lambda _worker, selection: selection))
         elif name == "direct_bucket_hook":
             # As if a plugin had its own bucket hook: always ask pluggy.
             saved.append(_patch(host.plugins, "_only_default_buckets", False))

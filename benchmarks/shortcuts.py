@@ -15,20 +15,14 @@ without the shortcut over the path with it, sampled in the same run:
 
 The shortcuts, and what stands in for each when it is switched off:
 
-- ``future_event``: the per-call hand-off events are bare asyncio futures
-  (:class:`synapse_core.handoff.FutureEvent`); without, ``anyio.Event``.
-  asyncio only by design: trio always uses anyio's event.
 - ``runner_pool``: the detached task of a call is a parked task woken for
   it (``synapse_core.runners.Runners``); without, a task started per call.
-- ``remembered_buckets``: the bucket choice is worked out once per worker
-  hello and plugin set (``Worker.selection``); without, every call asks the
-  plugins for a selector again.
 - ``head_start``: the caller takes permit, guard, lease and channel turn and
   writes the first request before the detached task wakes (before the
   call's record, when all of it is free: ``CallRunner.head_start``, then
   ``CallRunner.start``); without, the detached task takes everything.
 - ``direct_bucket_hook``: with only Synapse's own bucket hook registered,
-  it is called directly and its choice kept per length; without, every
+  it is called directly (``PluginHost.bucket_selector``); without, every
   sequence's bucket is asked of pluggy's hook caller.
 
 ``python -m benchmarks --only latency --without NAME`` runs the latency
@@ -49,8 +43,8 @@ from synapse_core.wire import Shape
 
 from . import rig
 from .harness import Figure, Mode, Series, blocked_p50
-from .shortcut_pieces import bucket_pair, future_events, handoff_pair, steps_pair
-from .shortcut_switches import CONTROL, SHORTCUTS, Switch, applies
+from .shortcut_pieces import bucket_pair, handoff_pair
+from .shortcut_switches import CONTROL, SHORTCUTS, Switch
 
 BACKENDS = ("asyncio", "trio")
 #: blocks of calls each side gets per repetition of a whole-call figure
@@ -112,24 +106,8 @@ def measure(mode: Mode) -> list[Figure]:
     figures: list[Figure] = []
     pieces = Series()
     for _ in range(mode.repetitions):
-        remembered, asked = steps_pair(mode.latency_samples)
         direct, hooked = bucket_pair(mode.latency_samples)
-        pieces.add(
-            steps_remembered_us=remembered,
-            steps_asked_again_us=asked,
-            bucket_direct_us=direct,
-            bucket_pluggy_us=hooked,
-        )
-    figures.append(
-        _piece(
-            "remembered_buckets",
-            "",
-            pieces,
-            "steps_asked_again_us",
-            "steps_remembered_us",
-            "CallRunner._steps of one short text: selector asked again / remembered",
-        )
-    )
+        pieces.add(bucket_direct_us=direct, bucket_pluggy_us=hooked)
     figures.append(
         _piece(
             "direct_bucket_hook",
@@ -143,17 +121,6 @@ def measure(mode: Mode) -> list[Figure]:
     for backend in BACKENDS:
         suffix = "" if backend == "asyncio" else f"_{backend}"
         handoffs: Series = anyio.run(_handoffs_series, mode, backend, backend=backend)
-        if backend == "asyncio":
-            figures.append(
-                _piece(
-                    "future_event",
-                    suffix,
-                    handoffs,
-                    "anyio_event_us",
-                    "future_event_us",
-                    "a call's two hand-offs: anyio.Event / FutureEvent (asyncio)",
-                )
-            )
         figures.append(
             _piece(
                 "runner_pool",
@@ -164,7 +131,7 @@ def measure(mode: Mode) -> list[Figure]:
                 f"a call's two hand-offs: a task per call / a parked task ({backend})",
             )
         )
-        names = [CONTROL, *(n for n in SHORTCUTS if applies(n, backend))]
+        names = [CONTROL, *SHORTCUTS]
         calls: dict[str, Series] = anyio.run(call_pairs, mode, names, backend, backend=backend)
         for name, series in calls.items():
             figures.append(_call(name, suffix, series, backend))
@@ -175,15 +142,8 @@ async def _handoffs_series(mode: Mode, backend: str) -> Series:
     series = Series()
     samples = max(mode.latency_samples // 4, 10)
     for _ in range(mode.repetitions):
-        if backend == "asyncio":
-            future, anyio_event, spawned = await handoff_pair(
-                samples, [future_events(), anyio.Event, future_events()], [True, True, False]
-            )
-            series.add(future_event_us=future, anyio_event_us=anyio_event)
-            series.add(pooled_us=future, task_per_call_us=spawned)
-        else:
-            pooled, spawned = await handoff_pair(samples, [anyio.Event, anyio.Event], [True, False])
-            series.add(pooled_us=pooled, task_per_call_us=spawned)
+        pooled, spawned = await handoff_pair(samples, [True, False])
+        series.add(pooled_us=pooled, task_per_call_us=spawned)
     return series
 
 

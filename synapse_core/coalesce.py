@@ -23,7 +23,7 @@ planning), so building the shared request cannot fail on one caller's text.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Protocol
 
 import attrs
@@ -34,7 +34,11 @@ from .handoff import OneShot
 from .plan import Item, Plan
 
 if TYPE_CHECKING:
-    from .residency.worker import Selection, Worker
+    from .config import ModelSpec
+    from .residency.worker import Worker
+
+#: a worker's bucket choice for its buckets and model (``PluginHost.bucket_selector``)
+Selector = Callable[[Sequence[int], "ModelSpec"], Callable[[int], int]]
 
 #: most inputs a coalesced call takes before the worker has said its batch size
 BEFORE_HELLO = 32
@@ -117,8 +121,9 @@ class Coalescer:
 
     ``launch`` starts a call as the host starts any call (raising what the
     head start raises); ``event`` makes a one-shot event; ``line`` counts
-    queued calls in the host's backlog; ``batch`` is the most inputs one
-    request of the model's worker takes.
+    queued calls in the host's backlog; ``worker`` is the model's worker, if
+    any; ``selector`` chooses its buckets; ``budget`` is the most positions
+    one request takes.
     """
 
     def __init__(
@@ -127,12 +132,14 @@ class Coalescer:
         event: Callable[[], OneShot],
         line: Line,
         worker: Callable[[], Worker | None],
+        selector: Selector,
         budget: int | None = None,
     ) -> None:
         self._launch = launch
         self._event = event
         self._line = line
         self._worker = worker
+        self._selector = selector
         self._budget = budget
         self.running: Call | None = None
         self.queue: list[Call] = []
@@ -206,8 +213,8 @@ class Coalescer:
         worker = self._worker()
         hello = worker.hello if worker is not None else None
         room = hello.max_batch if hello is not None else BEFORE_HELLO
-        selection = worker.selection if worker is not None else None
         budget = self._budget
+        fit = _length if budget is None else self._positions(worker)
         taken = 0
         size = 0
         positions = 0
@@ -215,7 +222,7 @@ class Coalescer:
             items = call.plan.items
             size += len(items)
             if budget is not None:
-                positions += sum(_positions(selection, item.length) for item in items)
+                positions += sum(fit(item.length) for item in items)
             if taken and (size > room or (budget is not None and positions > budget)):
                 break
             taken += 1
@@ -224,6 +231,16 @@ class Coalescer:
             call.joined = None
             self._line.dequeue()
         return calls
+
+    def _positions(self, worker: Worker | None) -> Callable[[int], int]:
+        """The positions a sequence of a given length takes in a request on
+        ``worker``: its bucket, or its length before the worker's hello and
+        past its ceiling (such a call is refused when planned on the worker)."""
+        hello = worker.hello if worker is not None else None
+        if worker is None or hello is None:
+            return _length
+        select, ceiling = self._selector(hello.buckets, worker.spec), worker.ceiling
+        return lambda length: select(length) if length <= ceiling else length
 
     def _start(self, call: Call) -> None:
         def settled() -> None:
@@ -259,8 +276,5 @@ class Coalescer:
             )
 
 
-def _positions(selection: Selection | None, length: int) -> int:
-    """The positions a sequence of ``length`` takes in a request: its bucket."""
-    if selection is None or length > selection.ceiling:
-        return length  # refused when its call is planned on the worker
-    return selection.select(length)
+def _length(length: int) -> int:
+    return length

@@ -19,7 +19,7 @@ from .config import ModelSpec
 from .errors import PluginError
 from .plan import Group, Plan, group_by_bucket, over_ceiling
 from .plugins import PluginHost
-from .residency.worker import Selection, Worker
+from .residency.worker import Worker
 from .transport import Transport
 from .wire import Infer, Output, Shape, rows_of
 
@@ -38,30 +38,15 @@ class HeadStart:
 
 def plan_steps(plan: Plan, worker: Worker, plugins: PluginHost) -> list[Group]:
     """``plan``'s requests on ``worker``, smallest bucket first: chunks of
-    its bucket groups, bounded by the batch size and the request budget. The
-    worker remembers its bucket selector and budget until its hello or the
-    plugins change."""
+    its bucket groups, bounded by the batch size and the request budget."""
     hello = worker.hello
     assert hello is not None
-    selection = worker.selection
-    if (
-        selection is None
-        or selection.hello is not hello
-        or selection.plugins_version != plugins.version
-    ):
-        selection = worker.remember(
-            Selection(
-                hello,
-                plugins.version,
-                plugins.bucket_selector(hello.buckets, worker.spec),
-                worker.ceiling,
-                request_budget(worker.spec, worker.transport),
-            )
-        )
-    longest = plan.longest
-    if longest.length > selection.ceiling:
-        raise over_ceiling(plan.model, longest, selection.ceiling, pair=plan.query is not None)
-    return group_by_bucket(plan.items, selection.select, hello.max_batch, selection.budget)
+    longest, ceiling = plan.longest, worker.ceiling
+    if longest.length > ceiling:
+        raise over_ceiling(plan.model, longest, ceiling, pair=plan.query is not None)
+    select = plugins.bucket_selector(hello.buckets, worker.spec)
+    budget = request_budget(worker.spec, worker.transport)
+    return group_by_bucket(plan.items, select, hello.max_batch, budget)
 
 
 def request_budget(spec: ModelSpec, transport: Transport) -> int | None:

@@ -13,7 +13,6 @@ the ones docs/performance.md reports.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -23,69 +22,34 @@ import pytest
 from benchmarks import shortcut_pieces as pieces
 from benchmarks import shortcuts
 from benchmarks.harness import SMOKE
-from benchmarks.shortcut_switches import CONTROL, SHORTCUTS, applies, through_pluggy
-from synapse_core.handoff import OneShot
-from synapse_core.steps import plan_steps
+from benchmarks.shortcut_switches import CONTROL, SHORTCUTS, through_pluggy
 
 #: hand-offs per timed round (one is too short to time)
 HANDOFFS = 200
 
 
 @pytest.mark.parametrize("variant", ["with", "without"])
-def test_remembered_bucket_choice(benchmark: Any, variant: str) -> None:
-    runner, worker, call = pieces.steps_rig()
-    plan_steps(call.plan, worker, runner.plugins)
-    benchmark.group = "remembered_buckets"
-    forget = variant == "without"
-
-    def steps() -> object:
-        if forget:
-            worker.selection = None
-        return plan_steps(call.plan, worker, runner.plugins)
-
-    assert len(benchmark(steps)) == 1
-
-
-@pytest.mark.parametrize("variant", ["with", "without"])
 def test_direct_bucket_hook(benchmark: Any, variant: str) -> None:
     runner, worker, call = pieces.steps_rig()
-    plan_steps(call.plan, worker, runner.plugins)
     benchmark.group = "direct_bucket_hook"
-    assert worker.selection is not None and worker.hello is not None
-    length = call.plan.longest.length
-    select = worker.selection.select
+    assert worker.hello is not None
+    length, buckets = call.plan.longest.length, worker.hello.buckets
+    select = runner.plugins.bucket_selector(buckets, worker.spec)
     if variant == "without":
-        select = through_pluggy(worker.selection, runner.plugins, worker.spec).select
+        select = through_pluggy(runner.plugins, buckets, worker.spec)
     assert benchmark(select, length) == 16
 
 
-HANDOFF_CASES = [
-    ("asyncio", "future_event", "with"),
-    ("asyncio", "future_event", "without"),
-    ("asyncio", "runner_pool", "with"),
-    ("asyncio", "runner_pool", "without"),
-    ("trio", "runner_pool", "with"),
-    ("trio", "runner_pool", "without"),
-]
-
-
-@pytest.mark.parametrize(("backend", "shortcut", "variant"), HANDOFF_CASES)
-def test_call_handoffs(benchmark: Any, backend: str, shortcut: str, variant: str) -> None:
+@pytest.mark.parametrize("variant", ["with", "without"])
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_runner_pool_handoffs(benchmark: Any, backend: str, variant: str) -> None:
     """A call's two hand-offs (caller to detached task and back), ``HANDOFFS``
-    times in one event loop. ``FutureEvent`` is asyncio's alone by design:
-    on trio the hand-offs always use anyio's event."""
-    benchmark.group = f"{shortcut} {backend}"
+    times in one event loop, to a parked runner or a task started per call."""
+    benchmark.group = f"runner_pool {backend}"
 
     async def handoffs() -> None:
-        if shortcut == "future_event":
-            event: Callable[[], OneShot] = (
-                pieces.future_events() if variant == "with" else anyio.Event
-            )
-        else:
-            event = pieces.future_events() if backend == "asyncio" else anyio.Event
-        pooled = variant == "with" or shortcut != "runner_pool"
         async with anyio.create_task_group() as tg:
-            calls = pieces.handoffs(tg, event, pooled)
+            calls = pieces.handoffs(tg, variant == "with")
             for _ in range(HANDOFFS // pieces.PIECE_BATCH):
                 await calls()
             tg.cancel_scope.cancel()
@@ -99,9 +63,8 @@ async def test_whole_calls_with_and_without_each_shortcut(anyio_backend: str) ->
     """Runs the shortcuts group's whole-call pairs (timed by ``python -m
     benchmarks --only shortcuts``), so they keep working on both backends."""
     pytest.importorskip("synapse_mock_transport")
-    names = [n for n in SHORTCUTS if applies(n, anyio_backend)]
     found = await shortcuts.call_pairs(
-        attrs.evolve(SMOKE, repetitions=1), [CONTROL, *names], anyio_backend
+        attrs.evolve(SMOKE, repetitions=1), [CONTROL, *SHORTCUTS], anyio_backend
     )
     for series in found.values():
         assert all(v > 0 for v in series["on_p50_us"] + series["off_p50_us"])
