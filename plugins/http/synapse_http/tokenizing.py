@@ -17,7 +17,8 @@ from typing import TypeVar
 import anyio
 import msgspec
 
-from synapse_core import OFFLOAD_CHARS, Entry, Refused, bounded, characters, give_back, shown
+from synapse_core import Entry, Refused
+from synapse_core.frontend import OFFLOAD_CHARS, bounded, characters, give_back, shown
 
 T = TypeVar("T")
 _encoder = msgspec.json.Encoder()

@@ -13,6 +13,7 @@ import pytest
 from starlette.applications import Starlette
 
 import synapse_core as synapse
+from synapse_core.frontend import app_factory
 from synapse_core.plugin import BasicTokenizer
 from synapse_core.testing import host_config, transport_plugin
 from synapse_http import ServeSettings, create_app
@@ -162,3 +163,19 @@ async def test_a_prompt_named_by_the_request_goes_in_front_of_each_text() -> Non
         assert blank.status_code == 422
         assert blank.json()["error_type"] == "empty-sequence" and blank.json()["index"] == 1
         assert (await http.post("/embed", json={"inputs": "a"})).status_code == 200
+
+
+async def test_the_app_is_found_by_name_with_its_options() -> None:
+    """What synapse-ray serves: the ``http`` factory of ``synapse.apps``, its
+    options being ``synapse serve``'s settings by name."""
+    factory = app_factory("http", "synapse-http")
+    plugins = [transport_plugin(InProcessTransport())]
+    async with synapse.open_host(config(), plugins=plugins) as host:
+        with pytest.raises(synapse.ConfigError, match="api_kee: not a setting of synapse serve"):
+            factory(host, {"api_kee": "k"})
+        async with client(factory(host, {"api_key": "k"})) as http:  # type: ignore[arg-type]
+            refused = await http.post("/embed", json={"inputs": ["a"]})
+            auth = {"Authorization": "Bearer k"}
+            served = await http.post("/embed", json={"inputs": ["a"]}, headers=auth)
+    assert (refused.status_code, served.status_code) == (401, 200)
+    assert len(served.json()) == 1
