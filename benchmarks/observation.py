@@ -44,7 +44,7 @@ class ObservationSwitch:
     def __init__(self, host: Host) -> None:
         self.supervisors: list[Supervisor] = list(host.supervisors.values())
         self.saved: list[tuple[Callable[[Event], None] | None, bool]] = [
-            (s._observe, s._certify) for s in self.supervisors
+            (s.context.observe, s.context.certify) for s in self.supervisors
         ]
         self.off: list[tuple[Callable[[Event], None] | None, bool]] = [
             (None, False) for _ in self.supervisors
@@ -60,7 +60,7 @@ class ObservationSwitch:
         # Both switches run this same code inside the timed call, so neither
         # side of the ratio pays for switching more than the other.
         for sup, (observe, certify) in zip(self.supervisors, states, strict=True):
-            sup._observe, sup._certify = observe, certify
+            sup.context.observe, sup.context.certify = observe, certify
 
 
 def measure(mode: Mode) -> list[Figure]:

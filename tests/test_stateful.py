@@ -31,6 +31,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import synapse_core as synapse
 from synapse_core.hookspecs import hookimpl
 from synapse_core.observation import Event, ShapeRefunded
+from synapse_core.residency.invariants import ResidencyCheck
 from synapse_core.residency.supervisor import Lease, Supervisor
 from synapse_core.residency.worker import Phase
 from synapse_core.serving import CallRunner
@@ -140,6 +141,7 @@ class ResidencyMachine(RuleBasedStateMachine):
         self.queue_problems: list[str] = []
         self.overloaded = 0
         self.closed = False
+        self.residency = ResidencyCheck()
         self._instrument()
 
     # -- instrumentation -----------------------------------------------------------
@@ -450,6 +452,13 @@ class ResidencyMachine(RuleBasedStateMachine):
                         assert not lane.worker_charges(w.worker_id), w.worker_id
 
         self.portal.call(check)
+
+    @invariant()
+    def residency_invariants_hold(self) -> None:
+        async def check() -> list[str]:
+            return self.residency.violations(self.host.supervisors.values())
+
+        assert self.portal.call(check) == []
 
     @invariant()
     def note_unconfirmed_exits(self) -> None:

@@ -2,26 +2,16 @@
 
 Every grant decision is synchronous (no ``await`` between its check and its
 charge), which is what "locked" means on one event loop: a retirement cannot
-slip between the re-check and the reservation.
-
-# Invariant: ``lane.reserved`` is the sum of the lane's charges and never
-#   exceeds its capacity (``Lane.charge`` refuses, as ``CapacityError``).
-# Invariant: a shape is charged before its admission exchange starts and is in
-#   ``worker.shapes`` only once the worker admitted it; while an admission or
-#   eviction exchange is under way the shape is in ``worker.busy_shapes`` and
-#   nothing else admits, evicts or leases it.
-# Invariant: ``worker.leases[shape]`` counts the unreleased leases of the
-#   current generation; a leased or busy shape is never evictable.
-# Invariant: a lease is granted only to a READY, non-retiring worker whose
-#   current generation admitted the shape.
+slip between the re-check and the reservation. The invariants it keeps are
+written at the :class:`~.lane.Lane` and :class:`~.worker.Worker` fields they
+govern.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Protocol
 
-import anyio
 import attrs
 
 from ..channel import Exchange, FramedChannel
@@ -49,7 +39,9 @@ from ..wire import (
     InventoryRequest,
     Shape,
 )
-from .lifecycle import CHANNEL_FAULTS, Lifecycle
+from .context import Context
+from .lane import Backlog, Lane
+from .lifecycle import CHANNEL_FAULTS, Readiness
 from .policy import AdmissionRequest, Refuse, Wait
 from .policy import Evict as EvictDecision
 from .worker import Worker
@@ -86,19 +78,35 @@ class LeaseWatch(Protocol):
     def released(self, lease: Lease) -> None: ...
 
 
-class Admission(Lifecycle):
-    """Admits shapes on a lane and grants leases on them."""
+class Admission:
+    """Admits shapes on a lane and grants leases on them.
 
-    _lease_watch: LeaseWatch | None = None
+    It reads the supervisor's ``workers`` (victims of an eviction, what is
+    leased) and waits for readiness and reports faults through ``lifecycle``.
+    """
+
+    def __init__(
+        self,
+        context: Context,
+        lane: Lane,
+        workers: Mapping[str, Worker],
+        lifecycle: Readiness,
+        backlog: Backlog,
+    ) -> None:
+        self._context = context
+        self.lane = lane
+        self._workers = workers
+        self._lifecycle = lifecycle
+        self.backlog = backlog
+        #: shapes admitted on this lane so far, for snapshots
+        self.admissions = 0
+        self._lease_watch: LeaseWatch | None = None
 
     def watch_leases(self, watch: LeaseWatch | None) -> None:
         """Tell ``watch`` of every lease from now on (``None``: stop telling)."""
         self._lease_watch = watch
 
     # -- admission and leases ------------------------------------------------------------
-
-    def next_request_id(self) -> int:
-        return next(self._ids)
 
     async def lease(
         self,
@@ -113,7 +121,7 @@ class Admission(Lifecycle):
         deadline, so a caller whose own deadline fires first reports the same.
         """
         while True:
-            await self.wait_ready(worker, deadline)
+            await self._lifecycle.wait_ready(worker, deadline)
             generation = worker.generation
             if shape in worker.shapes:
                 return self._grant(worker, generation, shape)
@@ -122,11 +130,11 @@ class Admission(Lifecycle):
                 await wait_bounded(
                     busy.wait,
                     deadline,
-                    self.clock,
+                    self._context.clock,
                     DeadlineExceeded("deadline passed waiting for an admission"),
                 )
                 continue
-            if deadline.expired(self.clock):
+            if deadline.expired(self._context.clock):
                 raise DeadlineExceeded("deadline passed before admission; nothing was sent")
             decision = self._decide(worker, shape)
             if isinstance(decision, Wait):
@@ -137,7 +145,7 @@ class Admission(Lifecycle):
                 self.backlog.waiting += 1
                 note(exhausted)
                 try:
-                    await wait_bounded(self.lane.changed, deadline, self.clock, exhausted)
+                    await wait_bounded(self.lane.changed, deadline, self._context.clock, exhausted)
                 finally:
                     note(None)
                     self.backlog.waiting -= 1
@@ -155,7 +163,7 @@ class Admission(Lifecycle):
             raise Retired(f"model {worker.spec.name!r} is retiring; it takes no new work")
         leased = self._leased()
         view = self.lane.view(leased, self._evictable(leased))
-        units = self.plugins.admission_cost(worker.spec, shape, view, worker.worker_id)
+        units = self._context.plugins.admission_cost(worker.spec, shape, view, worker.worker_id)
         if units > self.lane.capacity:
             raise CapacityExhausted(
                 f"{shape} of {worker.spec.name!r} needs {units} units; lane "
@@ -163,12 +171,12 @@ class Admission(Lifecycle):
             )
         if units <= self.lane.free:
             self.lane.charge(worker.worker_id, worker.generation, shape, units)
-            worker.busy_shapes[shape] = anyio.Event()
+            worker.admitting(shape)
             return units
         request = AdmissionRequest(
             self.lane.lane_id, worker.worker_id, worker.generation, worker.spec, shape, units
         )
-        decision = self.plugins.lane_full(request, view)
+        decision = self._context.plugins.lane_full(request, view)
         match decision:
             case Wait() | EvictDecision():
                 return decision
@@ -179,7 +187,7 @@ class Admission(Lifecycle):
     def _evictable(self, leased: set[tuple[str, Shape]]) -> set[tuple[str, Shape]]:
         return {
             (w.worker_id, s)
-            for w in self.workers.values()
+            for w in self._workers.values()
             if w.takes_work
             for s in w.shapes
             if (w.worker_id, s) not in leased
@@ -187,16 +195,15 @@ class Admission(Lifecycle):
 
     def _leased(self) -> set[tuple[str, Shape]]:
         return {
-            (w.worker_id, s) for w in self.workers.values() for s, n in w.leases.items() if n
-        } | {(w.worker_id, s) for w in self.workers.values() for s in w.busy_shapes}
+            (w.worker_id, s) for w in self._workers.values() for s, n in w.leases.items() if n
+        } | {(w.worker_id, s) for w in self._workers.values() for s in w.busy_shapes}
 
     async def _admit(self, worker: Worker, generation: int, shape: Shape, units: int) -> None:
-        done = worker.busy_shapes[shape]
         channel = worker.channel
         assert channel is not None
         try:
             reply = await self._exchange(
-                worker, generation, channel, Admit(self.next_request_id(), shape)
+                worker, generation, channel, Admit(self._context.next_request_id(), shape)
             )
             if isinstance(reply, Failure):
                 self.lane.refund(worker.worker_id, shape)  # the worker says it admitted nothing
@@ -204,24 +211,22 @@ class Admission(Lifecycle):
             if not (isinstance(reply, Admitted) and reply.shape == shape):
                 raise Fault(generation, f"unexpected reply to admit: {reply!r:.120}", True)
             cold = reply.cold
-            worker.shapes[shape] = units
-            worker.admission_count += 1
+            worker.admitted(shape, units)
             self.admissions += 1
             lane = self.lane.lane_id
-            self._emit(
+            self._context.emit(
                 lambda: ShapeAdmitted(lane, worker.worker_id, generation, shape, units, cold)
             )
         except Fault as fault:
             # The reservation stays charged until this generation's exit is confirmed.
-            restarting = self.report_fault(worker, fault.generation, fault.reason)
+            restarting = self._lifecycle.report_fault(worker, fault.generation, fault.reason)
             raise WorkerFault(
                 f"worker for {worker.spec.name!r} failed while admitting {shape}: {fault.reason}; "
                 + ("it is being restarted, retry the call" if restarting else "retry the call")
             ) from None
         finally:
-            del worker.busy_shapes[shape]
-            done.set()
-        if self._certify:
+            worker.exchanged(shape)
+        if self._context.certify:
             await self._record_inventory(worker, generation, channel)
 
     def try_lease(self, worker: Worker, shape: Shape) -> Lease | None:
@@ -247,7 +252,7 @@ class Admission(Lifecycle):
         channel = worker.channel
         if channel is None or not _leasable(worker, shape):
             return None
-        frame = request(next(self._ids))
+        frame = request(self._context.next_request_id())
         try:
             exchange = channel.begin_now(frame)
         except WireError as exc:
@@ -265,15 +270,15 @@ class Admission(Lifecycle):
         of its call failed): give the channel's turn back and recover the
         generation, whose next exchange would otherwise misread that reply."""
         exchange.release()
-        self.report_fault(worker, worker.generation, why)
+        self._lifecycle.report_fault(worker, worker.generation, why)
 
     def _grant(self, worker: Worker, generation: int, shape: Shape) -> Lease:
         if worker.retiring:
             raise Retired(f"model {worker.spec.name!r} is retiring; it takes no new work")
         channel = worker.channel
         assert channel is not None
-        worker.leases[shape] += 1
-        self.lane.touch(worker.worker_id, shape, self.clock())
+        worker.lease(shape)
+        self.lane.touch(worker.worker_id, shape, self._context.clock())
         lease = Lease(worker, generation, shape, channel)
         if self._lease_watch is not None:
             self._lease_watch.granted(lease)
@@ -285,9 +290,7 @@ class Admission(Lifecycle):
         lease.released = True
         if self._lease_watch is not None:
             self._lease_watch.released(lease)
-        leases = lease.worker.leases
-        if lease.generation == lease.worker.generation and leases[lease.shape] > 0:
-            leases[lease.shape] -= 1
+        lease.worker.unlease(lease.generation, lease.shape)
         self.lane.notify()  # an unleased shape may now be evictable
 
     async def _exchange(
@@ -297,7 +300,7 @@ class Admission(Lifecycle):
         reply to some other request, is a :class:`Fault` of ``generation``."""
         progress = Exchange()
         try:
-            reply = await channel.exchange(frame, self.config.exchange_timeout_s, progress)
+            reply = await channel.exchange(frame, self._context.config.exchange_timeout_s, progress)
         except CHANNEL_FAULTS as exc:
             raise Fault(generation, f"{type(exc).__name__}: {exc}", progress.written) from None
         expected = getattr(frame, "request_id", None)
@@ -320,7 +323,8 @@ class Admission(Lifecycle):
     async def finish(self, lease: Lease, exchange: Exchange) -> Frame:
         """The reply of a begun exchange; raises :class:`Fault` on a channel fault."""
         try:
-            return await lease.channel.complete(exchange, self.config.exchange_timeout_s)
+            timeout = self._context.config.exchange_timeout_s
+            return await lease.channel.complete(exchange, timeout)
         except CHANNEL_FAULTS as exc:
             reason = f"{type(exc).__name__}: {exc}"
             raise Fault(lease.generation, reason, exchange.written) from None
@@ -329,7 +333,7 @@ class Admission(Lifecycle):
 
     async def _evict(self, decision: EvictDecision) -> None:
         victim_id, shape = decision.worker_id, decision.shape
-        victim = self.workers.get(victim_id)
+        victim = self._workers.get(victim_id)
         if (
             victim is None
             or shape not in victim.shapes
@@ -342,24 +346,22 @@ class Admission(Lifecycle):
                 "which is not an unleased admitted shape"
             )
         generation = victim.generation
-        del victim.shapes[shape]
-        victim.busy_shapes[shape] = done = anyio.Event()
+        victim.evicting(shape)
         try:
             reply = await self._exchange(
-                victim, generation, victim.channel, Evict(self.next_request_id(), shape)
+                victim, generation, victim.channel, Evict(self._context.next_request_id(), shape)
             )
             if not isinstance(reply, Evicted):
                 raise Fault(generation, f"unexpected reply to evict: {reply!r:.120}", True)
-            victim.admission_count -= 1
+            victim.evicted()
             units = self.lane.refund(victim.worker_id, shape)
-            self._emit(
+            self._context.emit(
                 lambda: ShapeRefunded(self.lane.lane_id, victim.worker_id, generation, shape, units)
             )
         except Fault as fault:
-            self.report_fault(victim, fault.generation, fault.reason)
+            self._lifecycle.report_fault(victim, fault.generation, fault.reason)
         finally:
-            del victim.busy_shapes[shape]
-            done.set()
+            victim.exchanged(shape)
 
     # -- certification ------------------------------------------------------------------------
 
@@ -370,7 +372,7 @@ class Admission(Lifecycle):
         reason = ""
         try:
             reply = await self._exchange(
-                worker, generation, channel, InventoryRequest(self.next_request_id())
+                worker, generation, channel, InventoryRequest(self._context.next_request_id())
             )
             if isinstance(reply, Inventory):
                 shapes = list(reply.shapes)
@@ -378,9 +380,11 @@ class Admission(Lifecycle):
                 reason = f"unexpected reply {type(reply).__name__}"
         except Fault as fault:
             reason = fault.reason
-            self.report_fault(worker, generation, fault.reason)
+            self._lifecycle.report_fault(worker, generation, fault.reason)
         lane = self.lane.lane_id
-        self._emit(lambda: WorkerInventory(lane, worker.worker_id, generation, shapes, reason))
-        self._emit(
+        self._context.emit(
+            lambda: WorkerInventory(lane, worker.worker_id, generation, shapes, reason)
+        )
+        self._context.emit(
             lambda: AdmissionCount(lane, worker.worker_id, generation, worker.admission_count)
         )

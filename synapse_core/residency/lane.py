@@ -27,10 +27,19 @@ class Backlog:
 
 @attrs.define(eq=False)
 class Lane:
+    """A device lane's reservation table. Only its own methods change it
+    (``tests/test_residency_structure.py`` keeps it so)."""
+
     info: LaneInfo
     capacity: int
+    # Invariant: the sum of ``charges``' units, never over ``capacity``
+    #   (``charge`` refuses, as ``CapacityError``).
     reserved: int = 0
+    # Invariant: a charge is refunded only on its worker's word (an eviction or
+    #   a refused admission) or once the exit of the process that held it is
+    #   confirmed; a shape is charged before its admission exchange starts.
     charges: dict[tuple[str, Shape], Charge] = attrs.field(factory=dict)
+    #: the lane's hardware lock, for transports whose lanes have one
     session: LaneSession | None = None
     _changed: Signal = attrs.field(factory=Signal)
 
@@ -61,6 +70,16 @@ class Lane:
         self.reserved -= charge.units
         self.notify()
         return charge.units
+
+    def opened(self, session: LaneSession | None) -> None:
+        """The lane was opened: ``session`` holds its hardware lock (if any)."""
+        self.session = session
+
+    def close_session(self) -> None:
+        """Let the hardware lock go (every worker of the lane has exited)."""
+        if self.session is not None:
+            self.session.close()
+            self.session = None
 
     def holds(self, worker_id: str, shape: Shape) -> bool:
         return (worker_id, shape) in self.charges

@@ -1,21 +1,13 @@
 """A lane supervisor's worker lifecycle: boot, connect, watch, recover, retire.
 
-:class:`Lifecycle` starts workers and keeps them running on top of
-:class:`~.exits.Exits` (stopping a process and confirming its exit);
-:class:`~.admission.Admission` adds leases on top of it.
-
-# Invariant: ``worker.generation`` only grows, by one per connected launch;
-#   ``channel``, ``process`` and ``hello`` belong to that generation.
-# Invariant: ``phase is READY`` iff the current generation said hello and no
-#   fault of it has been reported; STARTING and RECOVERING always settle (to
-#   READY, FAILED, EXITED or EXIT_UNCONFIRMED), also on cancellation.
-# Invariant: once ``retiring`` is set it stays set, no new lease is granted
-#   and no replacement generation connects.
-# Invariant: at most one recovery runs per generation (``report_fault`` starts
-#   it only from READY, for the current generation).
+:class:`Lifecycle` starts workers and keeps them running; it stops a process
+and confirms its exit through its :class:`~.exits.Exits`. The invariants it
+keeps are written at the :class:`~.worker.Worker` fields they govern.
 """
 
 from __future__ import annotations
+
+from typing import Protocol
 
 import anyio
 
@@ -36,7 +28,9 @@ from ..observation import WorkerFaulted, WorkerStarted
 from ..transport import LaunchRequest
 from ..wire import PROTOCOL_VERSION, Codec, Frame, Hello, WorkerFrame
 from . import logbook
+from .context import Context
 from .exits import Exits
+from .lane import Lane
 from .worker import Phase, Worker
 
 CHANNEL_FAULTS = (ChannelClosed, ExchangeTimeout, WireError)
@@ -45,8 +39,22 @@ CHANNEL_FAULTS = (ChannelClosed, ExchangeTimeout, WireError)
 MAX_BATCH = 65536
 
 
-class Lifecycle(Exits):
+class Readiness(Protocol):
+    """What admission needs of the lifecycle: a ready worker, and a fault told."""
+
+    async def wait_ready(self, worker: Worker, deadline: Deadline) -> None: ...
+
+    def report_fault(self, worker: Worker, generation: int, reason: str) -> bool: ...
+
+
+class Lifecycle:
     """Starts, watches, recovers and retires the workers of one lane."""
+
+    def __init__(self, context: Context, lane: Lane, exits: Exits) -> None:
+        self._context = context
+        self._lane = lane
+        self._exits = exits
+        self._lane_opening = anyio.Lock()
 
     # -- start and readiness ----------------------------------------------------------
 
@@ -74,48 +82,35 @@ class Lifecycle(Exits):
             await wait_bounded(
                 worker.changed,
                 deadline,
-                self.clock,
+                self._context.clock,
                 DeadlineExceeded("deadline passed waiting for the worker to start"),
             )
             first = False
 
     def _start_boot(self, worker: Worker) -> None:
-        worker.phase = Phase.STARTING
-        worker.start_error = None
-        self.tg.start_soon(self._boot, worker, name=f"boot {worker.worker_id}")
+        worker.booting()
+        self._context.tg.start_soon(self._boot, worker, name=f"boot {worker.worker_id}")
 
     async def _boot(self, worker: Worker) -> None:
         try:
             await self._connect(worker, worker.generation + 1)
         except LaneLocked as exc:
-            worker.phase = Phase.FAILED
-            worker.reason = str(exc)
-            worker.start_error = exc
+            worker.fail(str(exc), exc)
         except ExitUnconfirmed as exc:
-            worker.phase = Phase.EXIT_UNCONFIRMED
-            worker.reason = str(exc)
+            worker.unconfirmed(str(exc))
         except Exception as exc:  # every waiter sees the reason; a later call retries
-            worker.phase = Phase.FAILED
-            worker.reason = f"worker failed to start: {exc}"
+            worker.fail(f"worker failed to start: {exc}")
             logbook.failed(worker, worker.generation + 1, worker.reason)
         finally:
             # Also on cancellation: never leave a phase that retire() waits out.
-            self._settle(worker, Phase.STARTING, "worker start was cancelled")
-
-    def _settle(self, worker: Worker, transient: Phase, reason: str) -> None:
-        if worker.phase is transient:
-            worker.phase = Phase.FAILED
-            worker.reason = worker.reason or reason
-        if worker.is_retiring() and worker.phase is Phase.FAILED:
-            worker.phase = Phase.EXITED  # nothing of it runs: retirement is complete
-        worker.notify()
+            worker.settle(Phase.STARTING, "worker start was cancelled")
 
     async def _open_lane(self, worker: Worker) -> None:
-        if not self.lane.info.hardware_lock or self.lane.session is not None:
+        if not self._lane.info.hardware_lock or self._lane.session is not None:
             return
         async with self._lane_opening:
-            if self.lane.session is None:
-                self.lane.session = await worker.transport.open_lane(self.lane.info)
+            if self._lane.session is None:
+                self._lane.opened(await worker.transport.open_lane(self._lane.info))
 
     async def _connect(self, worker: Worker, generation: int) -> bool:
         """Launch ``generation`` and wait for its hello; True once it is ready.
@@ -130,21 +125,23 @@ class Lifecycle(Exits):
                 model=worker.spec,
                 worker_id=worker.worker_id,
                 generation=generation,
-                lane=self.lane.info,
-                lane_session=self.lane.session,
-                task_group=self.tg,
+                lane=self._lane.info,
+                lane_session=self._lane.session,
+                task_group=self._context.tg,
             )
         )
         channel = FramedChannel(
-            launched.send, launched.receive, Codec(WorkerFrame, self.config.max_frame_bytes)
+            launched.send,
+            launched.receive,
+            Codec(WorkerFrame, self._context.config.max_frame_bytes),
         )
         try:
-            with anyio.fail_after(self.config.exchange_timeout_s):
+            with anyio.fail_after(self._context.config.exchange_timeout_s):
                 hello = await channel.receive()
             self._check_hello(worker, hello, generation)
         except (TimeoutError, *CHANNEL_FAULTS, ProtocolError) as exc:
             await channel.aclose()
-            await self._confirm_or_flag(worker, launched.process)
+            await self._exits.confirm_or_flag(worker, launched.process)
             reason = (
                 "no hello within the exchange timeout"
                 if isinstance(exc, TimeoutError)
@@ -154,21 +151,17 @@ class Lifecycle(Exits):
         if worker.is_retiring():
             # Recovery re-checks retirement before connecting a replacement.
             await channel.aclose()
-            await self._confirm_or_flag(worker, launched.process)
+            await self._exits.confirm_or_flag(worker, launched.process)
             return False
         assert isinstance(hello, Hello)
-        worker.generation = generation
-        worker.channel = channel
-        worker.process = launched.process
-        worker.hello = hello
-        worker.shapes.clear()
-        worker.leases.clear()
-        worker.admission_count = 0
-        worker.phase = Phase.READY
-        worker.reason = ""
-        lane, pid = self.lane.lane_id, launched.process.pid
-        self._emit(lambda: WorkerStarted(lane, worker.worker_id, generation, worker.spec.name, pid))
-        self.tg.start_soon(self._watch, worker, generation, name=f"watch {worker.worker_id}")
+        worker.connected(generation, channel, launched.process, hello)
+        lane, pid = self._lane.lane_id, launched.process.pid
+        self._context.emit(
+            lambda: WorkerStarted(lane, worker.worker_id, generation, worker.spec.name, pid)
+        )
+        self._context.tg.start_soon(
+            self._watch, worker, generation, name=f"watch {worker.worker_id}"
+        )
         worker.notify()
         return True
 
@@ -201,10 +194,10 @@ class Lifecycle(Exits):
                 f"hello reports max_batch {frame.max_batch}, over the {MAX_BATCH} inputs "
                 "a host sends a worker at once; the worker must report a batch it can run"
             )
-        if frame.dims * 4 > self.config.max_frame_bytes:
+        if frame.dims * 4 > self._context.config.max_frame_bytes:
             raise ProtocolError(
                 f"hello reports dims {frame.dims}: one float32 vector of it is over the "
-                f"frame limit of {self.config.max_frame_bytes} bytes (max_frame_bytes)"
+                f"frame limit of {self._context.config.max_frame_bytes} bytes (max_frame_bytes)"
             )
 
     # -- faults and recovery -----------------------------------------------------------------
@@ -215,41 +208,39 @@ class Lifecycle(Exits):
         Returns True when this report started a recovery. Call it only after
         releasing the lease of the exchange that saw the fault.
         """
-        if worker.retiring:
-            worker.unhealthy = True  # retirement stops it, without waiting politely
+        if not worker.fault(generation, reason):
             return False
-        if generation != worker.generation:
-            return False  # stale: that generation is already gone
-        if worker.phase is not Phase.READY:
-            return False  # this generation is already recovering (or stopping)
-        worker.phase = Phase.RECOVERING
-        worker.reason = reason
         logbook.fault(worker, generation, reason)
-        self._emit(lambda: WorkerFaulted(self.lane.lane_id, worker.worker_id, generation, reason))
+        self._context.emit(
+            lambda: WorkerFaulted(self._lane.lane_id, worker.worker_id, generation, reason)
+        )
         worker.notify()
-        self.tg.start_soon(
-            self._recover, worker, generation, reason, name=f"recover {worker.worker_id}"
+        self._context.tg.start_soon(
+            self.recover, worker, generation, reason, name=f"recover {worker.worker_id}"
         )
         return True
 
-    async def _recover(
+    async def recover(
         self, worker: Worker, generation: int, reason: str, *, stopped: bool = False
     ) -> None:
         """Stop the faulted generation (unless already ``stopped``), then relaunch."""
         try:
-            if stopped or await self._stop_process(worker, polite=False):
+            if stopped or await self._exits.stop_process(worker, polite=False):
                 await self._relaunch(worker, generation, reason)
         finally:
-            self._settle(worker, Phase.RECOVERING, f"recovery stopped (last fault: {reason})")
+            worker.settle(Phase.RECOVERING, f"recovery stopped (last fault: {reason})")
+
+    async def resume(self, worker: Worker, generation: int, reason: str) -> None:
+        """Carry on a recovery whose stop was confirmed late (``Exits``' resume)."""
+        await self.recover(worker, generation, reason, stopped=True)
 
     async def _relaunch(self, worker: Worker, generation: int, reason: str) -> None:
-        now = self.clock()
-        budget = self.config.restart_budget
-        worker.restarts = [t for t in worker.restarts if now - t < budget.window_s]
-        if len(worker.restarts) >= budget.max_restarts:
-            worker.phase = Phase.FAILED
-            worker.reason = (
-                f"restarted {len(worker.restarts)} times within {budget.window_s:g}s; "
+        now = self._context.clock()
+        budget = self._context.config.restart_budget
+        restarts = worker.prune_restarts(now, budget.window_s)
+        if restarts >= budget.max_restarts:
+            worker.fail(
+                f"restarted {restarts} times within {budget.window_s:g}s; "
                 f"giving up (last fault: {reason}); fix the worker and retire/reload the model"
             )
             logbook.failed(worker, generation, worker.reason)
@@ -258,31 +249,28 @@ class Lifecycle(Exits):
         try:
             # _connect re-checks retirement before launching and before connecting.
             if await self._connect(worker, generation + 1):
-                worker.restarts.append(now)
-                worker.restart_count += 1
+                worker.restarted(now)
                 cause = f"replaces generation {generation}: {reason}"
                 logbook.restart(worker, generation + 1, cause)
         except ExitUnconfirmed as exc:
-            worker.phase = Phase.EXIT_UNCONFIRMED
-            worker.reason = str(exc)
+            worker.unconfirmed(str(exc))
             logbook.failed(worker, generation + 1, worker.reason)
         except Exception as exc:
-            worker.phase = Phase.FAILED
-            worker.reason = f"replacement failed to start: {exc}"
+            worker.fail(f"replacement failed to start: {exc}")
             logbook.failed(worker, generation + 1, worker.reason)
 
     # -- retirement -----------------------------------------------------------------------
 
     async def retire(self, worker: Worker) -> None:
         """Stop new leases, drain in-flight work, confirm exit, then refund."""
-        worker.retiring = True
+        worker.retire()
         worker.notify()
-        self.lane.notify()  # capacity waiters re-check and see the retirement
+        self._lane.notify()  # capacity waiters re-check and see the retirement
         while worker.inflight or worker.phase in (Phase.STARTING, Phase.RECOVERING):
             await worker.changed()
         if worker.phase is Phase.READY:
-            if await self._stop_process(worker, polite=not worker.unhealthy):
-                worker.phase = Phase.EXITED
+            if await self._exits.stop_process(worker, polite=not worker.unhealthy):
+                worker.exited()
         elif worker.phase in (Phase.NEW, Phase.FAILED):
-            worker.phase = Phase.EXITED
+            worker.exited()
         worker.notify()
