@@ -13,6 +13,9 @@ without the shortcut over the path with it, sampled in the same run:
   host/bare ratio); ``..._call_ratio`` and ``..._call_us`` (the p50
   difference).
 
+A shortcut stays only where a full run shows a whole-call gain of at least
+5% on a backend and no loss below 0.97 on the other (docs/performance.md,
+*Speed shortcuts and what each buys*, has the figures and what was removed).
 The shortcuts, and what stands in for each when it is switched off:
 
 - ``runner_pool``: the detached task of a call is a parked task woken for
