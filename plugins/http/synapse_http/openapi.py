@@ -5,6 +5,14 @@ bodies (``msgspec.json.schema_components``), so the document cannot drift
 from what the server reads and writes. What it adds is per route: which
 errors it can answer, in which shape (OpenAI's envelope on OpenAI's routes,
 TEI's flat body elsewhere). ``/docs`` is Swagger UI reading ``/openapi.json``.
+
+The document is exact for the server that serves it: what it accepts, the
+server accepts. So it also says what this server is (:class:`Served`): the
+names of the models each route serves (an ``enum`` on a body's ``model``;
+the query's and header's name is not always read, the body's winning, so
+stays a string), their prompt names, and ``--max-inputs`` (``maxItems``).
+What depends on the one model a request names (its vocabulary, ceiling,
+tokenizer and size) it cannot say.
 """
 
 from __future__ import annotations
@@ -12,13 +20,15 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
+import attrs
 import msgspec
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, Response
 from starlette.routing import Route
 
 from .pipeline import OPENAI_PATHS, PostRoute, service_of
-from .schemas import ErrorBody, OpenAIErrorBody
+from .schemas import MAX_INPUTS, PROMPTED_INPUTS, ErrorBody, OpenAIErrorBody
+from .service import Service
 from .settings import VERSION
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -40,20 +50,33 @@ ERRORS = {
 }
 #: the errors of a route taking a JSON body
 POST_ERRORS = (401, 404, 408, 413, 422, 429, 500, 503, 504)
+#: the task of the models a route serves (``pipeline.model_of``'s): it refuses
+#: another task's (``wrong-task``); a route not named here serves any model
+TASKS = {
+    "/v1/embeddings": "embed",
+    "/embeddings": "embed",
+    "/embed": "embed",
+    "/rerank": "rerank",
+    "/v1/rerank": "rerank",
+    "/v2/rerank": "rerank",
+}
 #: how a request names its model besides its body (see ``pipeline.model_of``)
 MODEL_PARAMETERS = [
     {
         "name": "model",
         "in": "query",
         "required": False,
-        "description": "the catalog model to serve (else the body's, else the default)",
+        # A string, not the enum of the names served: the body's ``model`` wins
+        # over it (and it over the header), so a name here is not always read.
+        "description": "the catalog model to serve, if the body names none "
+        "(`GET /v1/models` lists them); else the catalog's first of the route's task",
         "schema": {"type": "string"},
     },
     {
         "name": "X-Synapse-Model",
         "in": "header",
         "required": False,
-        "description": "the same, as a header",
+        "description": "the same, as a header, if neither the body nor `?model=` names one",
         "schema": {"type": "string"},
     },
 ]
@@ -62,8 +85,9 @@ TIMEOUT_PARAMETER = {
     "name": "X-Synapse-Timeout-Ms",
     "in": "header",
     "required": False,
-    "description": "the call's deadline in milliseconds, if shorter than the server's",
-    "schema": {"type": "string"},
+    "description": "the call's deadline in milliseconds, if shorter than the server's "
+    "(the server takes any positive number; the schema shows whole ones)",
+    "schema": {"type": "string", "pattern": "^[1-9][0-9]{0,11}$"},
 }
 
 
@@ -88,23 +112,67 @@ def answers(answer: Answer) -> Callable[[F], F]:
     return mark
 
 
-def document(routes: Iterable[Route], secured: bool, open_paths: Iterable[str]) -> dict[str, Any]:
-    """The OpenAPI document of ``routes``; ``secured``: every route but
-    ``open_paths`` needs the bearer key."""
+@attrs.frozen
+class Served:
+    """What the document says of the server it describes, beyond its Structs."""
+
+    #: the names of the models that can run here, by task
+    models: dict[str, tuple[str, ...]]
+    #: ``--max-inputs``: the most inputs one request may hold
+    max_inputs: int
+    #: every prompt name of the embedding models
+    prompts: tuple[str, ...] = ()
+
+    def names(self, path: str) -> list[str]:
+        """The models route ``path`` serves."""
+        task = TASKS.get(path)
+        if task is not None:
+            return list(self.models.get(task, ()))
+        return sorted({name for names in self.models.values() for name in names})
+
+
+def served_by(service: Service) -> Served:
+    """What ``service``'s host serves, as the document says it."""
+    models: dict[str, list[str]] = {}
+    prompts: set[str] = set()
+    for entry in service.host.catalog.entries.values():
+        if entry.available:
+            models.setdefault(entry.spec.task, []).append(entry.spec.name)
+            if entry.spec.task == "embed":
+                prompts.update(entry.spec.prompts)
+    return Served(
+        models={task: tuple(names) for task, names in models.items()},
+        max_inputs=service.settings.max_inputs,
+        prompts=tuple(sorted(prompts)),
+    )
+
+
+def document(
+    routes: Iterable[Route], secured: bool, open_paths: Iterable[str], served: Served
+) -> dict[str, Any]:
+    """The OpenAPI document of ``routes`` on the server ``served`` describes;
+    ``secured``: every route but ``open_paths`` needs the bearer key."""
     open_paths = frozenset(open_paths)
     types: list[object] = [ErrorBody, OpenAIErrorBody]
     paths: dict[str, dict[str, Any]] = {}
     operations: list[tuple[str, str, dict[str, Any]]] = []
+    bodies: dict[str, list[str]] = {}  # a body Struct's name: the models its route serves
     for route in routes:
         endpoint = route.endpoint
         methods = sorted((route.methods or set()) - {"HEAD"})
+        names = served.names(route.path)
         for method in methods:
             operation = _operation(route.path, endpoint, types)
             if route.path in open_paths:
                 operation["security"] = []
                 operation["responses"].pop("401", None)
+            for body in _bodies(endpoint):
+                bodies.setdefault(body.__name__, []).extend(names)
             operations.append((route.path, method.lower(), operation))
     schemas, components = msgspec.json.schema_components(types, ref_template=REF)
+    components = {
+        name: _exact(component, served, bodies.get(name)) for name, component in components.items()
+    }
     refs = dict(zip(map(_key, types), schemas, strict=True))
     for path, method, operation in operations:
         paths.setdefault(path, {})[method] = _resolved(operation, refs)
@@ -128,11 +196,8 @@ def document(routes: Iterable[Route], secured: bool, open_paths: Iterable[str]) 
 def _operation(path: str, endpoint: object, types: list[object]) -> dict[str, Any]:
     """One operation, with ``("type", T)`` placeholders where a schema goes."""
     error = OpenAIErrorBody if path.startswith(OPENAI_PATHS) else ErrorBody
-    bodies = getattr(endpoint, "routes", None)
-    if isinstance(endpoint, PostRoute) or bodies is not None:
-        posts: Sequence[PostRoute[Any]] = (
-            [endpoint] if isinstance(endpoint, PostRoute) else list(bodies.values())  # type: ignore[union-attr]
-        )
+    posts = _posts(endpoint)
+    if posts:
         request = _one_of([p.schema for p in posts], types)
         answer = _one_of([p.answers for p in posts], types)
         operation: dict[str, Any] = {
@@ -157,6 +222,56 @@ def _operation(path: str, endpoint: object, types: list[object]) -> dict[str, An
             ERRORS[status], JSON, _one_of([error], types)
         )
     return operation
+
+
+def _posts(endpoint: object) -> Sequence[PostRoute[Any]]:
+    """The POST routes ``endpoint`` is (a :class:`PostRoute`) or serves by
+    task (``POST /``'s ``routes``); none for a GET endpoint."""
+    if isinstance(endpoint, PostRoute):
+        return [endpoint]
+    routes: dict[str, PostRoute[Any]] | None = getattr(endpoint, "routes", None)
+    return list(routes.values()) if routes is not None else []
+
+
+def _bodies(endpoint: object) -> list[type[Any]]:
+    """The Structs of the bodies ``endpoint`` decodes."""
+    return [p.schema for p in _posts(endpoint) if isinstance(p.schema, type)]
+
+
+def _exact(component: Any, served: Served, names: list[str] | None) -> Any:
+    """A Struct's schema with what the server adds to it: its limit on inputs
+    where the Struct marks a counted list, and, where a body names its model
+    or prompt, the names served (``names``: the models of the routes that
+    decode this body)."""
+    if isinstance(component, list):
+        return [_exact(item, served, None) for item in component]
+    if not isinstance(component, dict):
+        return component
+    out = {k: _exact(v, served, None) for k, v in component.items() if k != MAX_INPUTS}
+    if component.get(MAX_INPUTS):
+        out["maxItems"] = served.max_inputs
+    properties = out.get("properties")
+    if names is not None and isinstance(properties, dict):
+        if "model" in properties:
+            properties["model"] = _or_null({"enum": sorted(set(names))}, properties["model"])
+        if "prompt_name" in properties:
+            enum = {"enum": list(served.prompts)} if served.prompts else None
+            properties["prompt_name"] = _or_null(enum, properties["prompt_name"])
+            if enum is not None and "inputs" in properties:
+                # a prompt named: texts only (its text cannot go in front of ids)
+                out["if"] = {"properties": {"prompt_name": enum}, "required": ["prompt_name"]}
+                out["then"] = {"properties": {"inputs": _exact(PROMPTED_INPUTS, served, None)}}
+    return out
+
+
+def _or_null(schema: dict[str, Any] | None, was: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` or null (``None``: null alone), keeping ``was``'s default."""
+    shown: dict[str, Any] = (
+        {"type": "null"} if schema is None else {"anyOf": [schema, {"type": "null"}]}
+    )
+    if "default" in was:
+        shown["default"] = was["default"]
+    return shown
 
 
 def _summary(endpoint: object) -> str:
@@ -204,9 +319,10 @@ def json_route(open_paths: Iterable[str]) -> Callable[[Request], Awaitable[Respo
         state = request.app.state
         cached: bytes | None = getattr(state, "openapi", None)
         if cached is None:  # built once per app, on first asking
-            secured = service_of(request).settings.api_key is not None
+            service = service_of(request)
+            secured = service.settings.api_key is not None
             cached = state.openapi = msgspec.json.encode(
-                document(request.app.routes, secured, open_paths)
+                document(request.app.routes, secured, open_paths, served_by(service))
             )
         return Response(cached, media_type=JSON)
 

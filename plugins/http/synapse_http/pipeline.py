@@ -34,6 +34,7 @@ from .errors import (
     undecodable,
     unexpected,
 )
+from .integral import decode_whole, refused_a_float
 from .schemas import UNSET, OpenAIError, OpenAIErrorBody
 from .service import Service
 from .text import lone_surrogate
@@ -91,7 +92,12 @@ def decode(body: bytes, schema: type[T]) -> T:
     if decoder is None:
         decoder = _decoders[schema] = msgspec.json.Decoder(schema)
     try:
-        return decoder.decode(body)  # type: ignore[no-any-return]
+        try:
+            return decoder.decode(body)  # type: ignore[no-any-return]
+        except msgspec.ValidationError as exc:
+            if not refused_a_float(exc):
+                raise
+        return decode_whole(body, schema)  # "dimensions": 65.0 is an integer
     except msgspec.DecodeError as exc:
         # msgspec refuses a lone surrogate escape ("\ud800") as if the body
         # were cut short: say what is wrong with which input instead.

@@ -16,13 +16,57 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 
-#: any integer decodes: the host refuses one outside the model's vocabulary
-#: (``invalid-token``, with the input's index and the id's position)
-TokenId = Annotated[int, msgspec.Meta(description="a token id")]
-#: one input: a text, or token ids (whose tokenizer depends on the route)
-Input = str | list[TokenId]
-#: ``input``/``inputs``: one input or a list; a flat list of ints is one input
-Inputs = str | list[str | TokenId | list[TokenId]]
+# What the schema says and the decoder does not check is checked by the host,
+# with its own error codes (and the input's index): those constraints are
+# published (``extra_json_schema``) but not decoded, so a client gets the same
+# refusal whether or not it read the schema. The schema says all that can be
+# said without knowing the model; docs/http.md lists what it cannot say.
+
+#: any integer decodes: the host refuses one that is negative or past 32 bits,
+#: or past the model's vocabulary, as ``invalid-token`` (with the input's
+#: index and the id's position)
+TokenId = Annotated[
+    int,
+    msgspec.Meta(
+        description="a token id (of the model's tokenizer; tiktoken's on OpenAI's routes)",
+        extra_json_schema={"minimum": 0, "maximum": 2**31 - 1},
+    ),
+]
+#: a text the host can take: it refuses an empty one (``empty-sequence``)
+Text = Annotated[str, msgspec.Meta(extra_json_schema={"minLength": 1})]
+#: one input given as token ids; the host refuses an empty one (``empty-sequence``)
+TokenArray = Annotated[list[TokenId], msgspec.Meta(extra_json_schema={"minItems": 1})]
+#: where a list of inputs is counted against ``--max-inputs`` (413
+#: ``too-many-inputs``): the document puts the server's limit here as ``maxItems``
+MAX_INPUTS = "x-synapse-max-inputs"
+#: a list of inputs: at least one (else ``empty-input``), at most ``--max-inputs``
+COUNTED = {"minItems": 1, MAX_INPUTS: True}
+#: a list of texts (or, for rerank, documents)
+Texts = Annotated[list[Text], msgspec.Meta(extra_json_schema=COUNTED)]
+#: ``input``/``inputs``: a text, one token array, or a list of texts and token
+#: arrays (mixed as TEI takes them). msgspec decodes one array type per union,
+#: so the array is decoded as a list of any of them, and
+#: :func:`~synapse_http.inputs.inputs_of` refuses a bare id among texts or
+#: arrays; the schema says the same with an ``anyOf`` on the array.
+Inputs = (
+    Text
+    | Annotated[
+        list[Text | TokenId | TokenArray],
+        msgspec.Meta(
+            extra_json_schema={
+                "anyOf": [
+                    msgspec.json.schema(TokenArray),
+                    msgspec.json.schema(
+                        Annotated[list[Text | TokenArray], msgspec.Meta(extra_json_schema=COUNTED)]
+                    ),
+                ]
+            }
+        ),
+    ]
+)
+#: ``inputs`` when a ``prompt_name`` is given: texts only, since a prompt's
+#: text cannot go in front of token ids (the document's ``if``/``then``)
+PROMPTED_INPUTS = msgspec.json.schema(Text | Texts)
 Direction = Literal["Left", "Right", "left", "right"]
 Positive = Annotated[int, msgspec.Meta(ge=1)]
 
@@ -92,8 +136,8 @@ class EmbedRequest(Body):
 
 
 class RerankRequest(Body):
-    query: str
-    texts: list[str]
+    query: Text
+    texts: Texts
     raw_scores: bool = False
     return_text: bool = False
     truncate: bool | None = False
@@ -107,7 +151,7 @@ class Rank(Body):
 
 
 class TokenizeRequest(Body):
-    inputs: str | list[str]
+    inputs: str | Annotated[list[str], msgspec.Meta(extra_json_schema={MAX_INPUTS: True})]
     add_special_tokens: bool = True
     prompt_name: str | None = None
 
@@ -143,12 +187,12 @@ class Info(Body):
 
 
 class Document(Body):
-    text: str
+    text: Text
 
 
 class CohereRerankRequest(Body):
-    query: str
-    documents: list[str | Document]
+    query: Text
+    documents: Annotated[list[Text | Document], msgspec.Meta(extra_json_schema=COUNTED)]
     model: str | None = None
     top_n: Positive | None = None
     return_documents: bool = False
@@ -193,8 +237,8 @@ class CohereRerankResponse(Body):
 
 
 class CohereV2RerankRequest(Body):
-    query: str
-    documents: list[str]
+    query: Text
+    documents: Texts
     model: str | None = None
     top_n: Positive | None = None
     #: Cohere cuts longer documents to this many tokens; Synapse cuts them to

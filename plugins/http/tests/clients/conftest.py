@@ -19,6 +19,7 @@ import ipaddress
 import os
 import socket
 from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -160,12 +161,12 @@ TEXTS = [
 QUERY = "What is a serving host for embedding models?"
 
 
-@pytest.fixture(scope="session")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
-    """One ``synapse serve`` for the whole suite (asyncio backend)."""
+@contextmanager
+def serving(tmp: Path, backend: str) -> Iterator[Server]:
+    """``synapse serve`` on ``backend`` with :data:`MODELS`, stopped cleanly after."""
     running = start_server(
-        tmp_path_factory.mktemp("clients"),
-        "asyncio",
+        tmp,
+        backend,
         MODELS,
         "--api-key",
         API_KEY,
@@ -177,6 +178,13 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
     )
     yield running
     assert running.stop() == 0, "".join(running.lines)
+
+
+@pytest.fixture(scope="session")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
+    """One ``synapse serve`` for the whole suite (asyncio backend)."""
+    with serving(tmp_path_factory.mktemp("clients"), "asyncio") as running:
+        yield running
 
 
 @pytest.fixture(scope="session")
