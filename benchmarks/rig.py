@@ -11,9 +11,11 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
+import anyio
+
 from synapse_core.channel import Exchange, FramedChannel
 from synapse_core.config import HostConfig
-from synapse_core.handoff import OneShot, event_factory
+from synapse_core.handoff import OneShot
 from synapse_core.host import Host
 from synapse_core.residency.worker import Worker
 from synapse_core.testing import host_config, model_entry, transport_plugin
@@ -101,7 +103,7 @@ class EssentialsPath:
         self.hello = worker.hello
         self.select = host.plugins.bucket_selector(worker.hello.buckets, worker.spec)
         self.timeout_s = timeout_s
-        self._event = event_factory()
+        self._event = anyio.Event
         self._wake = self._event()
         self._job: tuple[Exchange, OneShot, list[Frame]] | None = None
 

@@ -18,7 +18,7 @@ from synapse_core.call import Call
 from synapse_core.catalog import Catalog
 from synapse_core.cut import plan_steps
 from synapse_core.deadline import Deadline
-from synapse_core.handoff import FutureEvent, OneShot, event_factory
+from synapse_core.handoff import OneShot
 from synapse_core.plan import plan_call
 from synapse_core.plugins import PluginHost
 from synapse_core.residency.lane import Backlog, Lane
@@ -65,7 +65,6 @@ def handoffs(
     """``PIECE_BATCH`` calls' hand-offs, each to a detached task that only
     ends the call: a parked one (``pooled``) or one started for it."""
     runners = Runners(tg, cast(CallRunner, _Echo()), 64)
-    runners.event = make_event
     submit: Callable[[Any], None] = (
         runners.submit if pooled else task_per_call(tg, cast(CallRunner, _Echo()))
     )
@@ -77,12 +76,6 @@ def handoffs(
             await done.wait()
 
     return calls
-
-
-def future_events() -> Callable[[], OneShot]:
-    factory = event_factory()
-    assert isinstance(factory(), FutureEvent), "asyncio only"
-    return factory
 
 
 def steps_pair(samples: int) -> list[float]:

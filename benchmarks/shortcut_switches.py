@@ -6,7 +6,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-import anyio
 from anyio.abc import TaskGroup
 
 from synapse_core.config import ModelSpec
@@ -16,7 +15,6 @@ from synapse_core.residency.worker import Selection, Worker
 from synapse_core.serving import CallRunner
 
 SHORTCUTS = (
-    "future_event",
     "runner_pool",
     "remembered_buckets",
     "head_start",
@@ -28,10 +26,6 @@ CONTROL = "control"
 
 #: the shortcuts ``python -m benchmarks --without`` switches off
 WITHOUT: set[str] = set()
-
-
-def applies(name: str, backend: str) -> bool:
-    return name != "future_event" or backend == "asyncio"
 
 
 class Switch:
@@ -48,10 +42,6 @@ class Switch:
         self.off: Callable[[], None]
         if name == CONTROL:
             self.on = self.off = lambda: setattr(worker, "selection", worker.selection)
-        elif name == "future_event":
-            factory = runners.event
-            self.on = lambda: setattr(runners, "event", factory)
-            self.off = lambda: setattr(runners, "event", anyio.Event)
         elif name == "runner_pool":
             pooled = runners.submit
             spawn = task_per_call(runners.tg, runner)
@@ -137,9 +127,7 @@ def switched_off(host: Host, names: Sequence[str]) -> Iterator[None]:
     runners, runner = host._runners, host._runner
     saved: list[Callable[[], None]] = []
     for name in names:
-        if name == "future_event":
-            saved.append(_patch(runners, "event", anyio.Event))
-        elif name == "runner_pool":
+        if name == "runner_pool":
             saved.append(_patch(runners, "submit", task_per_call(runners.tg, runner)))
         elif name == "head_start":
             saved.append(_patch(runner, "start", no_head_start(runner)))

@@ -15,9 +15,6 @@ without the shortcut over the path with it, sampled in the same run:
 
 The shortcuts, and what stands in for each when it is switched off:
 
-- ``future_event``: the per-call hand-off events are bare asyncio futures
-  (:class:`synapse_core.handoff.FutureEvent`); without, ``anyio.Event``.
-  asyncio only by design: trio always uses anyio's event.
 - ``runner_pool``: the detached task of a call is a parked task woken for
   it (``synapse_core.runners.Runners``); without, a task started per call.
 - ``remembered_buckets``: the bucket choice is worked out once per worker
@@ -49,8 +46,8 @@ from synapse_core.wire import Shape
 
 from . import rig
 from .harness import Figure, Mode, Series, blocked_p50
-from .shortcut_pieces import bucket_pair, future_events, handoff_pair, steps_pair
-from .shortcut_switches import CONTROL, SHORTCUTS, Switch, applies
+from .shortcut_pieces import bucket_pair, handoff_pair, steps_pair
+from .shortcut_switches import CONTROL, SHORTCUTS, Switch
 
 BACKENDS = ("asyncio", "trio")
 #: blocks of calls each side gets per repetition of a whole-call figure
@@ -143,17 +140,6 @@ def measure(mode: Mode) -> list[Figure]:
     for backend in BACKENDS:
         suffix = "" if backend == "asyncio" else f"_{backend}"
         handoffs: Series = anyio.run(_handoffs_series, mode, backend, backend=backend)
-        if backend == "asyncio":
-            figures.append(
-                _piece(
-                    "future_event",
-                    suffix,
-                    handoffs,
-                    "anyio_event_us",
-                    "future_event_us",
-                    "a call's two hand-offs: anyio.Event / FutureEvent (asyncio)",
-                )
-            )
         figures.append(
             _piece(
                 "runner_pool",
@@ -164,7 +150,7 @@ def measure(mode: Mode) -> list[Figure]:
                 f"a call's two hand-offs: a task per call / a parked task ({backend})",
             )
         )
-        names = [CONTROL, *(n for n in SHORTCUTS if applies(n, backend))]
+        names = [CONTROL, *SHORTCUTS]
         calls: dict[str, Series] = anyio.run(call_pairs, mode, names, backend, backend=backend)
         for name, series in calls.items():
             figures.append(_call(name, suffix, series, backend))
@@ -175,15 +161,8 @@ async def _handoffs_series(mode: Mode, backend: str) -> Series:
     series = Series()
     samples = max(mode.latency_samples // 4, 10)
     for _ in range(mode.repetitions):
-        if backend == "asyncio":
-            future, anyio_event, spawned = await handoff_pair(
-                samples, [future_events(), anyio.Event, future_events()], [True, True, False]
-            )
-            series.add(future_event_us=future, anyio_event_us=anyio_event)
-            series.add(pooled_us=future, task_per_call_us=spawned)
-        else:
-            pooled, spawned = await handoff_pair(samples, [anyio.Event, anyio.Event], [True, False])
-            series.add(pooled_us=pooled, task_per_call_us=spawned)
+        pooled, spawned = await handoff_pair(samples, [anyio.Event, anyio.Event], [True, False])
+        series.add(pooled_us=pooled, task_per_call_us=spawned)
     return series
 
 

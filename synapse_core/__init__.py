@@ -15,9 +15,11 @@ This module is the host API (for applications and tools, and for plugins
 that drive a host). Each kind of plugin has a published module of its own:
 :mod:`synapse_core.plugin` (transports and their workers),
 :mod:`synapse_core.policy` (residency policies), :mod:`synapse_core.events`
-(observers), :mod:`synapse_core.cli` (plugins that add commands) and
-:mod:`synapse_core.testing` (tests). Every other module of the package is
-internal: it may change in any release.
+(observers), :mod:`synapse_core.cli` (plugins that add commands),
+:mod:`synapse_core.frontend` (front ends: names in messages, bounds on
+tokenising, ASGI apps found by name) and :mod:`synapse_core.testing`
+(tests). Every other module of the package is internal: it may change in any
+release.
 """
 
 from __future__ import annotations
@@ -67,21 +69,11 @@ _EXPORTS = {
     "ProtocolError": "errors",
     "PluginError": "errors",
     "InternalError": "errors",
-    # for a front end (synapse serve): names in messages, bounds on tokenising
-    "SHOWN_CHARS": "naming",
-    "shown": "naming",
-    "OFFLOAD_CHARS": "bounds",
-    "bounded": "bounds",
-    "characters": "bounds",
-    "give_back": "bounds",
-    "map_large_blocks": "bounds",
 }
 
 __all__ = [
     "CLOSE_SLACK_S",
     "DEFAULT_CATALOG_SOURCE",
-    "OFFLOAD_CHARS",
-    "SHOWN_CHARS",
     "AroundCall",
     "CapacityExhausted",
     "ConfigError",
@@ -115,15 +107,10 @@ __all__ = [
     "WorkerFault",
     "WorkerRejected",
     "__version__",
-    "bounded",
-    "characters",
     "default_catalog_text",
     "default_config",
-    "give_back",
     "hookimpl",
-    "map_large_blocks",
     "open_host",
-    "shown",
 ]
 
 
@@ -131,7 +118,6 @@ __getattr__ = lazy_getattr(__name__, __name__, _EXPORTS, globals())
 
 
 if TYPE_CHECKING:
-    from .bounds import OFFLOAD_CHARS, bounded, characters, give_back, map_large_blocks
     from .call import EmbedResult, RerankResult
     from .catalog import DEFAULT_CATALOG_SOURCE, Entry, default_catalog_text, default_config
     from .config import HostConfig, LaneConfig, ModelSpec, RestartBudget
@@ -155,7 +141,6 @@ if TYPE_CHECKING:
     )
     from .hookspecs import hookimpl
     from .host import CLOSE_SLACK_S, AroundCall, Host, open_host
-    from .naming import SHOWN_CHARS, shown
     from .plugins import PluginHost
     from .snapshot import HostSnapshot
     from .tokenizer import TokenPiece

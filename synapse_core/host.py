@@ -258,7 +258,7 @@ class Host:
         self._check_not_retired(model)
         deadline = deadline or Deadline.never()
         if self.config.coalesce and (coalescer := self._coalescer(entry)).joins(plan):
-            call = Call.new(plan, deadline, self._runners.event())
+            call = Call.new(plan, deadline, anyio.Event())
             coalescer.submit(call)
             return call
         return self._start(plan, deadline)
@@ -284,7 +284,7 @@ class Host:
         # Nothing that can fail goes here: a request written and never
         # recorded would keep the channel's turn.
         if call is None:
-            call = Call.new(plan, deadline, self._runners.event())
+            call = Call.new(plan, deadline, anyio.Event())
         runner.start(call, head)
         self._runners.submit((call, sup, worker))
         return call
@@ -297,7 +297,7 @@ class Host:
             budget = request_budget(entry.spec, entry.transport.transport)
             coalescer = Coalescer(
                 self._launch,
-                self._runners.event,
+                anyio.Event,
                 self._runner,
                 lambda: self._workers.get(model),
                 budget,

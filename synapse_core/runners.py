@@ -2,12 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
+import anyio
 from anyio.abc import TaskGroup
 
 from .call import Call
-from .handoff import OneShot, event_factory
 from .residency.supervisor import Supervisor
 from .residency.worker import Worker
 from .serving import CallRunner
@@ -16,8 +14,8 @@ from .serving import CallRunner
 class Slot:
     __slots__ = ("event", "job")
 
-    def __init__(self, event: OneShot) -> None:
-        self.event = event
+    def __init__(self) -> None:
+        self.event = anyio.Event()
         self.job: tuple[Call, Supervisor, Worker] | None = None
 
 
@@ -35,7 +33,6 @@ class Runners:
         self.runner = runner
         self.keep = keep
         self.idle: list[Slot] = []
-        self.event: Callable[[], OneShot] = event_factory()
 
     def submit(self, job: tuple[Call, Supervisor, Worker]) -> None:
         if self.idle:
@@ -46,7 +43,7 @@ class Runners:
             self.tg.start_soon(self._loop, job, name="call runner")
 
     async def _loop(self, job: tuple[Call, Supervisor, Worker]) -> None:
-        slot = Slot(self.event())
+        slot = Slot()
         try:
             while True:
                 await self.runner.run(*job)
@@ -56,7 +53,7 @@ class Runners:
                 # Park at once: the caller wakes only once this task yields.
                 self.idle.append(slot)
                 await slot.event.wait()
-                slot.event = self.event()
+                slot.event = anyio.Event()
                 assert slot.job is not None
                 job, slot.job = slot.job, None
         except BaseException:

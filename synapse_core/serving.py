@@ -41,7 +41,6 @@ from .errors import (
     WireError,
     WorkerFault,
 )
-from .handoff import FutureEvent
 from .plan import Group, Plan
 from .plugins import PluginHost
 from .residency.supervisor import Backlog, Lease, Supervisor
@@ -78,10 +77,6 @@ class CallRunner:
         try:
             if deadline.when == math.inf:
                 await done.wait()  # one coroutine frame less than wait_bounded
-            elif type(done) is FutureEvent:  # asyncio: a timer, not a cancel scope
-                remaining = deadline.when - self.clock()
-                if remaining <= 0 or not await done.wait_for(remaining):
-                    raise DeadlineExceeded
             else:
                 await wait_bounded(done.wait, deadline, self.clock, DeadlineExceeded())
         except DeadlineExceeded:

@@ -14,6 +14,7 @@ import pytest
 import synapse_core
 import synapse_core.errors as errors
 import synapse_core.events as events_api
+import synapse_core.frontend as frontend_api
 import synapse_core.plugin as plugin_api
 import synapse_core.policy as policy_api
 
@@ -32,7 +33,9 @@ def _type_checking_imports(module: ModuleType) -> dict[str, str]:
 
 
 @pytest.mark.parametrize(
-    "module", [synapse_core, plugin_api, policy_api, events_api], ids=lambda m: m.__name__
+    "module",
+    [synapse_core, plugin_api, policy_api, events_api, frontend_api],
+    ids=lambda m: m.__name__,
 )
 def test_all_the_lazy_map_and_the_typed_imports_agree(module: ModuleType) -> None:
     exports: dict[str, str] = module._EXPORTS
@@ -40,6 +43,12 @@ def test_all_the_lazy_map_and_the_typed_imports_agree(module: ModuleType) -> Non
     assert _type_checking_imports(module) == exports
     for name in exports:
         assert getattr(module, name) is not None, name
+
+
+def test_front_end_helpers_are_published_only_for_front_ends() -> None:
+    """Applications see the host API; names in messages, tokenising bounds
+    and the app lookup are the front-end module's alone."""
+    assert set(frontend_api.__all__).isdisjoint(synapse_core.__all__)
 
 
 def test_every_error_a_caller_can_see_is_exported() -> None:

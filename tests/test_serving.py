@@ -311,9 +311,9 @@ async def test_a_bucket_hook_plugin_registered_later_is_honoured(
     transport = InProcessFakeTransport()
     cfg = make_config(make_model("m"))
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
-        await host.embed("m", ["short"])  # the default's choice is remembered...
+        await host.embed("m", ["short"])  # the default, called directly...
         host.plugins.add(LargestBucket())
-        await host.embed("m", ["short"])  # ...until the plugins change
+        await host.embed("m", ["short"])  # ...until a plugin brings its own
     assert [f["shape"] for f in transport.frames("infer")] == [[8, 2], [32, 2]]
 
 

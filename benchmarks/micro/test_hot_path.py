@@ -113,7 +113,7 @@ def test_check_and_unpack_rows(benchmark: Any, rows: int) -> None:
 
 def test_remembered_bucket_choice(benchmark: Any, entry: Entry) -> None:
     select = PluginHost().bucket_selector(BUCKETS, entry.spec)
-    select(100)  # worked out once per length and worker; then a lookup
+    select(100)  # worked out once per length while the selector lives (a call); then a lookup
     assert benchmark(select, 100) == 128
 
 

@@ -13,7 +13,6 @@ the ones docs/performance.md reports.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import anyio
@@ -23,9 +22,8 @@ import pytest
 from benchmarks import shortcut_pieces as pieces
 from benchmarks import shortcuts
 from benchmarks.harness import SMOKE
-from benchmarks.shortcut_switches import CONTROL, SHORTCUTS, applies, through_pluggy
+from benchmarks.shortcut_switches import CONTROL, SHORTCUTS, through_pluggy
 from synapse_core.cut import plan_steps
-from synapse_core.handoff import OneShot
 
 #: hand-offs per timed round (one is too short to time)
 HANDOFFS = 200
@@ -60,8 +58,6 @@ def test_direct_bucket_hook(benchmark: Any, variant: str) -> None:
 
 
 HANDOFF_CASES = [
-    ("asyncio", "future_event", "with"),
-    ("asyncio", "future_event", "without"),
     ("asyncio", "runner_pool", "with"),
     ("asyncio", "runner_pool", "without"),
     ("trio", "runner_pool", "with"),
@@ -72,20 +68,13 @@ HANDOFF_CASES = [
 @pytest.mark.parametrize(("backend", "shortcut", "variant"), HANDOFF_CASES)
 def test_call_handoffs(benchmark: Any, backend: str, shortcut: str, variant: str) -> None:
     """A call's two hand-offs (caller to detached task and back), ``HANDOFFS``
-    times in one event loop. ``FutureEvent`` is asyncio's alone by design:
-    on trio the hand-offs always use anyio's event."""
+    times in one event loop."""
     benchmark.group = f"{shortcut} {backend}"
 
     async def handoffs() -> None:
-        if shortcut == "future_event":
-            event: Callable[[], OneShot] = (
-                pieces.future_events() if variant == "with" else anyio.Event
-            )
-        else:
-            event = pieces.future_events() if backend == "asyncio" else anyio.Event
-        pooled = variant == "with" or shortcut != "runner_pool"
+        pooled = variant == "with"
         async with anyio.create_task_group() as tg:
-            calls = pieces.handoffs(tg, event, pooled)
+            calls = pieces.handoffs(tg, anyio.Event, pooled)
             for _ in range(HANDOFFS // pieces.PIECE_BATCH):
                 await calls()
             tg.cancel_scope.cancel()
@@ -99,9 +88,8 @@ async def test_whole_calls_with_and_without_each_shortcut(anyio_backend: str) ->
     """Runs the shortcuts group's whole-call pairs (timed by ``python -m
     benchmarks --only shortcuts``), so they keep working on both backends."""
     pytest.importorskip("synapse_mock_transport")
-    names = [n for n in SHORTCUTS if applies(n, anyio_backend)]
     found = await shortcuts.call_pairs(
-        attrs.evolve(SMOKE, repetitions=1), [CONTROL, *names], anyio_backend
+        attrs.evolve(SMOKE, repetitions=1), [CONTROL, *SHORTCUTS], anyio_backend
     )
     for series in found.values():
         assert all(v > 0 for v in series["on_p50_us"] + series["off_p50_us"])

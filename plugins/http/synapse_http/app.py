@@ -6,10 +6,11 @@ from __future__ import annotations
 
 import hmac
 import time
-from collections.abc import AsyncIterator, Iterable
+from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any
+from typing import Any, cast
 
+import attrs
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.middleware import Middleware
@@ -18,7 +19,7 @@ from starlette.responses import Response
 from starlette.routing import Route
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from synapse_core import Host, HostConfig, PluginHost, SynapseError
+from synapse_core import ConfigError, Host, HostConfig, PluginHost, SynapseError
 
 from . import openapi, routes_openai, routes_rerank, routes_tei
 from .errors import HTTPError, unexpected
@@ -111,6 +112,25 @@ def create_app(
         lifespan=lifespan,
     )
     return app
+
+
+def asgi_app(host: Host, options: Mapping[str, object]) -> Starlette:
+    """The app over an open ``host`` (its caller keeps owning it), ``options``
+    being :class:`ServeSettings` fields by name: the factory this package
+    registers in the ``synapse.apps`` entry-point group as ``http``, so that
+    another plugin serves it without importing this one
+    (:func:`synapse_core.frontend.app_factory`)."""
+    known = {field.name for field in attrs.fields(ServeSettings)}
+    unknown = sorted(set(options) - known)
+    if unknown:
+        raise ConfigError(
+            "the options of the http app",
+            [
+                f"{name}: not a setting of synapse serve ({', '.join(sorted(known))})"
+                for name in unknown
+            ],
+        )
+    return create_app(host, ServeSettings(**cast(dict[str, Any], options)))
 
 
 class SynapseApp(Starlette):

@@ -16,7 +16,6 @@ import uuid
 import msgspec
 
 from synapse_core import (
-    SHOWN_CHARS,
     DeadlineExceeded,
     OutcomeUnknown,
     Overloaded,
@@ -24,6 +23,7 @@ from synapse_core import (
     SynapseError,
     WorkerFault,
 )
+from synapse_core.frontend import SHOWN_CHARS
 
 from .schemas import UNSET, ErrorBody
 

@@ -20,8 +20,8 @@ from synapse_core import (
     Refused,
     SynapseError,
     WorkerFault,
-    give_back,
 )
+from synapse_core.frontend import give_back
 
 from .body import ClientGone, read_body
 from .disconnect import until_disconnect

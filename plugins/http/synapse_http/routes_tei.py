@@ -17,7 +17,8 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from synapse_core import Entry, Refused, TokenPiece, shown
+from synapse_core import Entry, Refused, TokenPiece
+from synapse_core.frontend import shown
 
 from .errors import invalid
 from .inputs import check_dimensions, inputs_of, normalized, sigmoid, truncation

@@ -23,7 +23,8 @@ import anyio
 import attrs
 from starlette.types import ASGIApp
 
-from synapse_core import Host, HostConfig, PluginHost, map_large_blocks, open_host
+from synapse_core import Host, HostConfig, PluginHost, open_host
+from synapse_core.frontend import map_large_blocks
 
 from .app import create_app
 from .service import Service, preload

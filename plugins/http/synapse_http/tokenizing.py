@@ -16,7 +16,8 @@ from typing import TypeVar
 
 import msgspec
 
-from synapse_core import OFFLOAD_CHARS, Entry, Refused, bounded, characters, give_back, shown
+from synapse_core import Entry, Refused
+from synapse_core.frontend import OFFLOAD_CHARS, bounded, characters, give_back, shown
 
 from .background import Background
 

@@ -13,6 +13,7 @@ import pytest
 from starlette.applications import Starlette
 
 import synapse_core as synapse
+from synapse_core.frontend import app_factory
 from synapse_core.plugin import BasicTokenizer, Conversion
 from synapse_core.testing import host_config, transport_plugin
 from synapse_http import ServeSettings, create_app
@@ -191,3 +192,19 @@ async def test_info_carries_the_conversion_and_its_measured_cosine_to_float32() 
     assert [infos["e"][f] for f in fields] == [None, None, None]
     assert [infos["broken"][f] for f in fields] == [None, None, None]
     assert infos["broken"]["model_id"] == "broken"
+
+
+async def test_the_app_is_found_by_name_with_its_options() -> None:
+    """What synapse-ray serves: the ``http`` factory of ``synapse.apps``, its
+    options being ``synapse serve``'s settings by name."""
+    factory = app_factory("http", "synapse-http")
+    plugins = [transport_plugin(InProcessTransport())]
+    async with synapse.open_host(config(), plugins=plugins) as host:
+        with pytest.raises(synapse.ConfigError, match="api_kee: not a setting of synapse serve"):
+            factory(host, {"api_kee": "k"})
+        async with client(factory(host, {"api_key": "k"})) as http:  # type: ignore[arg-type]
+            refused = await http.post("/embed", json={"inputs": ["a"]})
+            auth = {"Authorization": "Bearer k"}
+            served = await http.post("/embed", json={"inputs": ["a"]}, headers=auth)
+    assert (refused.status_code, served.status_code) == (401, 200)
+    assert len(served.json()) == 1

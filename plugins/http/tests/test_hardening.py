@@ -16,7 +16,7 @@ import httpx
 import pytest
 
 import synapse_core as synapse
-from synapse_core import OFFLOAD_CHARS
+from synapse_core.frontend import OFFLOAD_CHARS
 from synapse_core.plugin import Availability, BasicTokenizer, TokenPiece
 from synapse_core.testing import catalog_toml, host_config, transport_plugin
 from synapse_http import ServeSettings, create_app

@@ -11,7 +11,7 @@ from typing import Any, cast
 
 from ray.serve import Application, Deployment
 
-from .deployment import SynapseHosts
+from .deployment import SynapseHosts, http_app
 from .lanes import current, notice, placement, serve_run_address
 from .settings import graceful_shutdown_s, read_catalog, settings_from_args
 
@@ -28,6 +28,7 @@ def app(args: Mapping[str, Any] | None = None) -> Application:
     """
     settings = settings_from_args(args or {})
     catalog, config = read_catalog(settings)
+    http_app()  # fails here, not in every replica, when synapse-http is missing
     resource = settings.lane_resource
     cluster = current(resource, serve_run_address())
     resources = placement(cluster, resource, settings.num_replicas, settings.wait_for_lanes)

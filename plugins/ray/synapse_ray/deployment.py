@@ -1,6 +1,10 @@
 """The Ray Serve deployment: each replica is one Synapse host serving the
 HTTP app of ``synapse serve``.
 
+The app is found by name (``http`` in the ``synapse.apps`` entry-point
+group, which synapse-http registers), not imported: one plugin knows no
+other's modules, and a missing synapse-http is named in the error.
+
 A replica opens its host as it starts (which starts no worker and takes no
 lane), makes each model resident through Ray's multiplexing on the first
 request for it, and retires every worker, confirming each exit, when Ray
@@ -10,6 +14,7 @@ shuts it down.
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
 import attrs
@@ -17,8 +22,7 @@ import ray
 from ray import serve
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from synapse_http.app import create_app
-from synapse_http.settings import ServeSettings
+from synapse_core.frontend import AppFactory, app_factory
 
 from .replica_host import ReplicaHost
 from .residency import Residency, Resident, load_resident
@@ -26,6 +30,14 @@ from .settings import Catalog
 
 #: the response header naming the replica that answered
 REPLICA_HEADER = "x-synapse-replica"
+#: the ASGI app each replica serves, and the distribution that provides it
+HTTP_APP, HTTP_DISTRIBUTION = "http", "synapse-http"
+
+
+def http_app() -> AppFactory:
+    """synapse-http's app factory; :class:`~synapse_core.PluginError` saying
+    to install synapse-http when it is not installed."""
+    return app_factory(HTTP_APP, HTTP_DISTRIBUTION)
 
 
 @attrs.frozen
@@ -46,7 +58,9 @@ class ReplicaView:
 class SynapseHosts:
     """One Synapse host per replica; build it with :func:`synapse_ray.app`."""
 
-    def __init__(self, catalog: Catalog, max_models_per_replica: int, http: ServeSettings) -> None:
+    def __init__(
+        self, catalog: Catalog, max_models_per_replica: int, http: Mapping[str, object]
+    ) -> None:
         residency = Residency()
         self.replica = ReplicaHost(catalog.config(), around_call=residency)
         self.http = http
@@ -66,7 +80,7 @@ class SynapseHosts:
     async def __serve_build_asgi_app__(self) -> ASGIApp:
         """The HTTP app of ``synapse serve`` over this replica's host."""
         host = await self.replica.get()
-        return Answering(create_app(host, self.http), self.replica_id)
+        return Answering(http_app()(host, self.http), self.replica_id)
 
     async def describe(self) -> dict[str, Any]:
         """This replica's id, actor, pid and live workers (call it through a

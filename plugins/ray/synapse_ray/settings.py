@@ -23,7 +23,6 @@ from synapse_core import (
     default_catalog_text,
 )
 from synapse_core.plugin import FieldInvalid, positive, structuring_problems
-from synapse_http.settings import ServeSettings
 
 #: the custom Ray resource a node declares once per device lane it can host
 LANE_RESOURCE = "synapse_lane"
@@ -59,9 +58,10 @@ class Settings:
     #: the HTTP app's: the longest a call may take
     request_timeout_s: float = attrs.field(default=30.0, validator=positive)
 
-    def http(self) -> ServeSettings:
-        """The settings of the HTTP app each replica serves."""
-        return ServeSettings(api_key=self.api_key, request_timeout_s=self.request_timeout_s)
+    def http(self) -> dict[str, object]:
+        """The options of the HTTP app each replica serves (settings of
+        ``synapse serve``, by name)."""
+        return {"api_key": self.api_key, "request_timeout_s": self.request_timeout_s}
 
 
 _converter = cattrs.Converter(forbid_extra_keys=True)

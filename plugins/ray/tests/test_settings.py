@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import importlib.metadata as md
 from pathlib import Path
 
+import attrs
 import pytest
 import yaml
 
-from synapse_core import ConfigError, HostConfig
+from synapse_core import ConfigError, HostConfig, PluginError
+from synapse_http.app import asgi_app
+from synapse_http.settings import ServeSettings
+from synapse_ray import app
+from synapse_ray.deployment import http_app
 from synapse_ray.settings import (
     LANE_RESOURCE,
     Settings,
@@ -31,7 +37,9 @@ def test_command_line_strings_become_numbers() -> None:
 
 def test_http_settings_reach_the_app() -> None:
     settings = settings_from_args({"api_key": "k", "request_timeout_s": "5"})
-    assert (settings.http().api_key, settings.http().request_timeout_s) == ("k", 5.0)
+    assert settings.http() == {"api_key": "k", "request_timeout_s": 5.0}
+    # every option is a setting of synapse serve, which the http app refuses otherwise
+    assert set(settings.http()) <= {field.name for field in attrs.fields(ServeSettings)}
     with pytest.raises(ConfigError, match="request_timeout_s: must be greater than 0"):
         settings_from_args({"request_timeout_s": "0"})
 
@@ -113,3 +121,17 @@ def test_a_boolean_that_is_not_one_is_named() -> None:
     with pytest.raises(ConfigError) as caught:
         settings_from_args({"wait_for_lanes": "maybe"})
     assert any("wait_for_lanes: expected true or false" in p for p in caught.value.problems)
+
+
+def test_serve_run_without_synapse_http_says_to_install_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The app is found by name in ``synapse.apps``, not imported: with no
+    ``http`` app registered, building the deployment fails at once."""
+    monkeypatch.setattr(md, "entry_points", lambda *, group: md.EntryPoints(()))
+    with pytest.raises(PluginError, match=r"no ASGI app named 'http'.*pip install synapse-http"):
+        app({})
+
+
+def test_the_deployment_finds_synapse_http_s_app_by_name() -> None:
+    assert http_app() is asgi_app

@@ -1,0 +1,57 @@
+"""The front-end API: what a plugin that puts a host behind a protocol (the
+HTTP server of ``synapse serve``, a command line) uses besides the host API.
+
+- Names in messages: :func:`shown` cuts a caller's name to
+  :data:`SHOWN_CHARS` characters, so an error message stays readable.
+- Bounds on tokenising: :func:`characters` counts a request's characters,
+  :func:`bounded` refuses inputs past the model's bound before they are
+  tokenised, and a request of :data:`OFFLOAD_CHARS` characters or more is
+  worth tokenising off the event loop; :func:`give_back` returns freed memory
+  to the system after a large request, and :func:`map_large_blocks` (called
+  once at start) serves large blocks from their own mappings, so they can be.
+- ASGI apps another plugin serves: a front end registers a factory under
+  the entry-point group :data:`APPS_GROUP` (``synapse.apps``), and a plugin
+  that serves it elsewhere (Ray Serve's replicas, say) finds it by name with
+  :func:`app_factory`, without importing the plugin that provides it.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from ._lazy import lazy_getattr
+
+_EXPORTS = {
+    "SHOWN_CHARS": "naming",
+    "shown": "naming",
+    "OFFLOAD_CHARS": "bounds",
+    "bounded": "bounds",
+    "characters": "bounds",
+    "give_back": "bounds",
+    "map_large_blocks": "bounds",
+    "APPS_GROUP": "apps",
+    "AppFactory": "apps",
+    "ASGIApp": "apps",
+    "app_factory": "apps",
+}
+
+__all__ = [
+    "APPS_GROUP",
+    "OFFLOAD_CHARS",
+    "SHOWN_CHARS",
+    "ASGIApp",
+    "AppFactory",
+    "app_factory",
+    "bounded",
+    "characters",
+    "give_back",
+    "map_large_blocks",
+    "shown",
+]
+
+__getattr__ = lazy_getattr(__name__, "synapse_core", _EXPORTS, globals())
+
+if TYPE_CHECKING:
+    from .apps import APPS_GROUP, AppFactory, ASGIApp, app_factory
+    from .bounds import OFFLOAD_CHARS, bounded, characters, give_back, map_large_blocks
+    from .naming import SHOWN_CHARS, shown
