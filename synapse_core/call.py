@@ -283,8 +283,11 @@ class Coalesced(Call):
                 Item(base + item.index, item.text, item.count, item.length, item.ids)
                 for item in caller.plan.items
             )
-        # One model's calls: planned against the same ceiling.
-        plan = Plan(first.model, first.task, tuple(items), first.tokenizer, ceiling=first.ceiling)
+        # Checked against the lowest ceiling any caller was planned for (None:
+        # one was not checked, so the worker's ceiling is checked again).
+        ceilings = [caller.plan.ceiling for caller in callers]
+        ceiling = None if None in ceilings else min(c for c in ceilings if c is not None)
+        plan = Plan(first.model, first.task, tuple(items), first.tokenizer, ceiling=ceiling)
         # It runs to the latest deadline; each caller still waits to its own.
         deadline = max((caller.deadline for caller in callers), key=lambda d: d.when)
         call = cls.new(plan, deadline, done)

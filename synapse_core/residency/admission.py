@@ -229,13 +229,6 @@ class Admission:
         if self._context.certify:
             await self._record_inventory(worker, generation, channel)
 
-    def try_lease(self, worker: Worker, shape: Shape) -> Lease | None:
-        """The lease at once if ``worker`` is ready and ``shape`` admitted;
-        otherwise ``None`` and :meth:`lease` does what waiting is needed."""
-        if _leasable(worker, shape):
-            return self._grant(worker, worker.generation, shape)
-        return None
-
     def begin_now(
         self, worker: Worker, shape: Shape, request: Callable[[int], Infer]
     ) -> tuple[Infer, Exchange] | None:

@@ -130,10 +130,6 @@ class Supervisor:
         :meth:`.Admission.lease` for ``note``)."""
         return self._admission.lease(worker, shape, deadline, note)
 
-    def try_lease(self, worker: Worker, shape: Shape) -> Lease | None:
-        """The lease at once if ``shape`` is leasable now; otherwise ``None``."""
-        return self._admission.try_lease(worker, shape)
-
     def begin_now(
         self, worker: Worker, shape: Shape, request: Callable[[int], Infer]
     ) -> tuple[Infer, Exchange] | None:
