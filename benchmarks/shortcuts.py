@@ -124,7 +124,7 @@ def measure(mode: Mode) -> list[Figure]:
             pieces,
             "steps_asked_again_us",
             "steps_remembered_us",
-            "CallRunner._steps of one short text: selector asked again / remembered",
+            "the first cut of one short text's plan: selector asked again / remembered",
         )
     )
     figures.append(

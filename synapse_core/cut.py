@@ -66,11 +66,6 @@ def cut(plan: Plan, selection: Selection) -> list[Group]:
     )
 
 
-def plan_steps(plan: Plan, worker: Worker, plugins: PluginHost) -> list[Group]:
-    """``plan`` cut into requests on ``worker`` now (kept nowhere)."""
-    return cut(plan, selection_of(worker, plugins))
-
-
 def steps_of(plan: Plan, worker: Worker, plugins: PluginHost) -> list[Group]:
     """``plan``'s requests on ``worker``: cut the first time, then the ones
     kept in the plan for as long as the worker's bucket choice stands."""
