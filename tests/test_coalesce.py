@@ -21,6 +21,8 @@ from synapse_core.tokenizer import VOCAB, BasicTokenizer
 from synapse_core.transport import Launched, LaunchRequest
 from synapse_core.wire import Infer
 
+from .room_waits import to_just_before
+
 pytestmark = pytest.mark.anyio
 
 #: what each queued caller embeds: one or two short texts (all in bucket 8)
@@ -303,10 +305,9 @@ async def test_calls_queued_when_their_model_is_retired_are_not_started(
 async def test_coalesced_callers_out_of_lane_room_get_capacity_exhausted(
     make_model: Any, make_config: Any, gate: Any
 ) -> None:
-    # "a" holds the lane's room while its reply is held; "b" coalesces. Time
-    # is a FakeClock: no deadline passes until the test moves the clock to
-    # just before it and wakes the lane's waiters, so each room wait ends at
-    # its deadline in a millisecond, and only after everything has queued.
+    # "a" holds the lane's room while its reply is held; "b" coalesces. No
+    # deadline passes before the test moves the clock (see room_waits): the
+    # queued calls are queued by then, and their own waits go on.
     clock = synapse.FakeClock()
     transport = InProcessFakeTransport()
     transport.reply_gate = gate
@@ -325,12 +326,6 @@ async def test_coalesced_callers_out_of_lane_room_get_capacity_exhausted(
             except synapse.SynapseError as exc:
                 results[text] = exc
 
-        def to_just_before(seconds: float) -> None:
-            clock.advance(start + seconds - 0.001 - clock())
-            worker = host.worker("b")
-            assert worker is not None
-            worker.lane.notify()  # a change that frees nothing: waiters look again
-
         async with anyio.create_task_group() as tg:
             tg.start_soon(host.embed, "a", ["x"])
             await gate.arrived.wait()
@@ -339,10 +334,10 @@ async def test_coalesced_callers_out_of_lane_room_get_capacity_exhausted(
             tg.start_soon(b, "queued", 200)
             tg.start_soon(b, "queued too", 200)
             await eventually(lambda: host.backlog.waiting == 3)  # both queued behind it
-            to_just_before(100)
+            to_just_before(clock, start + 100, host, "b")
             await eventually(lambda: len(results) == 1)
             # The two queued calls now run as one, and wait for room in turn.
-            to_just_before(200)
+            to_just_before(clock, start + 200, host, "b")
             await eventually(lambda: len(results) == 3)
             gate.release.set()
         assert {text: type(r) for text, r in results.items()} == {
@@ -432,7 +427,6 @@ async def test_a_served_call_is_freed_at_once_not_left_to_the_cycle_collector(
     # cycle it outlives it until a full collection, which under load is rare.
     import gc
     import weakref
-
 
     calls: list[weakref.ref[Call]] = []
 
