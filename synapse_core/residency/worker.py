@@ -104,7 +104,7 @@ class Worker:
     #   reservation is refunded only once the exit of the process that held it
     #   is confirmed (then ``gone``), and the worker is not EXITED meanwhile.
     lingering: WorkerProcess | None = None
-    #: the bucket choice for the current hello and plugin set (see ``CallRunner``)
+    #: the bucket choice for the current hello and plugin set (see ``cut.selection_of``)
     selection: Selection | None = None
     _changed: Signal = attrs.field(factory=Signal)
 
