@@ -16,7 +16,7 @@ from anyio.abc import TaskGroup
 
 from synapse_core.call import Call
 from synapse_core.catalog import Catalog
-from synapse_core.cut import cut, selection_of
+from synapse_core.cut import selection_of
 from synapse_core.deadline import Deadline
 from synapse_core.handoff import OneShot
 from synapse_core.plan import plan_call
@@ -76,27 +76,6 @@ def handoffs(
             await done.wait()
 
     return calls
-
-
-def steps_pair(samples: int) -> list[float]:
-    """p50 (µs) of cutting one short text's plan as a call does the first
-    time (``cut.steps_of`` on a new plan: the worker's selection, then the
-    cut), with the worker's remembered bucket choice and without it (asked
-    again every call). The plan's kept steps are not used: every call has a
-    new plan, so a call never finds them on its first cut."""
-    runner, worker, call = steps_rig()
-    plan, plugins = call.plan, runner.plugins
-    cut(plan, selection_of(worker, plugins))  # remembered from now on
-
-    def remembered() -> object:
-        worker.selection = worker.selection
-        return cut(plan, selection_of(worker, plugins))
-
-    def asked_again() -> object:
-        worker.selection = None
-        return cut(plan, selection_of(worker, plugins))
-
-    return _sync_pair([remembered, asked_again], samples)
 
 
 def bucket_pair(samples: int) -> list[float]:

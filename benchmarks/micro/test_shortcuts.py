@@ -23,27 +23,10 @@ from benchmarks import shortcut_pieces as pieces
 from benchmarks import shortcuts
 from benchmarks.harness import SMOKE
 from benchmarks.shortcut_switches import CONTROL, SHORTCUTS, through_pluggy
-from synapse_core.cut import cut, selection_of
+from synapse_core.cut import selection_of
 
 #: hand-offs per timed round (one is too short to time)
 HANDOFFS = 200
-
-
-@pytest.mark.parametrize("variant", ["with", "without"])
-def test_remembered_bucket_choice(benchmark: Any, variant: str) -> None:
-    runner, worker, call = pieces.steps_rig()
-    plan, plugins = call.plan, runner.plugins
-    cut(plan, selection_of(worker, plugins))
-    benchmark.group = "remembered_buckets"
-    forget = variant == "without"
-
-    def steps() -> object:
-        # A call's first cut of its new plan (``cut.steps_of``), the selection then the cut.
-        if forget:
-            worker.selection = None
-        return cut(plan, selection_of(worker, plugins))
-
-    assert len(benchmark(steps)) == 1
 
 
 @pytest.mark.parametrize("variant", ["with", "without"])
