@@ -29,9 +29,11 @@ from .tokenizer import BatchTokenizer, CountingTokenizer, Tokenizer
 #: a call whose ids are all known joins others (``Coalescer.joins``)
 EAGER_TEXTS = 8
 #: texts a :class:`~synapse_core.tokenizer.BatchTokenizer` encodes at a time
-#: while a call is planned: enough for its threads to share, few enough
-#: that a call refused early wastes little
+#: while a call is planned, and the characters a batch stops at (past one
+#: text): enough for its threads to share, few enough that a call refused
+#: early (say, at a long first text) wastes little
 BATCH_TEXTS = 64
+BATCH_CHARS = 32 * 1024
 
 
 @attrs.define(eq=False)
@@ -274,9 +276,10 @@ def _counting(tokenizer: Tokenizer, texts: int) -> CountingTokenizer | None:
 
 
 def _batches(tokenizer: Tokenizer, texts: Sequence[object]) -> Iterator[list[int] | None] | None:
-    """Per input, its ids from the tokenizer's ``encode_batch``, encoded
-    :data:`BATCH_TEXTS` at a time when the plan reaches them (a call refused
-    early wastes one batch at most); ``None`` for an input left to be
+    """Per input, its ids from the tokenizer's ``encode_batch``, encoded a
+    batch at a time (:data:`BATCH_TEXTS` texts, or as many as hold
+    :data:`BATCH_CHARS` characters) when the plan reaches it, so a call
+    refused early wastes one batch at most; ``None`` for an input left to be
     encoded alone: not valid text, or in a batch the tokenizer failed on
     (encoded alone, the input that fails is named). ``None`` for a
     tokenizer without ``encode_batch``."""
@@ -285,8 +288,14 @@ def _batches(tokenizer: Tokenizer, texts: Sequence[object]) -> Iterator[list[int
     encode_batch = cast(BatchTokenizer, tokenizer).encode_batch
 
     def batches() -> Iterator[list[int] | None]:
-        for start in range(0, len(texts), BATCH_TEXTS):
-            batch = texts[start : start + BATCH_TEXTS]
+        stop = 0
+        while stop < len(texts):
+            start, chars = stop, 0
+            while stop < len(texts) and stop - start < BATCH_TEXTS and chars < BATCH_CHARS:
+                text = texts[stop]
+                chars += len(text) if type(text) is str else 0
+                stop += 1
+            batch = texts[start:stop]
             out: list[list[int] | None] = [None] * len(batch)
             chosen = [i for i, text in enumerate(batch) if _is_text(text)]
             try:

@@ -17,7 +17,7 @@ import pytest
 
 import synapse_core as synapse
 from synapse_core.bounds import OFFLOAD_CHARS, characters
-from synapse_core.plan import BATCH_TEXTS
+from synapse_core.plan import BATCH_CHARS, BATCH_TEXTS
 from synapse_core.testing import transport_plugin
 from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.testing.fake_worker import fake_vector
@@ -51,7 +51,7 @@ class EncodeOnly:
     def __init__(self) -> None:
         self.basic = BasicTokenizer()
         self.encoded: list[str] = []
-        self.batches: list[int] = []
+        self.batches: list[list[str]] = []
 
     def encode(self, text: str) -> list[int]:
         self.encoded.append(text)
@@ -66,7 +66,7 @@ class Batching(EncodeOnly):
     CPU lane's does), recording each batch's size too."""
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
-        self.batches.append(len(texts))
+        self.batches.append(list(texts))
         self.encoded += texts
         return [self.basic.encode(text) for text in texts]
 
@@ -82,10 +82,10 @@ class TokenizerTransport(InProcessFakeTransport):
         return self.given
 
 
-def large_texts(count: int = 24) -> list[str]:
+def large_texts(count: int = 24, letters: int = 40) -> list[str]:
     """Distinct texts of 20 words (22 positions: the 32 bucket), over
     ``OFFLOAD_CHARS`` together."""
-    texts = [f"t{i} " + " ".join([f"{'x' * 40}{i}"] * 19) for i in range(count)]
+    texts = [f"t{i} " + " ".join([f"{'x' * letters}{i}"] * 19) for i in range(count)]
     assert characters(texts) > OFFLOAD_CHARS
     return texts
 
@@ -141,22 +141,33 @@ async def test_a_tokenizer_that_cannot_count_encodes_each_text_once_in_batches(
         result = await host.embed("m", texts)
     assert result.vectors == [pytest.approx(expected_vector(t), abs=1e-6) for t in texts]
     assert Counter(tokenizer.encoded) == Counter(texts)
-    assert tokenizer.batches == [min(len(texts), BATCH_TEXTS)]
+    assert tokenizer.batches == [texts]
 
 
+@pytest.mark.parametrize("letters", [5, 45])  # batches of BATCH_TEXTS; of BATCH_CHARS
 async def test_a_large_call_is_encoded_a_batch_at_a_time_up_to_its_first_refusal(
-    make_model: Any, make_config: Any
+    make_model: Any, make_config: Any, letters: int
 ) -> None:
     tokenizer = Batching()
     transport = TokenizerTransport(tokenizer)
-    texts = large_texts(3 * BATCH_TEXTS)
-    texts[BATCH_TEXTS + 1] = ""  # in the second batch
+    texts = large_texts(3 * BATCH_TEXTS, letters)
+    # At least the first batch's texts: no more than this many fit its bound.
+    most = min(BATCH_TEXTS, BATCH_CHARS // min(map(len, texts)) + 1)
+    bad = most + 1  # in the second batch
+    texts[bad] = ""
     cfg = make_config(make_model("m"))
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
         with pytest.raises(synapse.Refused) as refused:
             await host.embed("m", texts)
-    assert refused.value.index == BATCH_TEXTS + 1
-    assert tokenizer.batches == [BATCH_TEXTS, BATCH_TEXTS]  # not the third
+    assert refused.value.index == bad
+    # Two batches in order, the second holding the refused text; the rest never read.
+    first, second = tokenizer.batches
+    assert first + second == texts[: len(first) + len(second)]
+    assert len(first) <= bad < len(first) + len(second) < len(texts)
+    for batch in (first, second):  # each ends at BATCH_TEXTS or past BATCH_CHARS
+        assert len(batch) == BATCH_TEXTS or characters(batch) >= BATCH_CHARS
+        assert characters(batch[:-1]) < BATCH_CHARS
+    assert (len(first) == BATCH_TEXTS) == (letters == 5)
     assert transport.frames("infer") == []
 
 
