@@ -58,8 +58,9 @@ class BatchTokenizer(Tokenizer, Protocol):
 
     The host uses it where it encodes a call's texts while planning it (a
     tokenizer that does not count, :class:`CountingTokenizer`) and the call
-    has more than a few texts: they are encoded ``BATCH_TEXTS`` at a time
-    (:mod:`synapse_core.plan`), in a worker thread when the call is large.
+    has more than a few texts: they are encoded a batch at a time (up to
+    ``BATCH_TEXTS`` texts or ``BATCH_CHARS`` characters, :mod:`synapse_core.plan`),
+    in a worker thread when the call is large.
     A text it cannot encode fails the whole batch: the host then encodes
     that batch's texts one by one, to name the text that failed.
     """
