@@ -91,9 +91,11 @@ class Coalescer:
         hold every queued call back until its last request.
 
         Whether a call has every id at planning depends on ``plan.EAGER_TEXTS``
-        (8): a call of more texts is only counted then, unless its tokenizer
-        cannot count, so it does not join; building the shared request then
-        never runs a tokenizer that could fail on one caller's text."""
+        (8) where the tokenizer counts: a call of more texts is only counted
+        then, so it does not join (a tokenizer that does not count, the CPU
+        lane's, encodes every call while planning it); building the shared
+        request then never runs a tokenizer that could fail on one caller's
+        text."""
         items = plan.items
         if plan.task != "embed" or not all(item.ids is not None for item in items):
             return False
