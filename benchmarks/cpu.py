@@ -278,7 +278,7 @@ async def _measure(plan: Plan) -> Series:
     limit = OrtLimit(fp32)
     bulk = mixed_texts(plan.bulk_texts, seed=2000)
     texts = mixed_texts(plan.composed_texts)
-    positions = sum(model.tokenizer.positions(model.tokenizer.count(t)) for t in texts)
+    positions = sum(map(model.tokenizer.sequence_length, model.tokenizer.encode_batch(texts)))
     series = Series()
     st_encode = _sentence_transformers(model)
     for _ in range(plan.cold_starts):

@@ -16,7 +16,7 @@ from anyio.abc import TaskGroup
 
 from synapse_core.call import Call
 from synapse_core.catalog import Catalog
-from synapse_core.cut import plan_steps
+from synapse_core.cut import selection_of
 from synapse_core.deadline import Deadline
 from synapse_core.handoff import OneShot
 from synapse_core.plan import plan_call
@@ -78,30 +78,11 @@ def handoffs(
     return calls
 
 
-def steps_pair(samples: int) -> list[float]:
-    """p50 (µs) of ``plan_steps`` for one short text, with the worker's
-    remembered bucket choice and without it (asked again every call)."""
-    runner, worker, call = steps_rig()
-    plan_steps(call.plan, worker, runner.plugins)  # remembered from now on
-
-    def remembered() -> object:
-        worker.selection = worker.selection
-        return plan_steps(call.plan, worker, runner.plugins)
-
-    def asked_again() -> object:
-        worker.selection = None
-        return plan_steps(call.plan, worker, runner.plugins)
-
-    return _sync_pair([remembered, asked_again], samples)
-
-
 def bucket_pair(samples: int) -> list[float]:
     """p50 (µs) of one bucket choice: Synapse's own hook called directly with
     its choice kept per length, and the same hook through pluggy."""
     runner, worker, call = steps_rig()
-    plan_steps(call.plan, worker, runner.plugins)
-    direct = worker.selection
-    assert direct is not None
+    direct = selection_of(worker, runner.plugins)
     hooked = through_pluggy(direct, runner.plugins, worker.spec).select
     length = call.plan.longest.length
     return _sync_pair([lambda: direct.select(length), lambda: hooked(length)], samples)

@@ -9,14 +9,14 @@ from typing import Any
 from anyio.abc import TaskGroup
 
 from synapse_core.config import ModelSpec
+from synapse_core.cut import Selection
 from synapse_core.host import Host
 from synapse_core.plugins import PluginHost
-from synapse_core.residency.worker import Selection, Worker
+from synapse_core.residency.worker import Worker
 from synapse_core.serving import CallRunner
 
 SHORTCUTS = (
     "runner_pool",
-    "remembered_buckets",
     "head_start",
     "direct_bucket_hook",
 )
@@ -41,7 +41,8 @@ class Switch:
         self.on: Callable[[], None]
         self.off: Callable[[], None]
         if name == CONTROL:
-            self.on = self.off = lambda: setattr(worker, "selection", worker.selection)
+            plugins = host.plugins
+            self.on = self.off = lambda: setattr(plugins, "_only_default_buckets", True)
         elif name == "runner_pool":
             pooled = runners.submit
             spawn = task_per_call(runners.tg, runner)
@@ -58,15 +59,11 @@ class Switch:
                 runner.start, runner.try_begin = late, no_request  # type: ignore[method-assign,assignment]
 
             self.on, self.off = on, off
-        elif name == "remembered_buckets":
-            self.on = lambda: setattr(worker, "selection", worker.selection)
-            self.off = lambda: setattr(worker, "selection", None)
         elif name == "direct_bucket_hook":
-            direct = worker.selection
-            assert direct is not None, "warm the worker first"
-            hooked = through_pluggy(direct, host.plugins, worker.spec)
-            self.on = lambda: setattr(worker, "selection", direct)
-            self.off = lambda: setattr(worker, "selection", hooked)
+            # As if a plugin had its own bucket hook: every call's selector asks pluggy.
+            plugins = host.plugins
+            self.on = lambda: setattr(plugins, "_only_default_buckets", True)
+            self.off = lambda: setattr(plugins, "_only_default_buckets", False)
         else:
             raise ValueError(f"unknown shortcut {name!r}; one of {', '.join(SHORTCUTS)}")
 
@@ -102,7 +99,7 @@ def through_pluggy(selection: Selection, plugins: PluginHost, spec: ModelSpec) -
     def select(length: int) -> int:
         return plugins.select_bucket(length, hello.buckets, spec)
 
-    return Selection(hello, selection.plugins_version, select, selection.ceiling, selection.budget)
+    return Selection(hello, select, selection.ceiling, selection.budget)
 
 
 def _patch(owner: object, attribute: str, value: object) -> Callable[[], None]:
@@ -132,9 +129,6 @@ def switched_off(host: Host, names: Sequence[str]) -> Iterator[None]:
         elif name == "head_start":
             saved.append(_patch(runner, "start", no_head_start(runner)))
             saved.append(_patch(runner, "try_begin", no_request))
-        elif name == "remembered_buckets":
-            # Every worker forgets its choice as soon as it is made.
-            saved.append(_patch(Worker, "remember", lambda _worker, selection: selection))
         elif name == "direct_bucket_hook":
             # As if a plugin had its own bucket hook: always ask pluggy.
             saved.append(_patch(host.plugins, "_only_default_buckets", False))

@@ -17,16 +17,13 @@ The shortcuts, and what stands in for each when it is switched off:
 
 - ``runner_pool``: the detached task of a call is a parked task woken for
   it (``synapse_core.runners.Runners``); without, a task started per call.
-- ``remembered_buckets``: the bucket choice is worked out once per worker
-  hello and plugin set (``Worker.selection``); without, every call asks the
-  plugins for a selector again.
 - ``head_start``: the caller takes permit, guard, lease and channel turn and
   writes the first request before the detached task wakes (before the
   call's record, when all of it is free: ``CallRunner.try_begin``, then
   ``CallRunner.start``); without, the detached task takes everything.
 - ``direct_bucket_hook``: with only Synapse's own bucket hook registered,
-  it is called directly and its choice kept per length; without, every
-  sequence's bucket is asked of pluggy's hook caller.
+  it is called directly and its choice kept per length for the call's cut;
+  without, every sequence's bucket is asked of pluggy's hook caller.
 
 ``python -m benchmarks --only latency --without NAME`` runs the latency
 group with a shortcut switched off (see
@@ -46,7 +43,7 @@ from synapse_core.wire import Shape
 
 from . import rig
 from .harness import Figure, Mode, Series, blocked_p50
-from .shortcut_pieces import bucket_pair, handoff_pair, steps_pair
+from .shortcut_pieces import bucket_pair, handoff_pair
 from .shortcut_switches import CONTROL, SHORTCUTS, Switch
 
 BACKENDS = ("asyncio", "trio")
@@ -109,24 +106,8 @@ def measure(mode: Mode) -> list[Figure]:
     figures: list[Figure] = []
     pieces = Series()
     for _ in range(mode.repetitions):
-        remembered, asked = steps_pair(mode.latency_samples)
         direct, hooked = bucket_pair(mode.latency_samples)
-        pieces.add(
-            steps_remembered_us=remembered,
-            steps_asked_again_us=asked,
-            bucket_direct_us=direct,
-            bucket_pluggy_us=hooked,
-        )
-    figures.append(
-        _piece(
-            "remembered_buckets",
-            "",
-            pieces,
-            "steps_asked_again_us",
-            "steps_remembered_us",
-            "CallRunner._steps of one short text: selector asked again / remembered",
-        )
-    )
+        pieces.add(bucket_direct_us=direct, bucket_pluggy_us=hooked)
     figures.append(
         _piece(
             "direct_bucket_hook",

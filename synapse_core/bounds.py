@@ -10,10 +10,15 @@ the ceiling as any tokenizer the host serves reads it; only a text of runs
 of spaces, or of words longer than a tokenizer's own word limit, could, and
 those are refused too.
 
-A call whose texts are large together is tokenised in a worker thread
-(:func:`encoded`), a few at a time, so the event loop goes on serving: each
-text is encoded by its own call of the tokenizer, and the loop runs between
-them even when a tokenizer holds the GIL while it works.
+A call whose texts are large together is planned in a worker thread
+(:func:`plan_large`), so the event loop goes on serving: every input is
+sized and checked there, each by its own call of the tokenizer (or a batch
+at a time, by one that releases the GIL), so the loop runs between them
+even when a tokenizer holds the GIL while it works. Planning in the thread
+does what it does on the loop (:func:`~synapse_core.plan.plan_call`): a
+tokenizer that counts cheaply only counts, and the call's ids are encoded
+chunk by chunk while its earlier requests run; any other encodes each text
+once, there, and the plan keeps the ids.
 """
 
 from __future__ import annotations
@@ -36,7 +41,7 @@ from .naming import shown
 # Plan and Truncate are the host's too: it reads them from here.
 from .plan import Plan as Plan
 from .plan import Truncate as Truncate
-from .plan import invalid_text, plan_call
+from .plan import plan_call
 
 
 class Planning(Protocol):
@@ -146,8 +151,8 @@ def planned(entry: Entry, texts: Texts, query: str | None, truncate: Truncate) -
 
 async def plan_large(host: Planning, asked: Asked) -> Plan | None:
     """The plan of a call whose texts are large together (over
-    :data:`OFFLOAD_CHARS`): bounded on the event loop, then tokenised and
-    planned in a worker thread (at most :data:`TOKENIZING_THREADS` at once per
+    :data:`OFFLOAD_CHARS`): bounded on the event loop, then planned in a
+    worker thread (at most :data:`TOKENIZING_THREADS` at once per
     host). ``None`` for any other call, which the host plans on the spot
     (:func:`planned`)."""
     if characters(asked.texts, asked.query) <= OFFLOAD_CHARS:
@@ -159,13 +164,11 @@ async def plan_large(host: Planning, asked: Asked) -> Plan | None:
     bound, cut = bounded(entry, texts, query, truncate)
 
     def plan() -> Plan | Exception:
-        ids = encoded(entry, bound, truncate)
         try:
-            return _with_cut(plan_call(entry, ids, query, truncate), cut)
+            return _with_cut(plan_call(entry, bound, query, truncate), cut)
         except Exception as exc:
-            # Refused: let go of every id (the traceback's frames hold them
-            # too) before the memory is given back.
-            del ids
+            # Refused: let go of every id encoded (the traceback's frames
+            # hold them) before the memory is given back.
             refusal = exc.with_traceback(None)
         give_back()
         # Returned, not raised: an exception raised across the thread is
@@ -192,31 +195,6 @@ def _with_cut(plan: Plan, cut: tuple[int, ...]) -> Plan:
     if cut:
         plan.truncated = tuple(sorted({*plan.truncated, *cut}))
     return plan
-
-
-def encoded(entry: Entry, texts: Texts, truncate: object) -> list[str | Sequence[int]]:
-    """``texts`` with each valid text replaced by its token ids, as the plan
-    would encode it; run in a worker thread. A text the tokenizer fails on,
-    or that is not valid text, is left as it is, for the plan to refuse with
-    its index as it always does; so are the texts after one the plan will
-    refuse as over the ceiling (unless ``truncate``), which are never read."""
-    tokenizer = entry.tokenizer
-    model = entry.spec.name
-    out: list[str | Sequence[int]] = []
-    for index, text in enumerate(texts):
-        if type(text) is str and (text.isascii() or invalid_text(model, text, "", index) is None):
-            try:
-                ids = tokenizer.encode(text)
-            except Exception:  # the plan reports it, naming the input
-                out.append(text)
-                continue
-            out.append(ids)
-            if not truncate and tokenizer.sequence_length(ids) > entry.ceiling:
-                out.extend(texts[index + 1 :])
-                break
-        else:
-            out.append(text)
-    return out
 
 
 def give_back() -> None:

@@ -32,7 +32,8 @@ from .handoff import OneShot
 from .plan import Plan
 
 if TYPE_CHECKING:
-    from .residency.worker import Selection, Worker
+    from .cut import Selection
+    from .residency.worker import Worker
 
 #: most inputs a coalesced call takes before the worker has said its batch
 #: size: a guess that bounds the first shared request (a worker that takes
@@ -55,8 +56,9 @@ class Coalescer:
 
     ``launch`` starts a call as the host starts any call (raising what the
     head start raises); ``event`` makes a one-shot event; ``line`` counts
-    queued calls in the host's backlog; ``batch`` is the most inputs one
-    request of the model's worker takes.
+    queued calls in the host's backlog; ``worker`` gives the model's worker
+    (if any) and ``selection`` how a call picks buckets on it (only asked
+    with a ``budget``, to count the positions queued calls take).
     """
 
     def __init__(
@@ -65,12 +67,14 @@ class Coalescer:
         event: Callable[[], OneShot],
         line: Line,
         worker: Callable[[], Worker | None],
+        selection: Callable[[Worker], Selection],
         budget: int | None = None,
     ) -> None:
         self._launch = launch
         self._event = event
         self._line = line
         self._worker = worker
+        self._selection = selection
         self._budget = budget
         self.running: Call | None = None
         # Invariant: each queued call is joined to this queue (``joined is
@@ -87,9 +91,11 @@ class Coalescer:
         hold every queued call back until its last request.
 
         Whether a call has every id at planning depends on ``plan.EAGER_TEXTS``
-        (8): a call of more texts is only counted then, unless its tokenizer
-        cannot count, so it does not join; building the shared request then
-        never runs a tokenizer that could fail on one caller's text."""
+        (8) where the tokenizer counts: a call of more texts is only counted
+        then, so it does not join (a tokenizer that does not count, the CPU
+        lane's, encodes every call while planning it); building the shared
+        request then never runs a tokenizer that could fail on one caller's
+        text."""
         items = plan.items
         if plan.task != "embed" or not all(item.ids is not None for item in items):
             return False
@@ -148,8 +154,12 @@ class Coalescer:
         worker = self._worker()
         hello = worker.hello if worker is not None else None
         room = hello.max_batch if hello is not None else BEFORE_HELLO
-        selection = worker.selection if worker is not None else None
         budget = self._budget
+        selection = (
+            self._selection(worker)
+            if worker is not None and hello is not None and budget is not None
+            else None
+        )
         taken = 0
         size = 0
         positions = 0

@@ -9,7 +9,7 @@ joined up to the batch size (:func:`join_next`), and keeps to the budget from
 the moment a second call enters the worker until the worker is idle again.
 
 A plan is cut once (:func:`steps_of` keeps its steps in the plan, for the
-worker's bucket choice they were cut by), and the ceiling is checked once:
+bucket choice they were cut by), and the ceiling is checked once:
 the plan checked every input against the catalog's ceiling, so cutting it
 checks again only when the worker's own ceiling is lower (its largest bucket
 is smaller than the catalog declared).
@@ -19,36 +19,41 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
+import attrs
+
 from .config import ModelSpec
 from .errors import PluginError
 from .plan import Group, Item, Plan, over_ceiling
 from .plugins import PluginHost
-from .residency.worker import Selection, Worker
+from .residency.worker import Worker
 from .transport import Transport
-from .wire import Infer, Shape
+from .wire import Hello, Infer, Shape
+
+
+@attrs.frozen
+class Selection:
+    """How one call picks buckets on a worker."""
+
+    hello: Hello
+    select: Callable[[int], int]
+    #: longest sequence served: the catalog ceiling, capped by the largest bucket
+    ceiling: int
+    #: most positions (bucket x sequences) per request, or ``None``: ``max_batch`` alone
+    budget: int | None = None
 
 
 def selection_of(worker: Worker, plugins: PluginHost) -> Selection:
-    """How ``worker``'s calls pick buckets now. The worker remembers it until
-    its hello or the plugins change."""
+    """How a call picks buckets on ``worker`` now, asked of the plugins for
+    each call's cut (keeping it per worker saved too little of a whole call
+    to stay: docs/performance.md, *Speed shortcuts and what each buys*)."""
     hello = worker.hello
     assert hello is not None
-    selection = worker.selection
-    if (
-        selection is None
-        or selection.hello is not hello
-        or selection.plugins_version != plugins.version
-    ):
-        selection = worker.remember(
-            Selection(
-                hello,
-                plugins.version,
-                plugins.bucket_selector(hello.buckets, worker.spec),
-                worker.ceiling,
-                request_budget(worker.spec, worker.transport),
-            )
-        )
-    return selection
+    return Selection(
+        hello,
+        plugins.bucket_selector(hello.buckets, worker.spec),
+        worker.ceiling,
+        request_budget(worker.spec, worker.transport),
+    )
 
 
 def cut(plan: Plan, selection: Selection) -> list[Group]:
@@ -66,18 +71,15 @@ def cut(plan: Plan, selection: Selection) -> list[Group]:
     )
 
 
-def plan_steps(plan: Plan, worker: Worker, plugins: PluginHost) -> list[Group]:
-    """``plan`` cut into requests on ``worker`` now (kept nowhere)."""
-    return cut(plan, selection_of(worker, plugins))
-
-
 def steps_of(plan: Plan, worker: Worker, plugins: PluginHost) -> list[Group]:
     """``plan``'s requests on ``worker``: cut the first time, then the ones
-    kept in the plan for as long as the worker's bucket choice stands."""
-    selection = selection_of(worker, plugins)
-    steps = plan.kept_steps(selection)
+    kept in the plan for as long as the worker's hello stands (a head start
+    that cut the plan and then found something busy leaves its cut to the
+    call's task)."""
+    hello = worker.hello
+    steps = plan.kept_steps(hello)
     if steps is None:
-        steps = plan.keep_steps(selection, cut(plan, selection))
+        steps = plan.keep_steps(hello, cut(plan, selection_of(worker, plugins)))
     return steps
 
 

@@ -15,7 +15,7 @@ from .call import Call, EmbedResult, RerankResult
 from .catalog import Catalog, Entry, default_config
 from .coalesce import Coalescer
 from .config import HostConfig, Task
-from .cut import request_budget
+from .cut import request_budget, selection_of
 from .deadline import Clock, Deadline, check_deadline, monotonic
 from .errors import HostClosed, Retired
 from .plugins import PluginHost
@@ -300,6 +300,7 @@ class Host:
                 anyio.Event,
                 self._runner,
                 lambda: self._workers.get(model),
+                lambda worker: selection_of(worker, self.plugins),
                 budget,
             )
             self._coalescers[model] = coalescer

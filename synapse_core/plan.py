@@ -1,15 +1,18 @@
 """Planning a composed call: refusals before inference, then bucket groups.
 
-Every input is counted and checked before anything runs; token ids are
-encoded later, chunk by chunk. A sequence that does not fit is refused with
-its index, unless the caller explicitly asked for truncation: then it is cut
-to the ceiling here, and the plan lists every index that was cut.
+Every input is sized and checked before anything runs. A tokenizer that
+counts cheaply (``CountingTokenizer``) counts a large call's texts, and
+their ids are encoded later, chunk by chunk, while earlier chunks run; any
+other call is encoded here, once, its ids kept in the plan (in batches
+where the tokenizer encodes many texts at once, ``BatchTokenizer``). A
+sequence that does not fit is refused with its index, unless the caller
+explicitly asked for truncation: then it is cut to the ceiling here, and
+the plan lists every index that was cut.
 """
 
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterator, Sequence
 from typing import Literal, cast
 
@@ -17,16 +20,20 @@ import attrs
 
 from .catalog import Entry
 from .errors import PluginError, Refused
-from .tokenizer import CountingTokenizer, Tokenizer
+from .inputs import invalid_text, invalid_token, token_id_limit, tokenizer_failed
+from .tokenizer import BatchTokenizer, CountingTokenizer, Tokenizer
 
 #: calls of at most this many texts are encoded while they are planned (a
 #: pass of counting first would only cost them; larger calls are encoded
 #: chunk by chunk while earlier chunks run). Coalescing relies on it: only
 #: a call whose ids are all known joins others (``Coalescer.joins``)
 EAGER_TEXTS = 8
-
-#: a UTF-16 surrogate on its own: a str can hold one, UTF-8 cannot encode it
-_SURROGATE = re.compile("[\ud800-\udfff]")
+#: texts a :class:`~synapse_core.tokenizer.BatchTokenizer` encodes at a time
+#: while a call is planned, and the characters a batch stops at (past one
+#: text): enough for its threads to share, few enough that a call refused
+#: early (say, at a long first text) wastes little
+BATCH_TEXTS = 64
+BATCH_CHARS = 32 * 1024
 
 
 @attrs.define(eq=False)
@@ -131,10 +138,6 @@ def over_ceiling(model: str, item: Item, ceiling: int, pair: bool = False) -> Re
     )
 
 
-def tokenizer_failed(model: str, what: str, exc: Exception) -> PluginError:
-    return PluginError(f"the tokenizer of model {model!r} failed on {what}: {exc!r}")
-
-
 #: what ``truncate`` may be: no cut, a cut at the end (True or "end"), or at the start
 Truncate = bool | Literal["end", "start"]
 
@@ -191,73 +194,6 @@ def _sequence(texts: object, what: str) -> Sequence[object]:
     raise TypeError(f"{what} must be a list of strings, got {type(texts).__name__}{hint}")
 
 
-#: token ids reach workers as 32-bit integers at most (a numpy or device
-#: table index); a larger int fails on the wire or inside the worker
-TOKEN_ID_LIMIT = 2**31
-
-
-def token_id_limit(model: str, tokenizer: Tokenizer) -> int:
-    """One past the largest token id the model takes: its vocabulary's size
-    where the tokenizer tells it (:class:`~synapse_core.tokenizer.SizedTokenizer`),
-    else the 32-bit bound."""
-    size = getattr(tokenizer, "vocab_size", None)
-    if size is None:
-        return TOKEN_ID_LIMIT
-    try:
-        limit = int(size())
-    except Exception as exc:
-        raise tokenizer_failed(model, "its vocabulary size", exc) from exc
-    return min(limit, TOKEN_ID_LIMIT)
-
-
-def invalid_token(
-    model: str, ids: Sequence[object], what: str, index: int, limit: int
-) -> Refused | None:
-    """The refusal of token ids ``ids`` if one is not an int in ``range(limit)``."""
-    if all(type(i) is int for i in ids) and (
-        not ids or (min(ids) >= 0 and max(ids) < limit)  # type: ignore[type-var,operator]
-    ):
-        return None
-    for position, token in enumerate(ids):
-        if type(token) is not int:
-            kind = "None" if token is None else f"of type {type(token).__name__}"
-            problem = f"is {kind}, not an integer"
-        elif token < 0:
-            problem = "is negative"
-        elif token >= limit:
-            problem = (
-                f"is past the vocabulary of model {model!r} (ids 0 to {limit - 1})"
-                if limit < TOKEN_ID_LIMIT
-                else "is not a 32-bit integer"
-            )
-        else:
-            continue
-        return Refused(
-            "invalid-token",
-            f"{what}: token id {token!r} at position {position} {problem}; give text, "
-            "or ids of the model's own tokenizer",
-            model=model,
-            index=index,
-        )
-    return None  # pragma: no cover - the check above found a bad id
-
-
-def invalid_text(model: str, value: object, what: str, index: int | None) -> Refused | None:
-    """The refusal of ``value`` if it is not text UTF-8 can carry (else ``None``)."""
-    if isinstance(value, str):
-        found = _SURROGATE.search(value)
-        if found is None:
-            return None
-        problem = (
-            f"holds a lone surrogate (U+{ord(found.group()):04X}) at character {found.start()}, "
-            "which is not valid Unicode; decode its bytes with errors='replace' or fix its source"
-        )
-    else:
-        kind = "None" if value is None else f"of type {type(value).__name__}"
-        problem = f"is {kind}, not text; give a string"
-    return Refused("invalid-text", f"{what} {problem}", model=model, index=index)
-
-
 def plan_call(
     entry: Entry,
     texts: Sequence[str | Sequence[int]],
@@ -294,13 +230,15 @@ def plan_call(
     tokenizer = entry.tokenizer
     query_ids = None if query is None else _query_ids(model, tokenizer, query)
     counting = _counting(tokenizer, len(texts))
+    batches = _batches(tokenizer, texts) if counting is None and len(texts) > EAGER_TEXTS else None
     ceiling = entry.ceiling
     items = []
     cut: list[int] = []
     # Each input is checked as soon as it is sized, so the first bad input is
     # the one reported, whatever is wrong with later ones.
     for index, given in enumerate(texts):
-        item = _sized(model, tokenizer, counting, query_ids, index, given)
+        encoded = None if batches is None else next(batches)
+        item = _sized(model, tokenizer, counting, query_ids, index, given, encoded)
         if item.length > ceiling:
             if not truncate:
                 raise over_ceiling(model, item, ceiling, pair=query is not None)
@@ -337,6 +275,45 @@ def _counting(tokenizer: Tokenizer, texts: int) -> CountingTokenizer | None:
     return None
 
 
+def _batches(tokenizer: Tokenizer, texts: Sequence[object]) -> Iterator[list[int] | None] | None:
+    """Per input, its ids from the tokenizer's ``encode_batch``, encoded a
+    batch at a time (:data:`BATCH_TEXTS` texts, or as many as hold
+    :data:`BATCH_CHARS` characters) when the plan reaches it, so a call
+    refused early wastes one batch at most; ``None`` for an input left to be
+    encoded alone: not valid text, or in a batch the tokenizer failed on
+    (encoded alone, the input that fails is named). ``None`` for a
+    tokenizer without ``encode_batch``."""
+    if not hasattr(tokenizer, "encode_batch"):
+        return None
+    encode_batch = cast(BatchTokenizer, tokenizer).encode_batch
+
+    def batches() -> Iterator[list[int] | None]:
+        stop = 0
+        while stop < len(texts):
+            start, chars = stop, 0
+            while stop < len(texts) and stop - start < BATCH_TEXTS and chars < BATCH_CHARS:
+                text = texts[stop]
+                chars += len(text) if type(text) is str else 0
+                stop += 1
+            batch = texts[start:stop]
+            out: list[list[int] | None] = [None] * len(batch)
+            chosen = [i for i, text in enumerate(batch) if _is_text(text)]
+            try:
+                encoded = encode_batch([cast(str, batch[i]) for i in chosen])
+            except Exception:
+                encoded = []
+            if len(encoded) == len(chosen):
+                for i, ids in zip(chosen, encoded, strict=True):
+                    out[i] = ids
+            yield from out
+
+    return batches()
+
+
+def _is_text(value: object) -> bool:
+    return type(value) is str and (value.isascii() or invalid_text("", value, "", None) is None)
+
+
 def _sized(
     model: str,
     tokenizer: Tokenizer,
@@ -344,9 +321,11 @@ def _sized(
     query_ids: list[int] | None,
     index: int,
     given: str | Sequence[int],
+    encoded: list[int] | None = None,
 ) -> Item:
-    """Input ``index`` sized (``counting``: counted, not encoded); refused if
-    it is neither valid text nor token ids, or if it is empty."""
+    """Input ``index`` sized (``counting``: counted, not encoded; ``encoded``:
+    its ids, from a batch); refused if it is neither valid text nor token
+    ids, or if it is empty."""
     noun = "document" if query_ids is not None else "input"
     if type(given) in (list, tuple):
         # Checked here, so a worker never sees an id it cannot look up.
@@ -369,7 +348,7 @@ def _sized(
             n = counting.count(text)
             length = counting.positions(n, None if query_ids is None else len(query_ids))
         else:
-            ids = tokenizer.encode(text)
+            ids = tokenizer.encode(text) if encoded is None else encoded
             n = len(ids)
             length = tokenizer.sequence_length(ids, query_ids)
     except Exception as exc:

@@ -18,7 +18,9 @@ importing ``ModelWorker`` does not pay for the host's modules.
   :data:`hookimpl`, :class:`ModelSpec`, :data:`Task`, tokenizers
   (:class:`BasicTokenizer` is the default one; :class:`DescribingTokenizer`
   and :class:`TokenPiece` for one that can say what each token is,
-  :class:`SizedTokenizer` for one that knows its vocabulary's size), and the
+  :class:`SizedTokenizer` for one that knows its vocabulary's size,
+  :class:`CountingTokenizer` for one that counts cheaper than it encodes,
+  :class:`BatchTokenizer` for one that encodes many texts at once), and the
   errors a transport raises (:class:`LaneLocked`, :class:`SynapseError`).
 - Options: :func:`parse_options`, :class:`FieldInvalid`,
   :class:`ConfigError`, :class:`WorkerOptions`, :class:`Faults`, the ready
@@ -63,6 +65,7 @@ _EXPORTS = {
     "ModelSpec": "config",
     "Task": "wire",
     "BasicTokenizer": "tokenizer",
+    "BatchTokenizer": "tokenizer",
     "CountingTokenizer": "tokenizer",
     "DescribingTokenizer": "tokenizer",
     "SizedTokenizer": "tokenizer",
@@ -155,6 +158,7 @@ __all__ = [
     "Action",
     "Availability",
     "BasicTokenizer",
+    "BatchTokenizer",
     "ConfigError",
     "Conversion",
     "CountingTokenizer",
@@ -223,6 +227,7 @@ if TYPE_CHECKING:
     from .process import confirm_exit, launch_spec, spawn_worker
     from .tokenizer import (
         BasicTokenizer,
+        BatchTokenizer,
         CountingTokenizer,
         DescribingTokenizer,
         SizedTokenizer,

@@ -75,8 +75,6 @@ class PluginHost:
         self.pm.add_hookspecs(hookspecs)
         self.pm.register(defaults, name="synapse-defaults")
         self._only_default_buckets: bool | None = None  # worked out at first use
-        #: bumped by every registration, so what was derived from the plugins can tell it is stale
-        self.version = 0
         self.infos: list[PluginInfo] = []
         self.problems: list[str] = []
         if load_entry_points:
@@ -112,7 +110,6 @@ class PluginHost:
         self.infos.append(info)
         self._transports = None
         self._only_default_buckets = None
-        self.version += 1
 
     def _unknown_hooks(self, plugin: object) -> list[str]:
         unknown = []
@@ -225,7 +222,8 @@ class PluginHost:
         With only Synapse's own implementation registered it skips pluggy's
         dispatch, which costs more than the choice itself on a short call
         (3 µs against 0.2 µs; docs/performance.md), and remembers each
-        length's bucket: its choice depends on nothing else. Any other
+        length's bucket while the selector lives (one call's cut): its
+        choice depends on nothing else. Any other
         implementation or wrapper (``get_hookimpls`` lists both) turns that
         off: the hook is then asked through pluggy for every choice.
         """

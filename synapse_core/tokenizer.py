@@ -33,15 +33,40 @@ class CountingTokenizer(Tokenizer, Protocol):
 
     With both methods the host checks a large call's lengths by counting,
     before anything runs, and encodes it chunk by chunk while earlier chunks
-    run on the worker; without them it encodes every input up front.
+    run on the worker; without them it encodes every input up front, once,
+    and keeps the ids.
+
+    The rule: offer ``count`` only where it costs clearly less than
+    ``encode``. A count that has to encode (``len(self.encode(text))``)
+    makes the host tokenise every text of a large call twice, once to
+    count it and once to send it; leave ``count`` out then (and offer
+    :class:`BatchTokenizer` if the tokenizer encodes many texts faster).
     """
 
     def count(self, text: str) -> int:
-        """``len(encode(text))``, as cheaply as the tokenizer can tell it."""
+        """``len(encode(text))``, cheaper than encoding (see the class's rule)."""
         ...
 
     def positions(self, count: int, pair: int | None = None) -> int:
         """``sequence_length`` of sequences of ``count`` (and ``pair``) tokens."""
+        ...
+
+
+class BatchTokenizer(Tokenizer, Protocol):
+    """A tokenizer that encodes many texts in one call faster than one by one
+    (optional): in parallel, say, with the GIL released.
+
+    The host uses it where it encodes a call's texts while planning it (a
+    tokenizer that does not count, :class:`CountingTokenizer`) and the call
+    has more than a few texts: they are encoded a batch at a time (up to
+    ``BATCH_TEXTS`` texts or ``BATCH_CHARS`` characters, :mod:`synapse_core.plan`),
+    in a worker thread when the call is large.
+    A text it cannot encode fails the whole batch: the host then encodes
+    that batch's texts one by one, to name the text that failed.
+    """
+
+    def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """``[self.encode(text) for text in texts]``, the same ids, only faster."""
         ...
 
 

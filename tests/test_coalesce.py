@@ -9,12 +9,19 @@ import anyio
 import pytest
 
 import synapse_core as synapse
+from synapse_core.call import Call, Coalesced
+from synapse_core.plan import Item, Plan
+from synapse_core.plugins import PluginHost
+from synapse_core.residency.lane import Backlog
+from synapse_core.serving import CallRunner
 from synapse_core.testing import eventually, transport_plugin
 from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.testing.fake_worker import FakeWorker, fake_vector
 from synapse_core.tokenizer import VOCAB, BasicTokenizer
 from synapse_core.transport import Launched, LaunchRequest
 from synapse_core.wire import Infer
+
+from .room_waits import to_just_before
 
 pytestmark = pytest.mark.anyio
 
@@ -298,32 +305,66 @@ async def test_calls_queued_when_their_model_is_retired_are_not_started(
 async def test_coalesced_callers_out_of_lane_room_get_capacity_exhausted(
     make_model: Any, make_config: Any, gate: Any
 ) -> None:
-    # "a" holds the lane's room while its reply is held; "b" coalesces.
+    # "a" holds the lane's room while its reply is held; "b" coalesces. No
+    # deadline passes before the test moves the clock (see room_waits): the
+    # queued calls are queued by then, and their own waits go on.
+    clock = synapse.FakeClock()
     transport = InProcessFakeTransport()
     transport.reply_gate = gate
     gate.armed = lambda model, frame: model == "a" and isinstance(frame, Infer)
     lanes = {"fake:0": {"capacity": 20}}
     cfg = make_config(make_model("a"), make_model("b"), lanes=lanes, coalesce=True)
-    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+    plugins = [transport_plugin(transport)]
+    async with synapse.open_host(cfg, plugins=plugins, clock=clock) as host:
         await host.load("b")
-        results: list[object] = []
+        start = clock()
+        results: dict[str, object] = {}
 
         async def b(text: str, seconds: float) -> None:
             try:
-                await host.embed("b", [text], deadline=synapse.Deadline.after(seconds))
+                await host.embed("b", [text], deadline=synapse.Deadline(start + seconds))
             except synapse.SynapseError as exc:
-                results.append(exc)
+                results[text] = exc
 
         async with anyio.create_task_group() as tg:
             tg.start_soon(host.embed, "a", ["x"])
             await gate.arrived.wait()
-            tg.start_soon(b, "runs first", 0.05)
+            tg.start_soon(b, "runs first", 100)
             await eventually(lambda: host.backlog.waiting == 1)  # waiting for room
-            tg.start_soon(b, "queued", 0.2)
-            tg.start_soon(b, "queued too", 0.2)
+            tg.start_soon(b, "queued", 200)
+            tg.start_soon(b, "queued too", 200)
+            await eventually(lambda: host.backlog.waiting == 3)  # both queued behind it
+            to_just_before(clock, start + 100, host, "b")
+            await eventually(lambda: len(results) == 1)
+            # The two queued calls now run as one, and wait for room in turn.
+            to_just_before(clock, start + 200, host, "b")
             await eventually(lambda: len(results) == 3)
             gate.release.set()
-        assert [type(r) for r in results] == [synapse.CapacityExhausted] * 3
+        assert {text: type(r) for text, r in results.items()} == {
+            "runs first": synapse.CapacityExhausted,
+            "queued": synapse.CapacityExhausted,
+            "queued too": synapse.CapacityExhausted,
+        }
+        assert all("had no room" in str(r) for r in results.values())
+
+
+async def test_a_coalesced_callers_own_deadline_ends_in_what_the_shared_wait_noted() -> None:
+    # A caller's own wait may end at its deadline before the coalesced call's
+    # room wait does: it reports what that wait would end in, not a bare
+    # DeadlineExceeded. The fake clock leaves the caller 1 ms of real wait.
+    clock = synapse.FakeClock()
+    runner = CallRunner(PluginHost([]), clock, anyio.CapacityLimiter(1), Backlog(), max_waiting=8)
+    plan = Plan("m", "embed", (Item(0, "x", 1, 1, [1]),), BasicTokenizer())
+    callers = [Call.new(plan, synapse.Deadline(clock() + 0.001), anyio.Event()) for _ in "ab"]
+    shared = Coalesced.of(callers, anyio.Event())
+    shared.note_expiry(synapse.CapacityExhausted("no room for the shared call"))
+    for caller in callers:
+        with pytest.raises(synapse.CapacityExhausted, match="no room for the shared call"):
+            await runner.wait(caller)
+        assert caller.abandoned
+    shared.note_expiry(None)  # the wait ended otherwise: a bare deadline again
+    with pytest.raises(synapse.DeadlineExceeded):
+        await runner.wait(callers[0])
 
 
 async def test_a_coalesced_call_refused_by_its_worker_is_served_call_by_call(
@@ -386,8 +427,6 @@ async def test_a_served_call_is_freed_at_once_not_left_to_the_cycle_collector(
     # cycle it outlives it until a full collection, which under load is rare.
     import gc
     import weakref
-
-    from synapse_core.call import Call
 
     calls: list[weakref.ref[Call]] = []
 

@@ -16,6 +16,8 @@ from synapse_core.testing import eventually, transport_plugin
 from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.wire import Admit, Infer
 
+from .room_waits import to_just_before
+
 pytestmark = pytest.mark.anyio
 
 LANE = "fake:0"
@@ -238,18 +240,33 @@ async def test_restart_budget_stops_a_crash_loop(make_model: Any, make_config: A
 async def test_lane_full_waits_then_capacity_exhausted(
     make_model: Any, make_config: Any, gate: Any
 ) -> None:
+    # No deadline passes before b waits for room (see room_waits).
+    clock = synapse.FakeClock()
     transport = InProcessFakeTransport()
     transport.reply_gate = gate
     gate.armed = lambda model, frame: model == "a" and isinstance(frame, Infer)
     cfg = make_config(make_model("a"), make_model("b"), lanes={LANE: {"capacity": 20}})
-    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)], clock=clock) as host:
         await host.load("b")
+        deadline = synapse.Deadline(clock() + 100)
+        outcome: list[Exception] = []
+
+        async def b() -> None:
+            try:
+                await host.embed("b", ["y"], deadline=deadline)
+            except synapse.SynapseError as exc:
+                outcome.append(exc)
+
         async with anyio.create_task_group() as tg:
             tg.start_soon(host.embed, "a", ["x"])
             await gate.arrived.wait()
-            with pytest.raises(synapse.CapacityExhausted, match="no room"):
-                await host.embed("b", ["y"], deadline=synapse.Deadline.after(0.05))
+            tg.start_soon(b)
+            await eventually(lambda: host.backlog.waiting == 1)  # waiting for room
+            to_just_before(clock, deadline.when, host, "b")
+            await eventually(lambda: len(outcome) == 1)
             gate.release.set()
+        [exhausted] = outcome
+        assert isinstance(exhausted, synapse.CapacityExhausted) and "no room" in str(exhausted)
         assert lane(host).reserved == 16
         # b gave up at its deadline and charged nothing.
         assert [w.shapes for w in lane(host).workers if w.model == "b"] == [[]]

@@ -161,19 +161,32 @@ async def test_retirement_is_not_held_up_by_a_call_queued_for_a_permit(
 async def test_no_admission_starts_after_the_deadline(
     make_model: Any, make_config: Any, gate: Any
 ) -> None:
+    # The deadline passes (on a FakeClock) while the eviction is held.
+    clock = synapse.FakeClock()
     transport = InProcessFakeTransport()
     transport.reply_gate = gate
     gate.armed = lambda model, frame: isinstance(frame, Evict)
     cfg = make_config(make_model("a"), make_model("b"), lanes={"fake:0": {"capacity": 20}})
-    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)], clock=clock) as host:
         await host.embed("b", ["x"])  # b's shape: 16 of 20 units, unleased
         await host.load("a")
-        with pytest.raises(synapse.DeadlineExceeded):
-            await host.embed("a", ["x"], deadline=synapse.Deadline.after(0.1))
-        assert gate.holding == 1  # the eviction was under way at the deadline
-        gate.release.set()
+        outcome: list[Exception] = []
+
+        async def a() -> None:
+            try:
+                await host.embed("a", ["x"], deadline=synapse.Deadline(clock() + 100))
+            except synapse.SynapseError as exc:
+                outcome.append(exc)
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(a)
+            await gate.arrived.wait()  # the eviction is under way
+            clock.advance(200)
+            gate.release.set()
+        [late] = outcome
+        assert isinstance(late, synapse.DeadlineExceeded) and "nothing was sent" in str(late)
         await eventually(lambda: host.snapshot().worker("a").inflight == 0)
-        assert transport.frames("admit", model="a") == []
+        assert transport.frames("evict", model="b") and transport.frames("admit", model="a") == []
 
 
 async def test_load_during_retirement_waits_and_serves_from_a_fresh_worker(

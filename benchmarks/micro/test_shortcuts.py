@@ -23,37 +23,21 @@ from benchmarks import shortcut_pieces as pieces
 from benchmarks import shortcuts
 from benchmarks.harness import SMOKE
 from benchmarks.shortcut_switches import CONTROL, SHORTCUTS, through_pluggy
-from synapse_core.cut import plan_steps
+from synapse_core.cut import selection_of
 
 #: hand-offs per timed round (one is too short to time)
 HANDOFFS = 200
 
 
 @pytest.mark.parametrize("variant", ["with", "without"])
-def test_remembered_bucket_choice(benchmark: Any, variant: str) -> None:
-    runner, worker, call = pieces.steps_rig()
-    plan_steps(call.plan, worker, runner.plugins)
-    benchmark.group = "remembered_buckets"
-    forget = variant == "without"
-
-    def steps() -> object:
-        if forget:
-            worker.selection = None
-        return plan_steps(call.plan, worker, runner.plugins)
-
-    assert len(benchmark(steps)) == 1
-
-
-@pytest.mark.parametrize("variant", ["with", "without"])
 def test_direct_bucket_hook(benchmark: Any, variant: str) -> None:
     runner, worker, call = pieces.steps_rig()
-    plan_steps(call.plan, worker, runner.plugins)
+    selection = selection_of(worker, runner.plugins)
     benchmark.group = "direct_bucket_hook"
-    assert worker.selection is not None and worker.hello is not None
     length = call.plan.longest.length
-    select = worker.selection.select
+    select = selection.select
     if variant == "without":
-        select = through_pluggy(worker.selection, runner.plugins, worker.spec).select
+        select = through_pluggy(selection, runner.plugins, worker.spec).select
     assert benchmark(select, length) == 16
 
 

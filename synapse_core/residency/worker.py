@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from enum import StrEnum
 
 import anyio
@@ -16,19 +15,6 @@ from ..transport import Transport, WorkerProcess
 from ..wire import Hello, Shape
 from .lane import Lane
 from .signal import Signal
-
-
-@attrs.frozen
-class Selection:
-    """How a worker's calls pick buckets, worked out once per hello and plugin set."""
-
-    hello: Hello
-    plugins_version: int
-    select: Callable[[int], int]
-    #: longest sequence served: the catalog ceiling, capped by the largest bucket
-    ceiling: int
-    #: most positions (bucket x sequences) per request, or ``None``: ``max_batch`` alone
-    budget: int | None = None
 
 
 class Phase(StrEnum):
@@ -104,8 +90,6 @@ class Worker:
     #   reservation is refunded only once the exit of the process that held it
     #   is confirmed (then ``gone``), and the worker is not EXITED meanwhile.
     lingering: WorkerProcess | None = None
-    #: the bucket choice for the current hello and plugin set (see ``CallRunner``)
-    selection: Selection | None = None
     _changed: Signal = attrs.field(factory=Signal)
 
     @property
@@ -137,11 +121,6 @@ class Worker:
     def is_retiring(self) -> bool:
         """``retiring``, read after an await (a call, so type checkers do not narrow it)."""
         return self.retiring
-
-    def remember(self, selection: Selection) -> Selection:
-        """Keep the bucket choice worked out for the current hello and plugins."""
-        self.selection = selection
-        return selection
 
     def notify(self) -> None:
         self._changed.notify()

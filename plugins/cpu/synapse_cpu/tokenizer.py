@@ -27,8 +27,10 @@ PieceColumns = tuple[list[int], list[str], list[bool], list[int | None], list[in
 
 
 class HFTokenizer:
-    """Implements the plugin API's ``CountingTokenizer``, ``DescribingTokenizer``
-    and ``SizedTokenizer``.
+    """Implements the plugin API's ``BatchTokenizer``, ``DescribingTokenizer``
+    and ``SizedTokenizer``, and not ``CountingTokenizer``: counting a text's
+    tokens costs as much as encoding it, so the host encodes every text once
+    while planning (many at a time, with :meth:`encode_batch`) and keeps the ids.
 
     The file is read on first use, so listing a catalog never touches it.
     A rerank pair counts the query's tokens and the document's together, as
@@ -79,12 +81,11 @@ class HFTokenizer:
         return inner.encode_batch([text], add_special_tokens=special)[0]
 
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
+        """:meth:`encode` of each text, with the GIL released and on every
+        core (``tokenizers``' own threads)."""
         stripped = [text.strip() for text in texts]
         encodings = self.load().encode_batch(stripped, add_special_tokens=False)  # type: ignore[attr-defined]
         return [e.ids for e in encodings]
-
-    def count(self, text: str) -> int:
-        return len(self.encode(text))
 
     def vocab_size(self) -> int:
         """``SizedTokenizer``'s size: the host refuses ids past it, so a worker

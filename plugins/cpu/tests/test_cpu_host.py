@@ -326,7 +326,7 @@ async def test_a_worker_killed_between_calls_is_replaced() -> None:
 def test_host_tokenizer_counts_what_the_model_sees(reference: dict[str, Any]) -> None:
     tokenizer = HFTokenizer(files.locate(None, None).tokenizer)
     for item in reference["items"]:
-        assert tokenizer.positions(tokenizer.count(item["text"])) == item["tokens"]
+        assert tokenizer.sequence_length(tokenizer.encode(item["text"])) == item["tokens"]
 
 
 def test_host_tokenizer_says_what_each_token_is() -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 
 import synapse_core as synapse
 import synapse_cpu.plugin
+from synapse_core.frontend import OFFLOAD_CHARS
 from synapse_core.testing import host_config, model_entry
 
 pytestmark = [pytest.mark.anyio, pytest.mark.subprocess]
@@ -104,6 +106,41 @@ async def test_a_text_over_the_ceiling_is_refused_with_its_index_or_cut_on_reque
     assert cosines(cut.vectors, [ref["vectors"][longest]]).min() >= 0.99999
 
 
+@pytest.mark.parametrize("count", [20, 200])  # planned on the event loop; in a thread
+async def test_a_call_of_many_texts_is_tokenised_once_per_text(
+    count: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The lane's tokenizer cannot count without encoding, so a call is
+    encoded once while planned (in batches) and its ids are sent as they are."""
+    texts = [f"text {i}: " + "alpha beta gamma delta " * 4 for i in range(count)]
+    large = sum(map(len, texts)) > OFFLOAD_CHARS
+    assert large == (count == 200)
+    async with host(config(tiny("bert-cls", runtime="numpy"))) as h:
+        tokenizer = h.catalog.entries["bert-cls"].tokenizer
+        assert not hasattr(tokenizer, "count")
+        seen: Counter[str] = Counter()
+        batches: list[int] = []
+        encode, encode_batch = tokenizer.encode, tokenizer.encode_batch
+
+        def encode_one(text: str) -> list[int]:
+            seen[text] += 1
+            return encode(text)
+
+        def encode_many(many: list[str]) -> list[list[int]]:
+            seen.update(many)
+            batches.append(len(many))
+            return encode_batch(many)
+
+        monkeypatch.setattr(tokenizer, "encode", encode_one)
+        monkeypatch.setattr(tokenizer, "encode_batch", encode_many)
+        result = await h.embed("bert-cls", texts, deadline=deadline())
+        monkeypatch.undo()
+        alone = await h.embed("bert-cls", texts[-1:], deadline=deadline())
+    assert seen == Counter(texts)
+    assert sum(batches) == count
+    assert cosines(result.vectors[-1:], alone.vectors).min() >= 0.99999
+
+
 @asyncio_only
 async def test_a_folders_prompts_are_prompt_names_of_the_python_api() -> None:
     ref = REFERENCE["xlmr-mean"]
@@ -133,7 +170,7 @@ async def test_a_pair_over_the_ceiling_is_refused_or_its_document_cut() -> None:
     assert cut.truncated == (1,)
     assert abs(cut.scores[0] - ref["scores"][0]) <= 1e-5
     # The document was cut to fit with the whole query: [CLS] q [SEP] d [SEP] is 128.
-    q, d = tokenizer.count(query), tokenizer.count(long_doc)
+    q, d = len(tokenizer.encode(query)), len(tokenizer.encode(long_doc))
     assert tokenizer.positions(d, q) > 128
     runner = synapse_cpu.runtime.load(str(TINY / "bert-rerank"))
     kept = runner.tokenizer.encode(long_doc)[: 128 - 3 - q]

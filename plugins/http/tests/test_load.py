@@ -250,7 +250,9 @@ def test_a_second_signal_stops_at_once_still_confirming_worker_exits(
                 while metric(server.metrics(), "synapse_worker_inflight", model="load") != [1.0]:
                     await anyio.sleep(0.05)
                 server.signal(signal.SIGTERM)
-                await anyio.sleep(0.5)
+                # The second signal only once the first has been taken.
+                while not any("SIGTERM: stopping" in line for line in server.lines):
+                    await anyio.sleep(0.05)
                 server.signal(signal.SIGINT)
                 # Neither the 60 s grace nor the 30 s reply is waited for.
                 await anyio.to_thread.run_sync(lambda: server.wait(timeout=25))
