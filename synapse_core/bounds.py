@@ -163,7 +163,7 @@ async def plan_large(host: Planning, asked: Asked) -> Plan | None:
     entry = host.catalog.entry(model, task)
     bound, cut = bounded(entry, texts, query, truncate)
 
-    def plan() -> Plan:
+    def plan() -> Plan | Exception:
         try:
             return _with_cut(plan_call(entry, bound, query, truncate), cut)
         except Exception as exc:
@@ -171,12 +171,23 @@ async def plan_large(host: Planning, asked: Asked) -> Plan | None:
             # hold them) before the memory is given back.
             refusal = exc.with_traceback(None)
         give_back()
-        raise refusal
+        # Returned, not raised: an exception raised across the thread is
+        # kept in a cycle with the frames it passes (asyncio's future holds
+        # it, its traceback holds the future's frame), and with it the
+        # call's texts, until the cyclic collector happens to run, long
+        # after the memory was given back.
+        return refusal
 
     limiter = _limiters.get(host)
     if limiter is None:
         limiter = _limiters[host] = anyio.CapacityLimiter(TOKENIZING_THREADS)
-    return await anyio.to_thread.run_sync(plan, limiter=limiter)
+    outcome = await anyio.to_thread.run_sync(plan, limiter=limiter)
+    if isinstance(outcome, Exception):
+        try:
+            raise outcome
+        finally:
+            del outcome  # its traceback holds this frame: no cycle with it
+    return outcome
 
 
 def _with_cut(plan: Plan, cut: tuple[int, ...]) -> Plan:

@@ -68,4 +68,11 @@ class Background:
         with anyio.CancelScope(shield=True):
             await done.wait()
         await anyio.lowlevel.checkpoint_if_cancelled()
-        return future.result()
+        try:
+            return future.result()
+        finally:
+            # An error of the work is raised with a traceback holding this
+            # frame: were the future (which holds the error) still one of its
+            # locals, the two would make a cycle, keeping every frame's
+            # locals (a request's texts) alive until the cyclic collector runs.
+            del future

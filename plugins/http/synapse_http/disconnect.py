@@ -52,7 +52,9 @@ async def until_disconnect(receive: Receive, work: Callable[[], Awaitable[T]]) -
             failure.append(exc)
         tg.cancel_scope.cancel()
     if failure:
-        raise failure[0]
+        # Popped: a local still holding it would make a cycle with its
+        # traceback (which holds this frame), keeping the call's frames alive.
+        raise failure.pop()
     return outcome[0] if outcome else None
 
 

@@ -3,6 +3,7 @@ error comes back to the caller, and a cancelled caller waits for it to end."""
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import threading
@@ -37,6 +38,32 @@ async def test_an_error_of_the_work_is_raised_to_the_caller() -> None:
 
     with pytest.raises(ValueError, match="broken"):
         await Background(1, "test-background").run(fail)
+
+
+class Broken(Exception):
+    pass
+
+
+async def test_an_error_of_the_work_is_left_in_no_reference_cycle() -> None:
+    # In a cycle with the frames its traceback holds, the error would keep
+    # their locals (a request's texts) until the cyclic collector ran.
+    def fail() -> None:
+        raise Broken("broken")
+
+    background = Background(1, "test-background")
+    gc.collect()
+    gc.disable()
+    try:
+        with pytest.raises(Broken):
+            await background.run(fail)
+        gc.set_debug(gc.DEBUG_SAVEALL)
+        gc.collect()
+        kept = [o for o in gc.garbage if isinstance(o, Broken)]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+    assert kept == []
 
 
 async def test_a_cancelled_caller_waits_for_the_work_to_end() -> None:

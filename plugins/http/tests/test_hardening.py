@@ -5,6 +5,7 @@ tokenising them must not hold up the event loop. None of them is a 5xx."""
 
 from __future__ import annotations
 
+import gc
 import threading
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -235,3 +236,29 @@ async def test_large_inputs_are_tokenised_off_the_event_loop(path: str) -> None:
     (response,) = answer
     assert response.status_code == 200, response.text
     assert len(response.json()) == len(texts)
+
+
+@pytest.mark.parametrize("path", ["/embed", "/tokenize"])
+async def test_a_refused_large_call_leaves_nothing_for_the_cyclic_collector(path: str) -> None:
+    # Large together (tokenised in a thread), the last text over the ceiling.
+    text = " ".join(["x" * 45] * 10)
+    texts = [*[text] * (OFFLOAD_CHARS // len(text) + 1), " ".join(["w"] * CEILING)]
+    async with serving() as http:
+        await http.post(path, json={"inputs": texts})  # anything made once is made
+        gc.collect()
+        gc.disable()
+        try:
+            response = await http.post(path, json={"inputs": texts})
+            # A refusal in a reference cycle would keep the frames it passed,
+            # and the call's texts with them, until the collector ran: here
+            # it runs, keeping what it finds unreachable.
+            gc.set_debug(gc.DEBUG_SAVEALL)
+            gc.collect()
+            kept = [o for o in gc.garbage if isinstance(o, synapse.Refused)]
+        finally:
+            gc.set_debug(0)
+            gc.garbage.clear()
+            gc.enable()
+    assert response.status_code == 422, response.text
+    assert response.json()["index"] == len(texts) - 1
+    assert kept == []
