@@ -118,7 +118,7 @@ async def _bulk(port: int, texts: list[str], rounds: int) -> Series:
     """The bulk texts through synapse serve and through a host of the same entry."""
     series = Series()
     requests = [
-        post("/embed", json.dumps({"inputs": texts[i : i + BULK_REQUEST]}).encode())
+        post(f"/embed?model={BULK}", json.dumps({"inputs": texts[i : i + BULK_REQUEST]}).encode())
         for i in range(0, len(texts), BULK_REQUEST)
     ]
     config = host_config(cpu.entry(BULK), exchange_timeout_s=120.0)
