@@ -173,7 +173,8 @@ class Transport:
         the worker goes to whichever call has waited longest, so choose it from
         the model's measured speed: one request should take about 100 ms.
         ``None`` (the default): requests are bounded by ``max_batch`` alone.
-        Called once per worker hello; never spawn here.
+        Called for every call's cut, after :meth:`validate_model`: keep it
+        cheap (no files, no parsing of the options again); never spawn here.
         """
         return None
 

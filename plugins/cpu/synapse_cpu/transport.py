@@ -43,8 +43,15 @@ WORKER = "synapse_cpu.worker:CpuWorker"
 log = logging.getLogger(__name__)
 
 
+@functools.cache
 def onnxruntime_problem() -> str:
-    """Why the onnxruntime backend cannot run here ("" when it can); imports nothing."""
+    """Why the onnxruntime backend cannot run here ("" when it can); imports nothing.
+
+    Looked up once per process: every call's cut asks the transport for its
+    request budget, which depends on the runtime, and finding a module walks
+    ``sys.path`` on disk (about 0.15-0.3 ms, a tenth of one short text's
+    forward pass). What is installed does not change under a running host.
+    """
     import importlib.util
 
     for module in ("onnxruntime", "onnx"):
@@ -59,8 +66,14 @@ def onnxruntime_problem() -> str:
 def runtime_of(options: CpuOptions) -> str:
     """The runtime a worker of ``options`` will run: the option, or onnxruntime
     where it is installed, else numpy."""
-    if options.runtime is not None:
-        return options.runtime
+    return chosen_runtime(options.runtime)
+
+
+def chosen_runtime(option: str | None) -> str:
+    """The runtime of a ``runtime`` option: itself, or by default onnxruntime
+    where it is installed, else numpy."""
+    if option is not None:
+        return option
     return "numpy" if onnxruntime_problem() else "onnxruntime"
 
 
@@ -220,8 +233,11 @@ class CpuTransport(Transport):
         return LaneInfo(LANE_ID, capacity=default_capacity_mib())
 
     def max_batch_tokens(self, model: ModelSpec) -> int:
-        options: CpuOptions = self.model_options(model)
-        return request_budget(runtime_of(options))
+        """From the runtime alone. Asked for every call's cut, so it reads the
+        one option it needs: the host checked them all when it opened
+        (``validate_model``), and structuring them again costs more than the
+        rest of the cut."""
+        return request_budget(chosen_runtime(model.options.get("runtime")))
 
     def tokenizer(self, model: ModelSpec) -> Tokenizer:
         try:

@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import importlib.util
+from typing import Any
+
 import pytest
 
+import synapse_cpu.transport
 from synapse_core.cut import request_budget
 from synapse_core.plugin import ModelSpec
 from synapse_cpu.costs import POSITIONS_PER_S, REQUEST_S
@@ -26,3 +30,28 @@ def test_the_catalogs_budget_wins() -> None:
     assert request_budget(spec(4096), CpuTransport()) == 4096
     assert request_budget(spec(), CpuTransport()) == 350  # the default runtime: onnxruntime
     assert request_budget(spec(runtime="numpy"), CpuTransport()) == 210
+
+
+def test_the_budget_asked_for_every_call_looks_nothing_up_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every call's cut asks for the budget: onnxruntime is looked for on disk
+    once per process, and the options are not structured again."""
+    synapse_cpu.transport.onnxruntime_problem.cache_clear()
+    looked: list[str] = []
+    find_spec = importlib.util.find_spec
+
+    def counted(name: str, package: str | None = None) -> Any:
+        looked.append(name)
+        return find_spec(name, package)
+
+    def parse(self: CpuTransport, model: ModelSpec) -> Any:
+        raise AssertionError(f"options of {model.name!r} structured again")
+
+    monkeypatch.setattr(importlib.util, "find_spec", counted)
+    monkeypatch.setattr(CpuTransport, "model_options", parse)
+    transport = CpuTransport()
+    for _ in range(3):
+        assert request_budget(spec(), transport) == 350
+        assert request_budget(spec(runtime="numpy"), transport) == 210
+    assert looked == ["onnxruntime", "onnx"]
