@@ -138,7 +138,11 @@ async def rotating_p50(
 
 
 async def blocked_p50(
-    groups: Sequence[Sequence[Callable[[], Awaitable[object]]]], samples: int, blocks: int
+    groups: Sequence[Sequence[Callable[[], Awaitable[object]]]],
+    samples: int,
+    blocks: int,
+    settle: int = 0,
+    clock: Callable[[], int] = time.perf_counter_ns,
 ) -> list[float]:
     """p50 (µs) of each call of each group, flattened in order.
 
@@ -146,7 +150,11 @@ async def blocked_p50(
     Groups take turns block by block (A B A B ...), ``blocks`` blocks each
     of ``samples // blocks`` samples of every call, so a group that must not
     run call by call beside another (it leaves threads busy behind it)
-    still meets the same stretches of machine time as the others.
+    still meets the same stretches of machine time as the others. Each block
+    starts with ``settle`` untimed rounds of its group's calls, so that what
+    the group before it left busy (onnxruntime's spinning pool threads: tens
+    of ms of a core after its last call) is idle again before the timed ones.
+    ``clock``: nanoseconds (a test's fake clock).
     """
     if samples % blocks:
         raise ValueError(f"{samples} samples do not split into {blocks} blocks")
@@ -158,12 +166,15 @@ async def blocked_p50(
         offset = 0
         for group in groups:
             n = len(group)
+            for _ in range(settle):
+                for call in group:
+                    await call()
             for i in range(per_block):
                 # the first call rotates over the whole run, not per block
                 for j in range(n):
                     k = (block * per_block + i + j) % n
-                    start = time.perf_counter_ns()
+                    start = clock()
                     await group[k]()
-                    times[offset + k].append(time.perf_counter_ns() - start)
+                    times[offset + k].append(clock() - start)
             offset += n
     return [p50(t) for t in times]

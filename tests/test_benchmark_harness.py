@@ -1,0 +1,55 @@
+"""The benchmarks' samplers: what each p50 is taken over."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pytest
+
+from benchmarks.harness import blocked_p50
+
+pytestmark = pytest.mark.anyio
+
+
+class Machine:
+    """A fake clock, and two sides whose first call after the other side's
+    block is slow (the other side left threads busy), the rest fast."""
+
+    def __init__(self) -> None:
+        self.now = 0
+        self.last = ""
+        self.order: list[str] = []
+
+    def clock(self) -> int:
+        return self.now
+
+    def side(self, name: str, fast_ns: int) -> Callable[[], object]:
+        async def call() -> None:
+            self.now += fast_ns if self.last == name else 1_000_000
+            self.last = name
+            self.order.append(name)
+
+        return call
+
+
+async def test_blocks_alternate_and_the_settling_calls_are_not_timed() -> None:
+    machine = Machine()
+    a, b = machine.side("a", 1_000), machine.side("b", 3_000)
+    a_us, b_us = await blocked_p50([[a], [b]], 6, 2, settle=1, clock=machine.clock)
+    assert (a_us, b_us) == (1.0, 3.0)
+    assert "".join(machine.order) == "aaaabbbbaaaabbbb"  # 1 settling + 3 timed per block
+
+
+async def test_without_settling_each_block_starts_on_what_the_other_left() -> None:
+    machine = Machine()
+    a, b = machine.side("a", 1_000), machine.side("b", 3_000)
+    a_us, b_us = await blocked_p50([[a], [b]], 4, 2, clock=machine.clock)
+    # blocks of two calls, each the slow one and a fast one: the p50 is halfway
+    assert (a_us, b_us) == (500.5, 501.5)
+    assert "".join(machine.order) == "aabbaabb"
+
+
+async def test_samples_must_split_into_the_blocks() -> None:
+    machine = Machine()
+    with pytest.raises(ValueError, match="5 samples do not split into 2 blocks"):
+        await blocked_p50([[machine.side("a", 1)]], 5, 2)
