@@ -14,11 +14,15 @@ Skipped (no figures) where synapse-cpu or the model wheel is not installed.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib.util
+import os
 import random
 import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -144,7 +148,8 @@ def measure(mode: Mode) -> list[Figure]:
         print(f"(cpu group skipped: {missing})", end=" ", file=sys.stderr, flush=True)
         return []
     plan = PLANS[mode.name]
-    series: Series = anyio.run(_measure, plan)
+    with own_lane():
+        series: Series = anyio.run(_measure, plan)
     figures = [
         Figure(
             "cpu_single_ratio_vs_inprocess",
@@ -354,6 +359,31 @@ async def _composed(
     out["onnx_texts_per_s"] = len(texts) / wall
     out["onnx_rss_mib"], out["onnx_hwm_mib"] = memory_mib(_pid(host, ONNX))
     return out
+
+
+@contextlib.contextmanager
+def own_lane() -> Iterator[None]:
+    """The group's workers share the cores among themselves only.
+
+    A worker without a ``threads`` option takes the cores divided by the
+    lane's busy workers, and every host of the user marks its workers busy in
+    one folder under the temp folder (:func:`synapse_cpu.cores.lane_dir`):
+    another host computing on the machine put the shipped entry on one thread
+    while the hand-written side, fixed at threads = cores, kept two. The
+    workers of this group's hosts get a temp folder of their own, so both sides
+    run on every core whenever none of the group's own workers computes.
+    """
+    tempfile.gettempdir()  # this process keeps the real one (it caches it)
+    before = os.environ.get("TMPDIR")
+    with tempfile.TemporaryDirectory(prefix="synapse-cpu-bench-") as folder:
+        os.environ["TMPDIR"] = folder
+        try:
+            yield
+        finally:
+            if before is None:
+                del os.environ["TMPDIR"]
+            else:
+                os.environ["TMPDIR"] = before
 
 
 def _cache_root() -> Path:

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 
@@ -53,3 +58,25 @@ async def test_samples_must_split_into_the_blocks() -> None:
     machine = Machine()
     with pytest.raises(ValueError, match="5 samples do not split into 2 blocks"):
         await blocked_p50([[machine.side("a", 1)]], 5, 2)
+
+
+def test_the_cpu_groups_workers_mark_their_lane_busy_in_a_folder_of_their_own() -> None:
+    """Another host's busy worker must not cut the shipped entry's threads
+    while the hand-written side keeps every core."""
+    pytest.importorskip("synapse_cpu")
+    from benchmarks.cpu import own_lane
+
+    def worker_lane() -> Path:
+        code = "from synapse_cpu.cores import LANE_ID, lane_dir; print(lane_dir(LANE_ID))"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, check=True)
+        return Path(out.stdout.decode().strip())
+
+    before = os.environ.get("TMPDIR")
+    shared = worker_lane()
+    with own_lane():
+        folder = Path(os.environ["TMPDIR"])
+        own = worker_lane()
+        assert own.is_relative_to(folder) and not shared.is_relative_to(folder)
+        assert Path(tempfile.gettempdir()) != folder  # this process keeps its own
+    assert os.environ.get("TMPDIR") == before and not folder.exists()
+    assert worker_lane() == shared
