@@ -1,8 +1,9 @@
 """Run modes, figures and the samplers every benchmark group shares.
 
 A figure holds one value per repetition; a repetition measures the subject and
-its baseline together (interleaved call by call where both are latencies), so
-drift of the machine hits both sides of a ratio alike.
+its baseline together (interleaved call by call where both are latencies, in
+alternating blocks where a side leaves threads busy behind it), so drift of the
+machine hits both sides of a ratio alike.
 """
 
 from __future__ import annotations
