@@ -8,74 +8,26 @@ from __future__ import annotations
 
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Sequence
-from typing import Any, cast
+from collections.abc import Callable, Sequence
 
 import anyio
-from anyio.abc import TaskGroup
 
 from synapse_core.call import Call
 from synapse_core.catalog import Catalog
 from synapse_core.cut import selection_of
 from synapse_core.deadline import Deadline
-from synapse_core.handoff import OneShot
 from synapse_core.plan import plan_call
 from synapse_core.plugins import PluginHost
 from synapse_core.residency.lane import Backlog, Lane
 from synapse_core.residency.worker import Worker
-from synapse_core.runners import Runners
 from synapse_core.serving import CallRunner
 from synapse_core.wire import Hello
 
 from . import rig
-from .harness import rotating_p50
-from .shortcut_switches import task_per_call, through_pluggy
+from .shortcut_switches import through_pluggy
 
 #: operations per sample of a piece's figure (one is too short to time)
 PIECE_BATCH = 20
-
-
-class _Echo:
-    """A call runner whose detached work is only ending the call."""
-
-    async def run(self, done: OneShot, _supervisor: object, _worker: object) -> None:
-        done.set()
-
-
-async def handoff_pair(
-    samples: int, events: Sequence[Callable[[], OneShot]], pooled: Sequence[bool]
-) -> list[float]:
-    """p50 (µs per call) of the two hand-offs of a call (caller to detached
-    task and back) with each (event factory, pooled runner) variant,
-    alternating call by call. The detached task does nothing but end the call."""
-    async with anyio.create_task_group() as tg:
-        variants = [
-            handoffs(tg, make_event, pool) for make_event, pool in zip(events, pooled, strict=True)
-        ]
-        for variant in variants:  # park a runner of each pool before timing
-            await variant()
-        times = await rotating_p50(variants, samples)
-        tg.cancel_scope.cancel()
-    return [t / PIECE_BATCH for t in times]
-
-
-def handoffs(
-    tg: TaskGroup, make_event: Callable[[], OneShot], pooled: bool
-) -> Callable[[], Awaitable[None]]:
-    """``PIECE_BATCH`` calls' hand-offs, each to a detached task that only
-    ends the call: a parked one (``pooled``) or one started for it."""
-    runners = Runners(tg, cast(CallRunner, _Echo()), 64)
-    submit: Callable[[Any], None] = (
-        runners.submit if pooled else task_per_call(tg, cast(CallRunner, _Echo()))
-    )
-
-    async def calls() -> None:
-        for _ in range(PIECE_BATCH):
-            done = make_event()
-            submit((done, None, None))
-            await done.wait()
-
-    return calls
 
 
 def bucket_pair(samples: int) -> list[float]:

@@ -6,8 +6,6 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from anyio.abc import TaskGroup
-
 from synapse_core.config import ModelSpec
 from synapse_core.cut import Selection
 from synapse_core.host import Host
@@ -16,7 +14,6 @@ from synapse_core.residency.worker import Worker
 from synapse_core.serving import CallRunner
 
 SHORTCUTS = (
-    "runner_pool",
     "head_start",
     "direct_bucket_hook",
 )
@@ -36,18 +33,13 @@ class Switch:
     """
 
     def __init__(self, name: str, host: Host, worker: Worker) -> None:
-        runners, runner = host._runners, host._runner
+        runner = host._runner
         self.name = name
         self.on: Callable[[], None]
         self.off: Callable[[], None]
         if name == CONTROL:
             plugins = host.plugins
             self.on = self.off = lambda: setattr(plugins, "_only_default_buckets", True)
-        elif name == "runner_pool":
-            pooled = runners.submit
-            spawn = task_per_call(runners.tg, runner)
-            self.on = lambda: setattr(runners, "submit", pooled)
-            self.off = lambda: setattr(runners, "submit", spawn)
         elif name == "head_start":
             start, try_begin = runner.start, runner.try_begin
             late = no_head_start(runner)
@@ -66,15 +58,6 @@ class Switch:
             self.off = lambda: setattr(plugins, "_only_default_buckets", False)
         else:
             raise ValueError(f"unknown shortcut {name!r}; one of {', '.join(SHORTCUTS)}")
-
-
-def task_per_call(tg: TaskGroup, runner: CallRunner) -> Callable[[tuple[Any, Any, Any]], None]:
-    """``Runners.submit`` without the pool: a new task for every call."""
-
-    def submit(job: tuple[Any, Any, Any]) -> None:
-        tg.start_soon(runner.run, *job, name="call runner")
-
-    return submit
 
 
 def no_head_start(runner: CallRunner) -> Callable[..., None]:
@@ -121,12 +104,10 @@ def _patch(owner: object, attribute: str, value: object) -> Callable[[], None]:
 def switched_off(host: Host, names: Sequence[str]) -> Iterator[None]:
     """Keep ``names`` switched off for every call of ``host`` in the block
     (for the latency group's ``--without``)."""
-    runners, runner = host._runners, host._runner
+    runner = host._runner
     saved: list[Callable[[], None]] = []
     for name in names:
-        if name == "runner_pool":
-            saved.append(_patch(runners, "submit", task_per_call(runners.tg, runner)))
-        elif name == "head_start":
+        if name == "head_start":
             saved.append(_patch(runner, "start", no_head_start(runner)))
             saved.append(_patch(runner, "try_begin", no_request))
         elif name == "direct_bucket_hook":

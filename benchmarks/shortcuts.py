@@ -15,10 +15,8 @@ without the shortcut over the path with it, sampled in the same run:
 
 The shortcuts, and what stands in for each when it is switched off:
 
-- ``runner_pool``: the detached task of a call is a parked task woken for
-  it (``synapse_core.runners.Runners``); without, a task started per call.
 - ``head_start``: the caller takes permit, guard, lease and channel turn and
-  writes the first request before the detached task wakes (before the
+  writes the first request before the detached task runs (before the
   call's record, when all of it is free: ``CallRunner.try_begin``, then
   ``CallRunner.start``); without, the detached task takes everything.
 - ``direct_bucket_hook``: with only Synapse's own bucket hook registered,
@@ -43,7 +41,7 @@ from synapse_core.wire import Shape
 
 from . import rig
 from .harness import Figure, Mode, Series, blocked_p50
-from .shortcut_pieces import bucket_pair, handoff_pair
+from .shortcut_pieces import bucket_pair
 from .shortcut_switches import CONTROL, SHORTCUTS, Switch
 
 BACKENDS = ("asyncio", "trio")
@@ -120,31 +118,11 @@ def measure(mode: Mode) -> list[Figure]:
     )
     for backend in BACKENDS:
         suffix = "" if backend == "asyncio" else f"_{backend}"
-        handoffs: Series = anyio.run(_handoffs_series, mode, backend, backend=backend)
-        figures.append(
-            _piece(
-                "runner_pool",
-                suffix,
-                handoffs,
-                "task_per_call_us",
-                "pooled_us",
-                f"a call's two hand-offs: a task per call / a parked task ({backend})",
-            )
-        )
         names = [CONTROL, *SHORTCUTS]
         calls: dict[str, Series] = anyio.run(call_pairs, mode, names, backend, backend=backend)
         for name, series in calls.items():
             figures.append(_call(name, suffix, series, backend))
     return figures
-
-
-async def _handoffs_series(mode: Mode, backend: str) -> Series:
-    series = Series()
-    samples = max(mode.latency_samples // 4, 10)
-    for _ in range(mode.repetitions):
-        pooled, spawned = await handoff_pair(samples, [anyio.Event, anyio.Event], [True, False])
-        series.add(pooled_us=pooled, task_per_call_us=spawned)
-    return series
 
 
 def _piece(name: str, suffix: str, series: Series, without: str, with_: str, what: str) -> Figure:

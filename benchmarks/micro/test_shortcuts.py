@@ -15,7 +15,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import anyio
 import attrs
 import pytest
 
@@ -24,9 +23,6 @@ from benchmarks import shortcuts
 from benchmarks.harness import SMOKE
 from benchmarks.shortcut_switches import CONTROL, SHORTCUTS, through_pluggy
 from synapse_core.cut import selection_of
-
-#: hand-offs per timed round (one is too short to time)
-HANDOFFS = 200
 
 
 @pytest.mark.parametrize("variant", ["with", "without"])
@@ -39,31 +35,6 @@ def test_direct_bucket_hook(benchmark: Any, variant: str) -> None:
     if variant == "without":
         select = through_pluggy(selection, runner.plugins, worker.spec).select
     assert benchmark(select, length) == 16
-
-
-HANDOFF_CASES = [
-    ("asyncio", "runner_pool", "with"),
-    ("asyncio", "runner_pool", "without"),
-    ("trio", "runner_pool", "with"),
-    ("trio", "runner_pool", "without"),
-]
-
-
-@pytest.mark.parametrize(("backend", "shortcut", "variant"), HANDOFF_CASES)
-def test_call_handoffs(benchmark: Any, backend: str, shortcut: str, variant: str) -> None:
-    """A call's two hand-offs (caller to detached task and back), ``HANDOFFS``
-    times in one event loop."""
-    benchmark.group = f"{shortcut} {backend}"
-
-    async def handoffs() -> None:
-        pooled = variant == "with"
-        async with anyio.create_task_group() as tg:
-            calls = pieces.handoffs(tg, anyio.Event, pooled)
-            for _ in range(HANDOFFS // pieces.PIECE_BATCH):
-                await calls()
-            tg.cancel_scope.cancel()
-
-    benchmark(anyio.run, handoffs, backend=backend)
 
 
 @pytest.mark.anyio
