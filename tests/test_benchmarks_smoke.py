@@ -48,7 +48,6 @@ REQUIRED = (
     "shortcut_control_call_ratio",
     "shortcut_control_call_ratio_trio",
     "shortcut_head_start_call_ratio_trio",
-    "shortcut_direct_bucket_hook_call_ratio",
 ) + (
     ("http_overhead_ratio", "http_throughput_ratio_vs_asgi_floor")
     if importlib.util.find_spec("synapse_http") is not None
