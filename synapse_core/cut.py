@@ -90,7 +90,9 @@ def group_by_bucket(
     chunks of at most ``batch`` items (one request each) and, with a
     ``budget``, of at most ``budget`` positions (bucket x items; never fewer
     than one item): a request then takes a bounded time, and other calls get
-    the worker between a large call's requests."""
+    the worker between a large call's requests. A bucket's items split over
+    several requests go shortest first (the rows land by index); one that
+    fits a request keeps input order."""
     if len(items) == 1:  # the common small call: one request, nothing to group
         return [Group(select(items[0].length), items)]
     grouped: dict[int, list[Item]] = {}
@@ -100,12 +102,22 @@ def group_by_bucket(
         if bucket is None:
             bucket = chosen[item.length] = select(item.length)
         grouped.setdefault(bucket, []).append(item)
-    return [
-        Group(bucket, group[i : i + size])
-        for bucket in sorted(grouped)
-        for group, size in ((grouped[bucket], chunk_size(bucket, batch, budget)),)
-        for i in range(0, len(group), size)
-    ]
+    steps: list[Group] = []
+    for bucket in sorted(grouped):
+        group, size = grouped[bucket], chunk_size(bucket, batch, budget)
+        if len(group) > size:
+            # Split over several requests: shortest first, so each request's
+            # rows are of close lengths and the worker pads them to their own
+            # longest in one forward slice instead of cutting a mixed request
+            # into several (``synapse_cpu`` measured 309 slices against 81 for
+            # 2,000 mixed texts). A bucket sent whole keeps input order.
+            group.sort(key=_length)
+        steps += [Group(bucket, group[i : i + size]) for i in range(0, len(group), size)]
+    return steps
+
+
+def _length(item: Item) -> int:
+    return item.length
 
 
 def chunk_size(bucket: int, batch: int, budget: int | None) -> int:

@@ -153,26 +153,51 @@ async def test_a_coalesced_call_takes_one_requests_worth(make_model: Any, make_c
     assert done_after[fours] == set(shorts[:5])
 
 
-def test_requests_are_cut_within_the_budget_and_keep_input_order() -> None:
+def test_requests_are_cut_within_the_budget_shortest_first() -> None:
     from synapse_core.cut import group_by_bucket
     from synapse_core.plan import Item
 
-    lengths = [30, 5, 30, 6, 7, 8, 30, 9, 10]
+    lengths = [30, 5, 30, 6, 7, 8, 12, 9, 10]
     items = [Item(i, "", n - 2, n) for i, n in enumerate(lengths)]
     groups = group_by_bucket(items, lambda n: 8 if n <= 8 else 32, 8, 32)
-    # Four bucket-8 texts, or one bucket-32 text, per request; smallest bucket first.
+    # Four bucket-8 texts, or one bucket-32 text, per request; smallest bucket
+    # first; a bucket split over several requests runs shortest first.
     assert [(g.bucket, [i.index for i in g.items]) for g in groups] == [
         (8, [1, 3, 4, 5]),
-        (32, [0]),
-        (32, [2]),
-        (32, [6]),
         (32, [7]),
         (32, [8]),
+        (32, [6]),
+        (32, [0]),
+        (32, [2]),
     ]
     # A budget under one text's bucket still sends one text per request.
     assert [len(g.items) for g in group_by_bucket(items, lambda n: 32, 8, 10)] == [1] * 9
     # No budget: the batch size alone.
     assert [len(g.items) for g in group_by_bucket(items, lambda n: 32, 8)] == [8, 1]
+
+
+def test_a_bucket_split_over_requests_gives_each_request_close_lengths() -> None:
+    from synapse_core.cut import group_by_bucket
+    from synapse_core.plan import Item
+
+    # Interleaved short and long texts of one bucket, two requests' worth.
+    lengths = [4 if i % 2 else 30 for i in range(16)]
+    items = [Item(i, "", n - 2, n) for i, n in enumerate(lengths)]
+    groups = group_by_bucket(items, lambda n: 32, 8)
+    assert [sorted({i.length for i in g.items}) for g in groups] == [[4], [30]]
+    # Every input still sent once; equal lengths keep their input order.
+    assert [i.index for g in groups for i in g.items] == [*range(1, 16, 2), *range(0, 16, 2)]
+
+
+def test_a_bucket_that_fits_one_request_keeps_input_order() -> None:
+    from synapse_core.cut import group_by_bucket
+    from synapse_core.plan import Item
+
+    lengths = [30, 5, 30, 6, 12]
+    items = [Item(i, "", n - 2, n) for i, n in enumerate(lengths)]
+    # One request holding every input in input order: the host stores its rows whole.
+    (group,) = group_by_bucket(items, lambda n: 32, 8)
+    assert [i.index for i in group.items] == [0, 1, 2, 3, 4]
 
 
 @pytest.mark.parametrize("bad", [0, -5, 1.5, True, "100"])

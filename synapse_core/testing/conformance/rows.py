@@ -57,8 +57,10 @@ class RowChecks:
 
     async def test_rows_do_not_depend_on_batch_mates(self, subject: Subject) -> None:
         name = subject.model("embed")["name"]
-        # Short mates: they share the text's (smallest) bucket, so its batches.
-        mates = [f"mate {i}" for i in range(12)]
+        # Mates one token longer: they share the text's bucket, so its batches,
+        # and the host, which sends a bucket's requests shortest first, puts
+        # the text in the first request among them.
+        mates = [f"{TEXTS[1]} {i}" for i in range(12)]
         async with host_for(subject) as host:
             alone = (await host.embed(name, [TEXTS[1]])).vectors[0]
             crowded = (await host.embed(name, [*mates[:5], TEXTS[1], *mates[5:]])).vectors[5]
