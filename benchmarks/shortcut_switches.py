@@ -6,20 +6,11 @@ from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
-from anyio.abc import TaskGroup
-
-from synapse_core.config import ModelSpec
-from synapse_core.cut import Selection
 from synapse_core.host import Host
-from synapse_core.plugins import PluginHost
 from synapse_core.residency.worker import Worker
 from synapse_core.serving import CallRunner
 
-SHORTCUTS = (
-    "runner_pool",
-    "head_start",
-    "direct_bucket_hook",
-)
+SHORTCUTS = ("head_start",)
 #: an A/A pair: both sides are the same path, so its ratio shows what noise
 #: and the sampling order alone make of a whole-call figure
 CONTROL = "control"
@@ -32,49 +23,30 @@ class Switch:
     """Turns one shortcut of one host on and off between calls.
 
     Both directions are plain attribute assignments made inside the timed
-    call, so neither side pays for switching more than the other.
+    call, so neither side pays for switching more than the other. The
+    control's two sides are both the head start's *on*.
     """
 
     def __init__(self, name: str, host: Host, worker: Worker) -> None:
-        runners, runner = host._runners, host._runner
+        runner = host._runner
+        start, try_begin = runner.start, runner.try_begin
+        late = no_head_start(runner)
+
+        def on() -> None:
+            runner.start, runner.try_begin = start, try_begin  # type: ignore[method-assign]
+
+        def off() -> None:
+            runner.start, runner.try_begin = late, no_request  # type: ignore[method-assign,assignment]
+
         self.name = name
-        self.on: Callable[[], None]
+        self.on: Callable[[], None] = on
         self.off: Callable[[], None]
         if name == CONTROL:
-            plugins = host.plugins
-            self.on = self.off = lambda: setattr(plugins, "_only_default_buckets", True)
-        elif name == "runner_pool":
-            pooled = runners.submit
-            spawn = task_per_call(runners.tg, runner)
-            self.on = lambda: setattr(runners, "submit", pooled)
-            self.off = lambda: setattr(runners, "submit", spawn)
+            self.off = on
         elif name == "head_start":
-            start, try_begin = runner.start, runner.try_begin
-            late = no_head_start(runner)
-
-            def on() -> None:
-                runner.start, runner.try_begin = start, try_begin  # type: ignore[method-assign]
-
-            def off() -> None:
-                runner.start, runner.try_begin = late, no_request  # type: ignore[method-assign,assignment]
-
-            self.on, self.off = on, off
-        elif name == "direct_bucket_hook":
-            # As if a plugin had its own bucket hook: every call's selector asks pluggy.
-            plugins = host.plugins
-            self.on = lambda: setattr(plugins, "_only_default_buckets", True)
-            self.off = lambda: setattr(plugins, "_only_default_buckets", False)
+            self.off = off
         else:
             raise ValueError(f"unknown shortcut {name!r}; one of {', '.join(SHORTCUTS)}")
-
-
-def task_per_call(tg: TaskGroup, runner: CallRunner) -> Callable[[tuple[Any, Any, Any]], None]:
-    """``Runners.submit`` without the pool: a new task for every call."""
-
-    def submit(job: tuple[Any, Any, Any]) -> None:
-        tg.start_soon(runner.run, *job, name="call runner")
-
-    return submit
 
 
 def no_head_start(runner: CallRunner) -> Callable[..., None]:
@@ -90,16 +62,6 @@ def no_head_start(runner: CallRunner) -> Callable[..., None]:
 def no_request(*args: Any) -> None:
     """``CallRunner.try_begin`` that never writes (with :func:`no_head_start`)."""
     return None
-
-
-def through_pluggy(selection: Selection, plugins: PluginHost, spec: ModelSpec) -> Selection:
-    """``selection`` with every bucket asked of pluggy's hook caller."""
-    hello = selection.hello
-
-    def select(length: int) -> int:
-        return plugins.select_bucket(length, hello.buckets, spec)
-
-    return Selection(hello, select, selection.ceiling, selection.budget)
 
 
 def _patch(owner: object, attribute: str, value: object) -> Callable[[], None]:
@@ -121,17 +83,12 @@ def _patch(owner: object, attribute: str, value: object) -> Callable[[], None]:
 def switched_off(host: Host, names: Sequence[str]) -> Iterator[None]:
     """Keep ``names`` switched off for every call of ``host`` in the block
     (for the latency group's ``--without``)."""
-    runners, runner = host._runners, host._runner
+    runner = host._runner
     saved: list[Callable[[], None]] = []
     for name in names:
-        if name == "runner_pool":
-            saved.append(_patch(runners, "submit", task_per_call(runners.tg, runner)))
-        elif name == "head_start":
+        if name == "head_start":
             saved.append(_patch(runner, "start", no_head_start(runner)))
             saved.append(_patch(runner, "try_begin", no_request))
-        elif name == "direct_bucket_hook":
-            # As if a plugin had its own bucket hook: always ask pluggy.
-            saved.append(_patch(host.plugins, "_only_default_buckets", False))
         else:
             raise ValueError(f"unknown shortcut {name!r}; one of {', '.join(SHORTCUTS)}")
     try:

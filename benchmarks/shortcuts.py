@@ -1,39 +1,31 @@
 """The serving path's speed shortcuts, each measured with and without itself.
 
 Every shortcut adds state that must be reasoned about on both backends, so
-each must show what it buys. Two kinds of figure, both ratios of the path
-without the shortcut over the path with it, sampled in the same run:
+each must show what it buys: ``host.embed`` of one short text on a warm
+subprocess worker, with the shortcut switched off for some blocks of calls
+and on for the blocks between them (as the latency group measures it; the
+bare exchange rotates with each side, so each side also has its own
+host/bare ratio). The figures are ratios of the call without the shortcut
+over the call with it, sampled in the same run: ``..._call_ratio`` and
+``..._call_us`` (the p50 difference), beside a ``control`` pair whose two
+sides are the same path.
 
-- **the piece alone** (a tight loop of what the shortcut replaces), call by
-  call alternating with and without; ``..._piece_ratio``;
-- **a whole call**: ``host.embed`` of one short text on a warm subprocess
-  worker, with the shortcut switched off for some blocks of calls and on for
-  the blocks between them (as the latency group measures it; the bare
-  exchange rotates with each side, so each side also has its own
-  host/bare ratio); ``..._call_ratio`` and ``..._call_us`` (the p50
-  difference).
+The one shortcut left, and what stands in for it when it is switched off:
 
-The shortcuts, and what stands in for each when it is switched off:
-
-- ``runner_pool``: the detached task of a call is a parked task woken for
-  it (``synapse_core.runners.Runners``); without, a task started per call.
 - ``head_start``: the caller takes permit, guard, lease and channel turn and
-  writes the first request before the detached task wakes (before the
+  writes the first request before the detached task runs (before the
   call's record, when all of it is free: ``CallRunner.try_begin``, then
   ``CallRunner.start``); without, the detached task takes everything.
-- ``direct_bucket_hook``: with only Synapse's own bucket hook registered,
-  it is called directly and its choice kept per length for the call's cut;
-  without, every sequence's bucket is asked of pluggy's hook caller.
 
-``python -m benchmarks --only latency --without NAME`` runs the latency
-group with a shortcut switched off (see
-:func:`benchmarks.shortcut_switches.switched_off`). The pieces are timed in
-:mod:`benchmarks.shortcut_pieces`.
+The others measured here were removed for gaining less than 5% of a whole
+call (docs/performance.md, *Speed shortcuts and what each buys*).
+``python -m benchmarks --only latency --without head_start`` runs the
+latency group with it switched off (see
+:func:`benchmarks.shortcut_switches.switched_off`).
 """
 
 from __future__ import annotations
 
-import statistics
 from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
@@ -43,7 +35,6 @@ from synapse_core.wire import Shape
 
 from . import rig
 from .harness import Figure, Mode, Series, blocked_p50
-from .shortcut_pieces import bucket_pair, handoff_pair
 from .shortcut_switches import CONTROL, SHORTCUTS, Switch
 
 BACKENDS = ("asyncio", "trio")
@@ -104,61 +95,13 @@ async def call_pairs(mode: Mode, names: Sequence[str], backend: str) -> dict[str
 
 def measure(mode: Mode) -> list[Figure]:
     figures: list[Figure] = []
-    pieces = Series()
-    for _ in range(mode.repetitions):
-        direct, hooked = bucket_pair(mode.latency_samples)
-        pieces.add(bucket_direct_us=direct, bucket_pluggy_us=hooked)
-    figures.append(
-        _piece(
-            "direct_bucket_hook",
-            "",
-            pieces,
-            "bucket_pluggy_us",
-            "bucket_direct_us",
-            "one bucket choice: through pluggy / direct with the choice kept",
-        )
-    )
     for backend in BACKENDS:
         suffix = "" if backend == "asyncio" else f"_{backend}"
-        handoffs: Series = anyio.run(_handoffs_series, mode, backend, backend=backend)
-        figures.append(
-            _piece(
-                "runner_pool",
-                suffix,
-                handoffs,
-                "task_per_call_us",
-                "pooled_us",
-                f"a call's two hand-offs: a task per call / a parked task ({backend})",
-            )
-        )
         names = [CONTROL, *SHORTCUTS]
         calls: dict[str, Series] = anyio.run(call_pairs, mode, names, backend, backend=backend)
         for name, series in calls.items():
             figures.append(_call(name, suffix, series, backend))
     return figures
-
-
-async def _handoffs_series(mode: Mode, backend: str) -> Series:
-    series = Series()
-    samples = max(mode.latency_samples // 4, 10)
-    for _ in range(mode.repetitions):
-        pooled, spawned = await handoff_pair(samples, [anyio.Event, anyio.Event], [True, False])
-        series.add(pooled_us=pooled, task_per_call_us=spawned)
-    return series
-
-
-def _piece(name: str, suffix: str, series: Series, without: str, with_: str, what: str) -> Figure:
-    return Figure(
-        f"shortcut_{name}_piece_ratio{suffix}",
-        "ratio",
-        what,
-        series.ratio(without, with_),
-        None,
-        {
-            **series.medians(without, with_),
-            "gain_us": statistics.median(series.difference(without, with_)),
-        },
-    )
 
 
 def _call(name: str, suffix: str, series: Series, backend: str) -> Figure:

@@ -2,7 +2,7 @@
 
 One host on the mock subprocess worker is warmed up, then serves
 ``soak_calls`` one-text calls in waves of concurrent callers (so the call
-runner pool grows and shrinks), then one call of ``soak_texts`` texts. Every
+tasks running at once grow and shrink), then one call of ``soak_texts`` texts. Every
 result is dropped as soon as it arrives. After each phase the host's resident
 set size and the number of objects the garbage collector tracks are read,
 and compared with their warm values.
@@ -92,7 +92,7 @@ async def _soak(mode: Mode) -> dict[str, float]:
     async with open_host(rig.config(), plugins=rig.plugins()) as host:
         await rig.warm(host)
         # Warm every path the soak takes once, so first-use allocations
-        # (caches, the runner pool, a large reply's buffers) count as warm.
+        # (caches, a wave of call tasks, a large reply's buffers) count as warm.
         await _calls(host, min(WAVE, mode.soak_calls))
         await host.embed(rig.MODEL, [f"warm {i} words" for i in range(min(1_000, mode.soak_texts))])
         rss_warm, objects_warm = _settled()

@@ -142,9 +142,7 @@ def synapse_select_bucket(length: int, buckets: Sequence[int], model: ModelSpec)
     ascending. Return one of them that is ``>= length``. Stops at the first
     non-``None`` result; the default returns the smallest bucket that fits.
     A sequence longer than every bucket is refused before this is called.
-    It is asked once per distinct length in each call. (When no plugin
-    implements it, the default is called directly instead, also once per
-    distinct length in each call.)
+    It is asked once per distinct length in each call.
 
     :param length: positions the sequence occupies, special tokens included.
     :param buckets: the worker's buckets, ascending.

@@ -23,15 +23,12 @@ from .prompts import prompted
 from .residency.lane import Lane
 from .residency.supervisor import Backlog, Supervisor
 from .residency.worker import Phase, Worker
-from .runners import Runners
 from .scoring import scores_of
 from .serving import CallRunner
 from .snapshot import HostSnapshot, take
 
 #: scheduling slack on top of the bounds a close is made of
 CLOSE_SLACK_S = 1.0
-#: most call runners kept parked for reuse (fewer when max_concurrent is lower)
-IDLE_RUNNERS = 64
 
 _R = TypeVar("_R")
 
@@ -75,7 +72,6 @@ class Host:
             self.backlog,
             config.max_waiting,
         )
-        self._runners = Runners(tg, self._runner, min(config.max_concurrent, IDLE_RUNNERS))
         #: per model, when ``config.coalesce`` is on
         self._coalescers: dict[str, Coalescer] = {}
         self._around = around_call
@@ -286,7 +282,12 @@ class Host:
         if call is None:
             call = Call.new(plan, deadline, anyio.Event())
         runner.start(call, head)
-        self._runners.submit((call, sup, worker))
+        # A task of its own in the host's task group, so the caller's
+        # cancellation never reaches the exchange. anyio runs a task started
+        # in a cancelled group up to its first await, so even a call started
+        # as the host closes gets to ``run``'s ``finally`` and lets go of
+        # what its head start took.
+        self._tg.start_soon(runner.run, call, sup, worker, name="call runner")
         return call
 
     def _coalescer(self, entry: Entry) -> Coalescer:

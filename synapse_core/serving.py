@@ -16,7 +16,7 @@ after the write; all of it is handed to the call, or nothing is taken. Then
 the permit if one is free, or counts the call as waiting. With no await in
 between, nothing can cancel the hand-over halfway or see its order, and from
 then on the task owns it all as if it had taken it; that bookkeeping and
-waking the task overlap the worker's compute.
+starting the task overlap the worker's compute.
 """
 
 from __future__ import annotations
@@ -131,7 +131,7 @@ class CallRunner:
 
     def start(self, call: Call, head: HeadStart | None) -> None:
         """The caller's part of starting ``call``, before its detached task
-        wakes (nothing cancels it halfway): hold what :meth:`try_begin` took;
+        starts (nothing cancels it halfway): hold what :meth:`try_begin` took;
         else take the permit if one is free and no call waits for one, or
         count the call as waiting (or refuse it with :class:`Overloaded`,
         holding nothing: calls arriving in one burst see each other here)."""
@@ -194,10 +194,6 @@ class CallRunner:
             raise
         finally:
             self._end(call, supervisor, worker, error)
-
-    def cancel(self, call: Call, supervisor: Supervisor, worker: Worker) -> None:
-        """End a call whose detached task will never run (the host is closing)."""
-        self._end(call, supervisor, worker, Retired.host_closing(call.plan.model))
 
     def _end(
         self, call: Call, supervisor: Supervisor, worker: Worker, error: Exception | None

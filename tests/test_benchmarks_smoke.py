@@ -46,9 +46,8 @@ REQUIRED = (
     "soak_rss_ratio_after_large_call",
     "soak_live_objects_growth",
     "shortcut_control_call_ratio",
-    "shortcut_runner_pool_piece_ratio_trio",
+    "shortcut_control_call_ratio_trio",
     "shortcut_head_start_call_ratio_trio",
-    "shortcut_direct_bucket_hook_call_ratio",
 ) + (
     ("http_overhead_ratio", "http_throughput_ratio_vs_asgi_floor")
     if importlib.util.find_spec("synapse_http") is not None

@@ -1,5 +1,5 @@
 """Nothing of a finished call stays reachable, and a burst does not leave
-its runner tasks behind."""
+its call tasks behind."""
 
 from __future__ import annotations
 
@@ -12,11 +12,9 @@ import pytest
 
 import synapse_core as synapse
 from synapse_core.call import Call
-from synapse_core.host import IDLE_RUNNERS
 from synapse_core.plan import Plan
-from synapse_core.runners import Slot
 from synapse_core.testing import transport_plugin
-from synapse_core.testing.fake import FakeTransport, InProcessFakeTransport
+from synapse_core.testing.fake import FakeTransport, HeldReplies, InProcessFakeTransport
 
 pytestmark = pytest.mark.anyio
 
@@ -40,24 +38,37 @@ async def test_no_call_or_plan_stays_reachable_once_its_caller_has_the_result(
         assert (live(Call), live(Plan)) == before
 
 
-async def test_a_burst_leaves_at_most_a_small_pool_of_idle_runners(
-    make_model: Any, make_config: Any
-) -> None:
-    slots, calls = live(Slot), live(Call)
+def call_tasks() -> int:
+    return sum(task.name == "call runner" for task in anyio.get_running_tasks())
+
+
+async def test_a_burst_leaves_no_call_task_behind(make_model: Any, make_config: Any) -> None:
+    calls = live(Call)
+    transport = InProcessFakeTransport()
+    held = transport.reply_gate = HeldReplies()
     cfg = make_config(make_model("m"), max_concurrent=500, max_waiting=500)
-    async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessFakeTransport())]) as host:
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
         await host.load("m")
         async with anyio.create_task_group() as tg:
             for i in range(500):
                 tg.start_soon(host.embed, "m", [f"text {i}"])
         await anyio.wait_all_tasks_blocked()
-        assert len(host._runners.idle) <= IDLE_RUNNERS
-        assert live(Slot) - slots <= IDLE_RUNNERS
+        assert call_tasks() == 0
         assert live(Call) == calls
-        # The pool still serves: a later burst reuses the parked runners.
+        # A later burst, its first reply held: each call has a task of its own
+        # while it runs, and none is left once the burst is served.
+        held.armed = True
         async with anyio.create_task_group() as tg:
             for i in range(10):
                 tg.start_soon(host.embed, "m", [f"again {i}"])
+            await held.wait_for(1)
+            await anyio.wait_all_tasks_blocked()
+            assert call_tasks() == 10
+            held.armed = False
+            await held.answer_all()
+        await anyio.wait_all_tasks_blocked()
+        assert call_tasks() == 0
+        assert live(Call) == calls
 
 
 @pytest.mark.subprocess

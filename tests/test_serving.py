@@ -311,7 +311,7 @@ async def test_a_bucket_hook_plugin_registered_later_is_honoured(
     transport = InProcessFakeTransport()
     cfg = make_config(make_model("m"))
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
-        await host.embed("m", ["short"])  # the default, called directly...
+        await host.embed("m", ["short"])  # the default...
         host.plugins.add(LargestBucket())
         await host.embed("m", ["short"])  # ...until a plugin brings its own
     assert [f["shape"] for f in transport.frames("infer")] == [[8, 2], [32, 2]]
@@ -340,24 +340,34 @@ async def test_a_replacement_worker_s_buckets_are_the_ones_chosen_from(
     assert [f["shape"] for f in transport.frames("infer")] == [[8, 2], [8, 2], [16, 2]]
 
 
-def test_the_default_bucket_choice_is_worked_out_once_per_length(
-    monkeypatch: pytest.MonkeyPatch,
+class CountingBuckets:
+    """Synapse's own choice (the smallest bucket that fits), recording each
+    length it is asked about."""
+
+    def __init__(self) -> None:
+        self.asked: list[int] = []
+
+    @synapse.hookimpl
+    def synapse_select_bucket(self, length: int, buckets: list[int], model: Any) -> int:
+        self.asked.append(length)
+        return next(bucket for bucket in buckets if bucket >= length)
+
+
+async def test_a_call_asks_the_bucket_hook_once_per_distinct_length(
+    make_model: Any, make_config: Any
 ) -> None:
-    from synapse_core import defaults
-    from synapse_core.plugins import PluginHost
-
-    asked: list[int] = []
-    first_fit = defaults.synapse_select_bucket
-
-    def counting(length: int, buckets: Any, model: Any) -> int | None:
-        asked.append(length)
-        return first_fit(length, buckets, model)
-
-    plugins = PluginHost()
-    monkeypatch.setattr(defaults, "synapse_select_bucket", counting)
-    select = plugins.bucket_selector([8, 16, 32], None)  # type: ignore[arg-type]
-    assert [select(n) for n in (5, 5, 9, 5, 9, 32)] == [8, 8, 16, 8, 16, 32]
-    assert asked == [5, 9, 32]
+    transport = InProcessFakeTransport()
+    counting = CountingBuckets()
+    cfg = make_config(make_model("m", max_batch=8))
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport), counting]) as host:
+        await host.load("m")
+        counting.asked.clear()
+        # Three distinct lengths among six texts: 1 word, 10 words, 20 words.
+        await host.embed("m", ["a", "b", "c " * 10, "d", "e " * 10, "f " * 20])
+        assert len(counting.asked) == len(set(counting.asked)) == 3
+        await host.embed("m", ["g"])  # each call asks again
+        assert counting.asked[3] == counting.asked[0]
+    assert [f["shape"][0] for f in transport.frames("infer")] == [8, 16, 32, 8]
 
 
 class MiscountingTransport(InProcessFakeTransport):

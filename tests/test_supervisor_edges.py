@@ -245,8 +245,9 @@ async def test_a_call_made_as_the_host_closes_ends_instead_of_holding_up_the_clo
 ) -> None:
     """The task owning the host is cancelled while another task still calls it:
     the call's head start took the permit, the in-flight count, a lease and
-    the channel's turn for a detached task that will never run. It must end
-    and let go of them, or the host's close waits for it forever."""
+    the channel's turn for a detached task started in a group already
+    cancelled. It must end and let go of them, or the host's close waits for
+    it forever."""
     cfg = make_config(make_model("m"))
     ready = anyio.Event()
     owner_scope = anyio.CancelScope()
@@ -259,7 +260,7 @@ async def test_a_call_made_as_the_host_closes_ends_instead_of_holding_up_the_clo
                 cfg, plugins=[transport_plugin(InProcessFakeTransport())]
             ) as host:
                 held["host"] = host
-                await host.embed("m", ["warm up"])  # leaves a parked call task behind
+                await host.embed("m", ["warm up"])
                 held["worker"] = host.worker("m")
                 ready.set()
                 await anyio.sleep_forever()
