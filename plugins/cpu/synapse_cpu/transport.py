@@ -63,15 +63,9 @@ def onnxruntime_problem() -> str:
     return ""
 
 
-def runtime_of(options: CpuOptions) -> str:
-    """The runtime a worker of ``options`` will run: the option, or onnxruntime
-    where it is installed, else numpy."""
-    return chosen_runtime(options.runtime)
-
-
-def chosen_runtime(option: str | None) -> str:
-    """The runtime of a ``runtime`` option: itself, or by default onnxruntime
-    where it is installed, else numpy."""
+def runtime_of(option: str | None) -> str:
+    """The runtime a worker of the ``runtime`` option ``option`` will run: the
+    option, or by default onnxruntime where it is installed, else numpy."""
     if option is not None:
         return option
     return "numpy" if onnxruntime_problem() else "onnxruntime"
@@ -120,7 +114,7 @@ class ModelFacts:
 def model_facts(model: ModelSpec) -> ModelFacts:
     options = parse_options(model.options, source=f"model {model.name!r}")
     located = model_files(options)
-    return _facts(located.root, runtime_of(options), options.batch_tokens)
+    return _facts(located.root, runtime_of(options.runtime), options.batch_tokens)
 
 
 @functools.lru_cache(maxsize=64)
@@ -237,7 +231,7 @@ class CpuTransport(Transport):
         one option it needs: the host checked them all when it opened
         (``validate_model``), and structuring them again costs more than the
         rest of the cut."""
-        return request_budget(chosen_runtime(model.options.get("runtime")))
+        return request_budget(runtime_of(model.options.get("runtime")))
 
     def tokenizer(self, model: ModelSpec) -> Tokenizer:
         try:

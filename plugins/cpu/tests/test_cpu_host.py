@@ -373,11 +373,12 @@ def test_without_onnxruntime_the_default_falls_back_to_numpy_and_insisting_is_re
     default, insisting = (
         host_config(entry("m", **o)).models[0] for o in ({}, {"runtime": "onnxruntime"})
     )
-    assert synapse_cpu.transport.runtime_of(transport.model_options(default)) == "onnxruntime"
+    option = transport.model_options(default).runtime
+    assert synapse_cpu.transport.runtime_of(option) == "onnxruntime"
     monkeypatch.setattr(
         synapse_cpu.transport, "onnxruntime_problem", lambda: "onnxruntime is not installed (x)"
     )
-    assert synapse_cpu.transport.runtime_of(transport.model_options(default)) == "numpy"
+    assert synapse_cpu.transport.runtime_of(option) == "numpy"
     assert transport.model_availability(default).available
     refused = transport.model_availability(insisting)
     assert not refused.available and refused.reason == "onnxruntime is not installed (x)"
