@@ -93,6 +93,8 @@ class HeadStart:
     permit: object
     lease: Lease
     begun: tuple[Infer, Exchange]
+    #: the guard was entered as a small call (``cut.is_small``)
+    small: bool
 
 
 @attrs.define(eq=False)
@@ -123,6 +125,8 @@ class Call:
     #: holds the catalog guard (counted in ``Worker.inflight``)
     # Invariant: entered ⇒ permit.
     entered: bool = False
+    #: entered as a small call (counted in ``Worker.small_inflight`` while entered)
+    small: bool = False
     # Invariant: lease ⇒ entered and permit (one lease at a time).
     lease: Lease | None = None
     #: the request under way, begun and not yet being finished
@@ -154,11 +158,12 @@ class Call:
 
     def hold(self, head: HeadStart) -> None:
         """Take over everything the head start took."""
-        self.permit, self.lease, self.begun, self.entered = (
+        self.permit, self.lease, self.begun, self.entered, self.small = (
             head.permit,
             head.lease,
             head.begun,
             True,
+            head.small,
         )
 
     def queue(self) -> None:
@@ -172,10 +177,11 @@ class Call:
         queued, self.queued = self.queued, False
         return queued
 
-    def enter(self, worker: Worker) -> None:
-        """Take ``worker``'s catalog guard (retirement waits for the call to leave)."""
-        worker.enter()
-        self.entered = True
+    def enter(self, worker: Worker, small: bool) -> None:
+        """Take ``worker``'s catalog guard (retirement waits for the call to
+        leave); ``small``: all of the call's work fits one request (``cut.is_small``)."""
+        worker.enter(small)
+        self.entered, self.small = True, small
 
     def leased(self, lease: Lease) -> Lease:
         self.lease = lease
@@ -207,7 +213,7 @@ class Call:
             supervisor.release(self.unlease())
         if self.entered:
             self.entered = False
-            worker.leave()
+            worker.leave(self.small)
         if self.permit is not None:
             permit, self.permit = self.permit, None
             keeper.permits.release_on_behalf_of(permit)

@@ -4,9 +4,12 @@ A plan's inputs are grouped by the smallest bucket that fits each and cut
 into steps of at most the worker's batch size and the model's request budget
 (``max_batch_tokens`` positions); each step is one ``Infer`` request on the
 worker, and between two of them the worker may serve other calls. The budget
-is for sharing: a call that has the worker to itself sends its later steps
-joined up to the batch size (:func:`join_next`), and keeps to the budget from
-the moment a second call enters the worker until the worker is idle again.
+is for sharing with small calls: a call sends its later steps joined up to
+the batch size (:func:`join_next`), and keeps to the budget from the moment
+a small call (:func:`is_small`) and another call are in the worker together
+until the worker is idle again. Bulk calls beside each other alone take
+turns in joined requests: none of them waits on a short answer, and small
+requests would cost them the exchange per request.
 
 A plan is cut once (:func:`steps_of` keeps its steps in the plan, for the
 bucket choice they were cut by), and the ceiling is checked once:
@@ -18,6 +21,7 @@ is smaller than the catalog declared).
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 
 import attrs
 
@@ -111,13 +115,9 @@ def group_by_bucket(
             # longest in one forward slice instead of cutting a mixed request
             # into several (``synapse_cpu`` measured 309 slices against 81 for
             # 2,000 mixed texts). A bucket sent whole keeps input order.
-            group.sort(key=_length)
+            group.sort(key=attrgetter("length"))
         steps += [Group(bucket, group[i : i + size]) for i in range(0, len(group), size)]
     return steps
-
-
-def _length(item: Item) -> int:
-    return item.length
 
 
 def chunk_size(bucket: int, batch: int, budget: int | None) -> int:
@@ -147,14 +147,31 @@ def join_steps(steps: list[Group], start: int, batch: int) -> None:
 
 def join_next(steps: list[Group], index: int, worker: Worker) -> Group:
     """The step to send as ``steps[index]``: joined with the steps after it of
-    its bucket (in place, :func:`join_steps`) while its call has ``worker``
-    to itself (:attr:`Worker.shared`: no second call has entered it since it
-    was last idle). A call's first step keeps to the budget: it may have been
-    sent already (the head start), and another call may come just as it starts."""
+    its bucket (in place, :func:`join_steps`) unless a small call shares
+    ``worker`` (:attr:`Worker.shared`: since it was last idle, a small call
+    and another call have been in it together). A call's first step keeps
+    to the budget: it may have been sent already (the head start), and a
+    small call may come just as it starts."""
     assert worker.hello is not None
     if index and not worker.shared:
         join_steps(steps, index, worker.hello.max_batch)
     return steps[index]
+
+
+def is_small(plan: Plan, worker: Worker) -> bool:
+    """Whether all of ``plan``'s work fits one request within the model's
+    budget, counted in tokens (buckets are chosen on the worker's hello, which
+    may not have come yet): a small call beside another call makes both keep
+    to the budget (:attr:`Worker.shared`); bulk calls beside each other alone
+    take turns in requests of up to ``max_batch``."""
+    budget = request_budget(worker.spec, worker.transport)
+    if budget is None:
+        return False  # no budget to keep to: nothing to decide
+    for item in plan.items:
+        budget -= item.length
+        if budget < 0:
+            return False
+    return True
 
 
 def request_budget(spec: ModelSpec, transport: Transport) -> int | None:

@@ -69,6 +69,11 @@ def invalid_token(
     return None  # pragma: no cover - the check above found a bad id
 
 
+def has_surrogate(text: str) -> bool:
+    """Whether ``text`` holds a lone surrogate, which UTF-8 cannot carry."""
+    return _SURROGATE.search(text) is not None
+
+
 def invalid_text(model: str, value: object, what: str, index: int | None) -> Refused | None:
     """The refusal of ``value`` if it is not text UTF-8 can carry (else ``None``)."""
     if isinstance(value, str):

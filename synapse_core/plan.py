@@ -20,7 +20,7 @@ import attrs
 
 from .catalog import Entry
 from .errors import PluginError, Refused
-from .inputs import invalid_text, invalid_token, token_id_limit, tokenizer_failed
+from .inputs import has_surrogate, invalid_text, invalid_token, token_id_limit, tokenizer_failed
 from .tokenizer import BatchTokenizer, CountingTokenizer, Tokenizer
 
 #: calls of at most this many texts are encoded while they are planned (a
@@ -311,7 +311,9 @@ def _batches(tokenizer: Tokenizer, texts: Sequence[object]) -> Iterator[list[int
 
 
 def _is_text(value: object) -> bool:
-    return type(value) is str and (value.isascii() or invalid_text("", value, "", None) is None)
+    """Valid text (what :func:`_sized` checks again only for an input not
+    encoded in a batch)."""
+    return type(value) is str and (value.isascii() or not has_surrogate(value))
 
 
 def _sized(
@@ -332,8 +334,10 @@ def _sized(
         limit = token_id_limit(model, tokenizer)
         if refusal := invalid_token(model, given, f"{noun} {index}", index, limit):
             raise refusal
-    elif not (isinstance(given, str) and given.isascii()) and (
-        refusal := invalid_text(model, given, f"{noun} {index}", index)
+    elif (
+        encoded is None  # a batch encodes valid text only (``_is_text``)
+        and not (isinstance(given, str) and given.isascii())
+        and (refusal := invalid_text(model, given, f"{noun} {index}", index))
     ):
         raise refusal
     text = given if isinstance(given, str) else ""

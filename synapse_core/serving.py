@@ -27,7 +27,7 @@ import anyio
 
 from .call import Call, HeadStart
 from .channel import Exchange
-from .cut import infer_request, join_next, step_shape, steps_of
+from .cut import infer_request, is_small, join_next, step_shape, steps_of
 from .deadline import Clock, Deadline, wait_bounded
 from .errors import (
     CallerGone,
@@ -126,8 +126,9 @@ class CallRunner:
             raise
         except Exception as exc:  # a bug must reach the caller as one
             raise _internal(plan, exc) from exc
-        worker.enter()
-        return HeadStart(begun[1], lease, begun)
+        small = is_small(plan, worker)
+        worker.enter(small)
+        return HeadStart(begun[1], lease, begun, small)
 
     def start(self, call: Call, head: HeadStart | None) -> None:
         """The caller's part of starting ``call``, before its detached task
@@ -185,7 +186,7 @@ class CallRunner:
             if call.permit is None:
                 await self._take_permit(call)
             if not call.entered:
-                call.enter(worker)
+                call.enter(worker, is_small(call.plan, worker))
             await self._serve(call, supervisor, worker)
         except Exception as exc:
             error = exc

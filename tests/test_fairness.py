@@ -299,6 +299,48 @@ async def test_a_call_keeps_to_the_budget_once_another_came(
     assert [ids for f in received if f.sequences != short for ids in f.sequences] == _ids(texts)
 
 
+async def test_bulk_calls_beside_each_other_alone_take_turns_in_joined_requests(
+    make_model: Any, make_config: Any
+) -> None:
+    """The budget is for small calls: two bulk calls in the worker together
+    still take turns (the waiting one goes next), each in requests of up to
+    ``max_batch`` after its first."""
+    texts = [f"first{i} " * 20 for i in range(11)]
+    other = [f"second{i} " * 20 for i in range(5)]
+
+    async def a_second_bulk_call(held: HeldReplies, start: Start) -> None:
+        await held.wait_for(1)
+        await start("other", other)
+
+    received = await bulk_alone(make_config(budget_model(make_model)), texts, a_second_bulk_call)
+    mine = _ids(texts)
+    sizes = [("bulk" if f.sequences[0] in mine else "other", len(f.sequences)) for f in received]
+    assert sizes == [("bulk", 1), ("other", 1), ("bulk", 8), ("other", 4), ("bulk", 2)]
+    assert [ids for f in received if f.sequences[0] in mine for ids in f.sequences] == mine
+
+
+def test_a_worker_is_shared_once_a_small_call_meets_another_until_idle() -> None:
+    from synapse_core.launch import LaneInfo
+    from synapse_core.residency.lane import Lane
+    from synapse_core.residency.worker import Worker
+
+    worker = Worker("m#1", None, None, None, Lane(LaneInfo("test:0"), 100))  # type: ignore[arg-type]
+    worker.enter(False)
+    worker.enter(False)
+    assert not worker.shared  # two bulk calls
+    worker.enter(True)
+    assert worker.shared and worker.small_inflight == 1
+    worker.leave(True)
+    assert worker.shared  # sticky: the next short call is a moment away
+    worker.leave(False)
+    worker.leave(False)
+    assert not worker.shared and (worker.inflight, worker.small_inflight) == (0, 0)
+    worker.enter(True)
+    assert not worker.shared  # a small call alone
+    worker.enter(False)
+    assert worker.shared  # a bulk call beside it
+
+
 def test_join_steps_takes_whole_steps_and_part_of_the_last() -> None:
     from synapse_core.cut import join_steps
     from synapse_core.plan import Group, Item

@@ -71,3 +71,11 @@ def test_a_generation_that_goes_back_and_a_retirement_undone_are_found() -> None
         "m#1: generation went back from 3 to 2",
         "m#1: retiring was set and is no longer",
     ]
+
+
+def test_guard_counts_that_do_not_add_up_are_found() -> None:
+    sup = _supervisor()
+    (worker,) = sup.workers.values()
+    worker.enter(True)
+    worker.leave(False)  # left as bulk what entered small
+    assert ResidencyCheck().violations([sup]) == ["m#1: 1 small calls in flight of 0"]

@@ -61,4 +61,8 @@ class ResidencyCheck:
             found.append(f"admitted and busy at once: {sorted(map(str, both))}")
         if any(n < 0 for n in w.leases.values()) or w.inflight < 0:
             found.append(f"negative count: leases {dict(w.leases)}, inflight {w.inflight}")
+        if not 0 <= w.small_inflight <= w.inflight:
+            found.append(f"{w.small_inflight} small calls in flight of {w.inflight}")
+        if w.shared and not w.inflight:
+            found.append("shared while no call is in flight")
         return found

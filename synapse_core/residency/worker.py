@@ -71,10 +71,16 @@ class Worker:
     leases: Counter[Shape] = attrs.field(factory=Counter)
     #: calls holding the catalog guard; retirement waits until none does
     inflight: int = 0
-    #: a second call entered since the worker was last idle: each call's
-    #: requests keep to the model's budget (see ``cut.join_next``)
+    #: of those, the small calls: all of a small call's work fits one request
+    #: within the model's budget (``cut.is_small``)
+    # Invariant: 0 <= small_inflight <= inflight.
+    small_inflight: int = 0
+    #: a small call and another call have been in the worker together since it
+    #: was last idle: each call's requests keep to the model's budget (see
+    #: ``cut.join_next``); bulk calls beside bulk calls alone do not
     # Invariant: false whenever ``inflight`` is 0; set by ``enter`` when a call
-    #   enters beside another, cleared by ``leave`` when the last one leaves.
+    #   enters beside another and one of them is small, cleared by ``leave``
+    #   when the last one leaves.
     shared: bool = False
     restarts: list[float] = attrs.field(factory=list)
     restart_count: int = 0
@@ -128,13 +134,20 @@ class Worker:
     async def changed(self) -> None:
         await self._changed.wait()
 
-    def enter(self) -> None:
-        """Take the catalog guard: retirement waits for this call to leave."""
-        self.shared = self.shared or self.inflight > 0
+    def enter(self, small: bool) -> None:
+        """Take the catalog guard: retirement waits for this call to leave.
+        ``small``: the call's work fits one request within the budget."""
         self.inflight += 1
+        self.small_inflight += small
+        # Sticky until idle: a client sending short calls one after another
+        # leaves the worker between two of them, and a bulk call joining its
+        # requests in that gap would make the next short call wait for all of one.
+        self.shared = self.shared or (self.inflight > 1 and self.small_inflight > 0)
 
-    def leave(self) -> None:
+    def leave(self, small: bool) -> None:
+        """Let go of the catalog guard taken by ``enter(small)``."""
         self.inflight -= 1
+        self.small_inflight -= small
         if self.inflight == 0:
             self.shared = False
             self.notify()

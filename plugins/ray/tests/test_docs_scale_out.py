@@ -35,7 +35,8 @@ READY = "Application 'default' is ready"
 #: bounds: an answer within three minutes; any other command within two
 ANSWER_S = 180.0
 COMMAND_S = 120.0
-STOP_S = 90.0
+#: Ctrl-C until serve run has ended (see ``test_serve_run.STOP_S``)
+STOP_S = 180.0
 EXIT_S = 30.0
 
 _FENCE = re.compile(r"^```(\w+)\n(.*?)^```$", re.DOTALL | re.MULTILINE)
