@@ -80,3 +80,12 @@ def test_the_cpu_groups_workers_mark_their_lane_busy_in_a_folder_of_their_own() 
         assert Path(tempfile.gettempdir()) != folder  # this process keeps its own
     assert os.environ.get("TMPDIR") == before and not folder.exists()
     assert worker_lane() == shared
+
+
+def test_the_machine_record_names_the_vector_instructions(tmp_path: Path) -> None:
+    from benchmarks.machine import cpu_flags
+
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("model name\t: X\nflags\t\t: fpu sse2 avx2 fma avx512f avx512_vnni\n")
+    assert cpu_flags(cpuinfo) == ["avx2", "fma", "avx512f", "avx512_vnni"]
+    assert cpu_flags(tmp_path / "absent") is None
