@@ -179,7 +179,7 @@ class Call:
 
     def enter(self, worker: Worker, small: bool) -> None:
         """Take ``worker``'s catalog guard (retirement waits for the call to
-        leave); ``small``: all of the call's work fits one request (``cut.is_small``)."""
+        leave); ``small``: a small call (``cut.is_small``)."""
         worker.enter(small)
         self.entered, self.small = True, small
 

@@ -100,7 +100,7 @@ class Coalescer:
         if plan.task != "embed" or not all(item.ids is not None for item in items):
             return False
         budget = self._budget
-        return budget is None or len(items) == 1 or sum(i.length for i in items) <= budget
+        return budget is None or plan.within(budget)
 
     def submit(self, call: Call) -> None:
         """Start ``call`` now if the model has none of this queue running, else

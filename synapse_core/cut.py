@@ -159,19 +159,13 @@ def join_next(steps: list[Group], index: int, worker: Worker) -> Group:
 
 
 def is_small(plan: Plan, worker: Worker) -> bool:
-    """Whether all of ``plan``'s work fits one request within the model's
-    budget, counted in tokens (buckets are chosen on the worker's hello, which
-    may not have come yet): a small call beside another call makes both keep
-    to the budget (:attr:`Worker.shared`); bulk calls beside each other alone
-    take turns in requests of up to ``max_batch``."""
+    """Whether ``plan`` is a small call: one input, or inputs whose sequence
+    lengths fit the model's budget (:meth:`Plan.within`; buckets are chosen
+    on the worker's hello, which may not have come yet). A small call beside
+    another call makes both keep to the budget (:attr:`Worker.shared`); bulk
+    calls beside each other alone take turns in requests of up to ``max_batch``."""
     budget = request_budget(worker.spec, worker.transport)
-    if budget is None:
-        return False  # no budget to keep to: nothing to decide
-    for item in plan.items:
-        budget -= item.length
-        if budget < 0:
-            return False
-    return True
+    return budget is not None and plan.within(budget)
 
 
 def request_budget(spec: ModelSpec, transport: Transport) -> int | None:

@@ -77,6 +77,19 @@ class Plan:
         # One input (the common call) needs no max() and no key function.
         return items[0] if len(items) == 1 else max(items, key=lambda item: item.length)
 
+    def within(self, budget: int) -> bool:
+        """Whether the plan is one request's worth of ``budget`` positions,
+        counted in sequence lengths (its buckets' padding is chosen later, on
+        the worker): one input always is, as a request never holds less."""
+        items = self.items
+        if len(items) == 1:
+            return True
+        for item in items:
+            budget -= item.length
+            if budget < 0:
+                return False
+        return True
+
     def encode(self, items: Sequence[Item]) -> list[list[int]]:
         """The token ids of ``items``, encoded now unless they already are."""
         sequences = []

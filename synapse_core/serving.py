@@ -104,6 +104,7 @@ class CallRunner:
             return None
         try:
             step = steps_of(plan, worker, self.plugins)[0]
+            small = is_small(plan, worker)  # may ask the transport: before anything is taken
             shape = step_shape(worker, step)
             begun = supervisor.begin_now(
                 worker, shape, lambda request_id: infer_request(plan, request_id, shape, step)
@@ -126,7 +127,6 @@ class CallRunner:
             raise
         except Exception as exc:  # a bug must reach the caller as one
             raise _internal(plan, exc) from exc
-        small = is_small(plan, worker)
         worker.enter(small)
         return HeadStart(begun[1], lease, begun, small)
 

@@ -273,7 +273,7 @@ async def test_a_call_alone_sends_its_later_steps_joined_up_to_the_batch(
     assert [ids for f in received for ids in f.sequences] == _ids(texts)
 
 
-async def test_a_call_keeps_to_the_budget_once_another_came(
+async def test_a_call_keeps_to_the_budget_once_a_small_call_came(
     make_model: Any, make_config: Any
 ) -> None:
     """A short call arriving during a bulk call's joined request makes the
@@ -317,6 +317,46 @@ async def test_bulk_calls_beside_each_other_alone_take_turns_in_joined_requests(
     sizes = [("bulk" if f.sequences[0] in mine else "other", len(f.sequences)) for f in received]
     assert sizes == [("bulk", 1), ("other", 1), ("bulk", 8), ("other", 4), ("bulk", 2)]
     assert [ids for f in received if f.sequences[0] in mine for ids in f.sequences] == mine
+
+
+async def test_a_bulk_call_beside_a_small_call_that_got_the_head_start_keeps_to_the_budget(
+    make_model: Any, make_config: Any
+) -> None:
+    """A small call that took the head start (an idle worker) counts as small:
+    a bulk call entering beside it keeps to the budget until the worker is
+    idle, and the worker ends with no small call counted."""
+    held = HeldReplies()
+    transport = InProcessFakeTransport()
+    transport.reply_gate = held
+    results: dict[str, Any] = {}
+    texts = [f"after{i} " * 20 for i in range(5)]
+    async with synapse.open_host(
+        make_config(budget_model(make_model)), plugins=[transport_plugin(transport)]
+    ) as host:
+        await host.embed("m", [texts[0], "warm"])
+        held.armed = True
+        async with anyio.create_task_group() as tg:
+            await started(tg, results, "short", lambda: host.embed("m", ["short"]))
+            await held.wait_for(1)  # the short call's head-start request is with the worker
+            await started(tg, results, "bulk", lambda: host.embed("m", texts))
+            await held.answer_all()
+        worker = host.worker("m")
+        assert worker is not None
+        assert (worker.inflight, worker.small_inflight, worker.shared) == (0, 0, False)
+    assert [len(f.sequences) for f in held.received] == [1] * 6  # the short, then five of one
+    assert results["bulk"].vectors == [pytest.approx(vector(t), abs=1e-6) for t in texts]
+
+
+def test_one_long_text_is_a_small_call() -> None:
+    from synapse_core.plan import Item, Plan
+    from synapse_core.tokenizer import BasicTokenizer
+
+    def plan(*lengths: int) -> Plan:
+        items = tuple(Item(i, "", n - 2, n) for i, n in enumerate(lengths))
+        return Plan("m", "embed", items, BasicTokenizer())
+
+    assert plan(300).within(32)  # a request never holds less than one input
+    assert plan(10, 22).within(32) and not plan(10, 23).within(32)
 
 
 def test_a_worker_is_shared_once_a_small_call_meets_another_until_idle() -> None:

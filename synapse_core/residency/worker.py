@@ -71,8 +71,8 @@ class Worker:
     leases: Counter[Shape] = attrs.field(factory=Counter)
     #: calls holding the catalog guard; retirement waits until none does
     inflight: int = 0
-    #: of those, the small calls: all of a small call's work fits one request
-    #: within the model's budget (``cut.is_small``)
+    #: of those, the small calls: one input, or inputs whose sequence lengths
+    #: fit one request's budget (``cut.is_small``)
     # Invariant: 0 <= small_inflight <= inflight.
     small_inflight: int = 0
     #: a small call and another call have been in the worker together since it
@@ -136,7 +136,7 @@ class Worker:
 
     def enter(self, small: bool) -> None:
         """Take the catalog guard: retirement waits for this call to leave.
-        ``small``: the call's work fits one request within the budget."""
+        ``small``: a small call (``cut.is_small``)."""
         self.inflight += 1
         self.small_inflight += small
         # Sticky until idle: a client sending short calls one after another
