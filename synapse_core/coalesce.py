@@ -1,13 +1,14 @@
 """Coalescing: small embed calls that would wait for a busy model share a request.
 
 With ``coalesce = true``, a model serves at most one call of this queue at a
-time. A small embed call arriving while that call runs waits here (counted as
-waiting, so ``max_waiting`` bounds the queue); when the running call ends,
-everything queued starts as one coalesced call whose plan holds every
-waiting caller's inputs, up to the worker's batch size. Each caller then gets
-its own rows, in its own order, or the coalesced call's error: a fault while
-a shared request ran reaches every caller in it as ``OutcomeUnknown`` (each
-of them may have run), and none is replayed.
+time per worker (``workers``). A small embed call arriving while that many
+run waits here (counted as waiting, so ``max_waiting`` bounds the queue);
+when a running call ends, everything queued starts as one coalesced call
+whose plan holds every waiting caller's inputs, up to the worker's batch
+size. Each caller then gets its own rows, in its own order, or the
+coalesced call's error: a fault while a shared request ran reaches every
+caller in it as ``OutcomeUnknown`` (each of them may have run), and none is
+replayed.
 
 What stays per caller: refusals (each call is planned, and refused, alone
 before it joins; a coalesced call refused or rejected by the worker as a
@@ -58,7 +59,8 @@ class Coalescer:
     head start raises); ``event`` makes a one-shot event; ``line`` counts
     queued calls in the host's backlog; ``worker`` gives the model's worker
     (if any) and ``selection`` how a call picks buckets on it (only asked
-    with a ``budget``, to count the positions queued calls take).
+    with a ``budget``, to count the positions queued calls take); ``slots``
+    is how many of this queue's calls may run at once (the model's workers).
     """
 
     def __init__(
@@ -69,6 +71,7 @@ class Coalescer:
         worker: Callable[[], Worker | None],
         selection: Callable[[Worker], Selection],
         budget: int | None = None,
+        slots: int = 1,
     ) -> None:
         self._launch = launch
         self._event = event
@@ -76,7 +79,9 @@ class Coalescer:
         self._worker = worker
         self._selection = selection
         self._budget = budget
-        self.running: Call | None = None
+        self._slots = slots
+        # Invariant: at most ``slots`` calls, each started and not yet ended.
+        self.running: list[Call] = []
         # Invariant: each queued call is joined to this queue (``joined is
         # self``), admitted, and counted once in the line.
         self.queue: list[Call] = []
@@ -103,11 +108,12 @@ class Coalescer:
         return budget is None or plan.within(budget)
 
     def submit(self, call: Call) -> None:
-        """Start ``call`` now if the model has none of this queue running, else
-        queue it (or raise ``Overloaded`` when the backlog is full)."""
+        """Start ``call`` now if fewer of this queue's calls than the model's
+        workers run, else queue it (or raise ``Overloaded`` when the backlog
+        is full)."""
         if self._closed is not None:
             raise self._closed
-        if self.running is None:
+        if len(self.running) < self._slots:
             self._start(call)
             if call.error is not None:
                 raise call.error  # refused by the head start, before any await
@@ -132,8 +138,8 @@ class Coalescer:
             self._line.dequeue()
             call.fail(error)
 
-    def _settled(self) -> None:
-        self.running = None
+    def _settled(self, call: Call) -> None:
+        self.running.remove(call)
         if not self._dispatching:
             self._dispatch()
 
@@ -142,7 +148,7 @@ class Coalescer:
         # back here) before _start returns.
         self._dispatching = True
         try:
-            while self.running is None and self.queue and self._closed is None:
+            while len(self.running) < self._slots and self.queue and self._closed is None:
                 calls = self._take()
                 self._start(calls[0] if len(calls) == 1 else Coalesced.of(calls, self._event()))
         finally:
@@ -194,10 +200,10 @@ class Coalescer:
                             self._launch_or_fail(caller)
                 else:
                     call.settle()
-            self._settled()
+            self._settled(call)
 
         call.when_ended(settled)
-        self.running = call
+        self.running.append(call)
         self._launch_or_fail(call)  # a call that fails settles: the queue moves on
 
     def _launch_or_fail(self, call: Call) -> None:

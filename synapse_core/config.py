@@ -89,6 +89,11 @@ class ModelSpec:
     #: large call's requests; ``None``: the transport's default
     #: (:meth:`~synapse_core.transport.Transport.max_batch_tokens`)
     max_batch_tokens: int | None = attrs.field(default=None, validator=_budget)
+    #: how many workers serve the model, each with its own shapes and
+    #: reservations: a call goes to an idle one, so short calls need not wait
+    #: behind a long call's request on another (see architecture.md, fair
+    #: sharing); each costs a worker's memory and cold start
+    workers: int = attrs.field(default=1, validator=_positive)
 
 
 @attrs.frozen

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
 from contextlib import asynccontextmanager
 from typing import Protocol, TypeVar
@@ -20,9 +19,10 @@ from .deadline import Clock, Deadline, check_deadline, monotonic
 from .errors import HostClosed, Retired
 from .plugins import PluginHost
 from .prompts import prompted
-from .residency.lane import Lane
+from .replicas import for_each
 from .residency.supervisor import Backlog, Supervisor
 from .residency.worker import Phase, Worker
+from .roster import Roster
 from .scoring import scores_of
 from .serving import CallRunner
 from .snapshot import HostSnapshot, take
@@ -60,11 +60,11 @@ class Host:
         self._tg = tg
         self.catalog = Catalog(config, plugins)
         self.backlog = Backlog()
-        self.supervisors: dict[str, Supervisor] = {}
-        self._workers: dict[str, Worker] = {}
+        self._roster = Roster(config, plugins, clock, tg, self.backlog)
+        #: per lane id, its supervisor
+        self.supervisors: dict[str, Supervisor] = self._roster.supervisors
         self._retired: set[str] = set()
         self._closed = False
-        self._serial = itertools.count(1)
         self._runner = CallRunner(
             plugins,
             clock,
@@ -155,38 +155,45 @@ class Host:
         return RerankResult(model, scores, call.identity, call.plan.truncated, tokens, raw)
 
     async def load(self, model: str, *, deadline: Deadline | None = None) -> None:
-        """Start the model's worker and wait for its hello; no inference."""
+        """Start the model's workers and wait for their hellos; no inference."""
         self._check_open()
         check_deadline(deadline)
         entry = self.catalog.entry(model, self._task_of(model))
-        old = self._workers.get(model)
-        while (
-            old is not None
-            and old.retiring
-            and old.phase not in (Phase.EXITED, Phase.EXIT_UNCONFIRMED, Phase.FAILED)
-        ):
-            await old.changed()  # a draining worker is not a loaded one
+        for old in self._roster.replicas_of(entry).slots:
+            while (
+                old is not None
+                and old.retiring
+                and old.phase not in (Phase.EXITED, Phase.EXIT_UNCONFIRMED, Phase.FAILED)
+            ):
+                await old.changed()  # a draining worker is not a loaded one
         self._retired.discard(model)
-        worker = self._worker(entry, fresh=True)
-        await self._supervisor(entry).wait_ready(worker, deadline or Deadline.never())
+        sup = self._roster.supervisor(entry)
+        slots = range(entry.spec.workers)
+        workers = [self._roster.worker(entry, slot, fresh=True) for slot in slots]
+        await for_each(lambda w: sup.wait_ready(w, deadline or Deadline.never()), workers)
 
     async def retire(self, model: str) -> None:
-        """Retire the model's worker: stop new leases, drain, confirm exit, refund."""
+        """Retire the model's workers: stop new leases, drain, confirm exits, refund."""
         self._check_open()
         await self._retire(model)
 
     async def _retire(self, model: str) -> None:
         self._retired.add(model)
-        worker = self._workers.get(model)
-        if worker is not None:
-            await self.supervisors[worker.lane.lane_id].retire(worker)
+        retire = self._roster.supervisors
+        await for_each(lambda w: retire[w.lane.lane_id].retire(w), self._roster.live(model))
 
     def snapshot(self) -> HostSnapshot:
         return take(self.supervisors)
 
     def worker(self, model: str) -> Worker | None:
-        """The live worker record of ``model`` (for tests and tools)."""
-        return self._workers.get(model)
+        """The live worker record of ``model``, its first if it has several
+        (for tests and tools)."""
+        replicas = self._roster.replicas.get(model)
+        return replicas.first() if replicas is not None else None
+
+    def workers(self, model: str) -> list[Worker]:
+        """The live worker records of ``model``, in slot order."""
+        return self._roster.live(model)
 
     async def aclose(self) -> None:
         """Retire every worker and confirm their exits, then release lanes.
@@ -206,7 +213,7 @@ class Host:
         with anyio.CancelScope(shield=True):
             with anyio.move_on_after(bound) as retiring:
                 async with anyio.create_task_group() as tg:
-                    for model in list(self._workers):
+                    for model in list(self._roster.replicas):
                         tg.start_soon(self._retire, model)
             if retiring.cancelled_caught:
                 for sup in self.supervisors.values():
@@ -270,11 +277,12 @@ class Host:
         now, its detached task next. The first request is written before a
         new call's record is made, which then overlaps the worker's compute."""
         runner = self._runner
-        worker = self._workers.get(plan.model)
-        if worker is None or worker.phase is Phase.EXITED:
+        entry = self.catalog.entries[plan.model]
+        worker = self._roster.replicas_of(entry).choose()
+        if isinstance(worker, int):  # an empty slot: a worker starts there for this call
             if call is None or not call.admitted:
                 runner.check_room()  # a refused call leaves no worker record behind
-            worker = self._worker(self.catalog.entries[plan.model])
+            worker = self._roster.worker(entry, worker)
         sup = self.supervisors[worker.lane.info.lane_id]
         head = runner.try_begin(plan, deadline, sup, worker)  # raises before any await
         # Nothing that can fail goes here: a request written and never
@@ -300,57 +308,13 @@ class Host:
                 self._launch,
                 anyio.Event,
                 self._runner,
-                lambda: self._workers.get(model),
+                lambda: self.worker(model),
                 lambda worker: selection_of(worker, self.plugins),
                 budget,
+                entry.spec.workers,
             )
             self._coalescers[model] = coalescer
         return coalescer
-
-    def _supervisor(self, entry: Entry) -> Supervisor:
-        assert entry.lane is not None
-        lane_id = entry.lane.lane_id
-        sup = self.supervisors.get(lane_id)
-        if sup is None:
-            lane_config = self.config.lanes.get(lane_id)
-            capacity = lane_config.capacity if lane_config else entry.lane.capacity
-            sup = Supervisor(
-                Lane(entry.lane, capacity),
-                self.plugins,
-                self.config,
-                self.clock,
-                self._tg,
-                self.backlog,
-            )
-            self.supervisors[lane_id] = sup
-        return sup
-
-    def _worker(self, entry: Entry, fresh: bool = False) -> Worker:
-        """The model's worker record; ``fresh`` replaces one that is gone for good.
-
-        Only an explicit load replaces a failed worker, so a crash loop stopped
-        by the restart budget is not restarted by the next call.
-        """
-        name = entry.spec.name
-        worker = self._workers.get(name)
-        gone = worker is not None and (
-            worker.phase is Phase.EXITED or (fresh and worker.phase is Phase.FAILED)
-        )
-        if worker is None or gone:
-            sup = self._supervisor(entry)
-            if worker is not None:
-                sup.forget(worker)
-            assert entry.transport is not None
-            worker = Worker(
-                worker_id=f"{name}#{next(self._serial)}",
-                spec=entry.spec,
-                transport=entry.transport.transport,
-                tokenizer=entry.tokenizer,
-                lane=sup.lane,
-            )
-            self._workers[name] = worker
-            sup.adopt(worker)
-        return worker
 
 
 @asynccontextmanager

