@@ -7,6 +7,15 @@ that moment. The kernel drops a lock when its process dies, so a killed
 worker is never counted as busy. Alone, a worker uses every core (one short
 text then runs as fast as the machine allows); two busy workers on two cores
 get one thread each instead of four threads fighting for two cores.
+
+A request of at most :data:`CLAIM_POSITIONS` positions (one short text)
+that follows the worker's last request by more than :data:`BACK_TO_BACK_S`
+takes its share without marking itself busy: it lasts a few milliseconds,
+and a worker whose long request started beside it would otherwise run all
+of that request on a fraction of the cores. It oversubscribes the cores for
+those milliseconds instead. Short requests back to back (a client sending
+its next call as soon as the last is answered) claim their share as any
+request does: they would otherwise oversubscribe the cores all the time.
 """
 
 from __future__ import annotations
@@ -14,13 +23,20 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import itertools
+import math
 import os
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 #: the transport's one lane
 LANE_ID = "cpu:0"
+#: requests of at most this many positions (rows x padded length) compute
+#: without marking the lane busy (see the module docstring)
+CLAIM_POSITIONS = 64
+#: a short request this soon after the worker's last one claims its share
+BACK_TO_BACK_S = 0.005
 _marks = itertools.count()
 
 
@@ -41,7 +57,12 @@ def lane_dir(lane_id: str) -> Path:
 class CoreShare:
     """A worker's mark on its lane, and its share of the cores while it computes."""
 
-    def __init__(self, directory: Path, cores: int | None = None) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        cores: int | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.directory = directory
         self.cores = cores or usable_cores()
@@ -49,7 +70,29 @@ class CoreShare:
         self.path = directory / f"{os.getpid()}.{next(_marks)}.busy"
         self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
         self._others: dict[str, int] = {}
+        self._clock = clock
+        self._last_end = -math.inf
         self._forget_dead()
+
+    def share(self) -> int:
+        """The thread count of a request that does not mark itself busy: the
+        cores divided by the busy workers and this one (at least one)."""
+        return max(1, self.cores // (1 + self.busy_others()))
+
+    @contextlib.contextmanager
+    def computing(self, positions: int) -> Iterator[int]:
+        """One request of ``positions`` (rows x padded length): yields its
+        thread count, marking this worker busy meanwhile unless it is a
+        sparse short request (see the module docstring)."""
+        sparse = self._clock() - self._last_end > BACK_TO_BACK_S
+        try:
+            if positions <= CLAIM_POSITIONS and sparse:
+                yield self.share()
+            else:
+                with self.busy() as threads:
+                    yield threads
+        finally:
+            self._last_end = self._clock()
 
     @contextlib.contextmanager
     def busy(self) -> Iterator[int]:
@@ -57,7 +100,7 @@ class CoreShare:
         by the busy workers, this one included (at least one)."""
         fcntl.flock(self._fd, fcntl.LOCK_EX)
         try:
-            yield max(1, self.cores // (1 + self.busy_others()))
+            yield self.share()
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 

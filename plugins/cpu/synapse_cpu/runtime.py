@@ -90,14 +90,15 @@ class Model:
         return self.run(ids, types, mask, self._current or self.threads or usable_cores())
 
     @contextlib.contextmanager
-    def computing(self) -> Iterator[int]:
-        """The thread count of one request: fixed, all cores, or the share of
-        them this worker gets while the lane's other busy workers compute."""
+    def computing(self, positions: int) -> Iterator[int]:
+        """The thread count of one request of ``positions`` (rows x widths):
+        fixed, all cores, or the share of them this worker gets while the
+        lane's other busy workers compute (``CoreShare.computing``)."""
         if self.threads is not None or self.share is None:
             self._current = self.threads or usable_cores()
             yield self._current
             return
-        with self.share.busy() as threads:
+        with self.share.computing(positions) as threads:
             self._current = threads
             try:
                 yield threads
@@ -131,8 +132,9 @@ class Model:
         """
         framing = self.framing
         out = np.empty((len(sequences), self.layout.hidden), dtype=np.float32)
-        with self.computing():
-            for chunk in self._slices([len(s) + framing.single for s in sequences]):
+        widths = [len(s) + framing.single for s in sequences]
+        with self.computing(max(widths, default=0) * len(widths)):
+            for chunk in self._slices(widths):
                 out[chunk] = self.forward(*bert.pack([sequences[i] for i in chunk], framing))
         return out
 
@@ -147,7 +149,7 @@ class Model:
         framing = self.framing
         out = np.empty(len(documents), dtype=np.float32)
         widths = [len(query) + len(d) + framing.pair for d in documents]
-        with self.computing():
+        with self.computing(max(widths, default=0) * len(widths)):
             for chunk in self._slices(widths):
                 pairs = bert.pack_pairs(query, [documents[i] for i in chunk], framing)
                 out[chunk] = self.forward(*pairs)

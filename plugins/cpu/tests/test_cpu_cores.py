@@ -43,6 +43,33 @@ def test_a_worker_alone_gets_every_core_and_busy_workers_share_them(tmp_path: Pa
     assert list(tmp_path.iterdir()) == []
 
 
+def test_a_sparse_short_request_takes_its_share_without_marking_the_lane(
+    tmp_path: Path,
+) -> None:
+    now = [100.0]
+    first = cores.CoreShare(tmp_path, cores=4, clock=lambda: now[0])
+    second = cores.CoreShare(tmp_path, cores=4)
+    try:
+        with second.busy(), first.computing(cores.CLAIM_POSITIONS) as short:
+            assert short == 2  # its share beside the busy worker
+        now[0] += cores.BACK_TO_BACK_S * 2
+        with first.computing(cores.CLAIM_POSITIONS), second.busy() as beside:
+            assert beside == 4  # the short request is not counted
+        # The next short request right after the last: back to back, it claims.
+        now[0] += cores.BACK_TO_BACK_S / 2
+        with first.computing(cores.CLAIM_POSITIONS), second.busy() as beside:
+            assert beside == 2
+        now[0] += cores.BACK_TO_BACK_S * 2
+        with first.computing(cores.CLAIM_POSITIONS + 1), second.busy() as beside:
+            assert beside == 2  # a longer request always claims
+        now[0] += cores.BACK_TO_BACK_S * 2
+        with first.computing(1), second.busy() as beside:
+            assert beside == 4  # sparse again
+    finally:
+        first.close()
+        second.close()
+
+
 def test_one_core_each_at_least(tmp_path: Path) -> None:
     shares = [cores.CoreShare(tmp_path, cores=2) for _ in range(3)]
     try:
