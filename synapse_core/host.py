@@ -179,8 +179,8 @@ class Host:
 
     async def _retire(self, model: str) -> None:
         self._retired.add(model)
-        retire = self._roster.supervisors
-        await for_each(lambda w: retire[w.lane.lane_id].retire(w), self._roster.live(model))
+        sups = self._roster.supervisors
+        await for_each(lambda w: sups[w.lane.lane_id].retire(w), self._roster.live(model))
 
     def snapshot(self) -> HostSnapshot:
         return take(self.supervisors)

@@ -7,9 +7,10 @@ and its no-replay rule are one worker's). The choice, in order:
 1. an idle worker that takes work: no call in it, so nothing to wait for;
 2. else an empty slot (never started, or its worker exited): the host starts
    a worker there, and the call waits for its hello;
-3. else the worker with the fewest calls in it, preferring one that takes
-   work and one without a bulk call (whose requests a short call would
-   wait behind); a failed worker only when every one has failed.
+3. else a busy worker: one that takes work before one that does not, then
+   one without a bulk call (whose requests a short call would wait behind)
+   before one with, then the one with the fewest calls; a failed worker
+   only when every one has failed.
 
 With ``workers = 1`` this is the single worker's rule it has always been.
 """
@@ -80,7 +81,7 @@ class Replicas:
 async def for_each(step: Callable[[Worker], Awaitable[object]], workers: Sequence[Worker]) -> None:
     """Run ``step`` on every worker at once (a load or a retirement), and
     raise the first error any of them raised, as one worker's call would:
-    a caller sees ``WorkerStartFailed``, not an exception group."""
+    a caller sees ``WorkerFault``, not an exception group."""
     if len(workers) == 1:
         await step(workers[0])
         return

@@ -69,20 +69,21 @@ async def test_a_short_call_goes_to_an_idle_worker_not_behind_the_bulk_request(
 async def test_a_call_waits_on_the_worker_without_a_bulk_call(
     make_model: Any, make_config: Any
 ) -> None:
-    """With every worker busy, a call goes to the one with the fewest calls,
-    and between equals to the one that holds no bulk call."""
+    """With every worker busy, a call goes to one that holds no bulk call:
+    the bulk call is on the first worker, so slot order alone would send
+    the next call behind it."""
     cfg, held, transport = _serving(make_model, make_config, 2)
     results: dict[str, Any] = {}
     async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
         await host.load("m")
         held.armed = True
         async with anyio.create_task_group() as tg:
-            await started(tg, results, "short", lambda: host.embed("m", ["short"]))
             await started(tg, results, "bulk", lambda: host.embed("m", LONG))
+            await started(tg, results, "short", lambda: host.embed("m", ["short"]))
             await started(tg, results, "next", lambda: host.embed("m", ["next"]))
             first, second = host.workers("m")
-            assert (first.inflight, first.small_inflight) == (2, 2)  # both shorts
-            assert (second.inflight, second.small_inflight) == (1, 0)  # the bulk call
+            assert (first.inflight, first.small_inflight) == (1, 0)  # the bulk call
+            assert (second.inflight, second.small_inflight) == (2, 2)  # both shorts
             await held.answer_all()
     assert results["next"].vectors == [pytest.approx(vector("next"), abs=1e-6)]
 
