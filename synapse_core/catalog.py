@@ -16,6 +16,7 @@ from .config import HostConfig, ModelSpec, Task
 from .errors import ConfigError, Refused
 from .naming import shown
 from .plugins import PluginHost, TransportInfo
+from .residency.lifecycle import MAX_BATCH
 from .tokenizer import BasicTokenizer, Tokenizer
 from .transport import Conversion, LaneInfo, ModelTraits
 from .wire import bucket_problem
@@ -194,12 +195,19 @@ def _check_options_size(spec: ModelSpec) -> None:
 
 
 def _frame_problems(info: TransportInfo, spec: ModelSpec, config: HostConfig) -> list[str]:
-    """Options that would fail only once a worker answers: vectors (or a full
-    batch of them) too big for one frame of ``max_frame_bytes``."""
+    """Options that would fail only once a worker answers: a ``max_batch``
+    over what a hello may report, vectors (or a full batch of them) too big
+    for one frame of ``max_frame_bytes``."""
     if info.transport.options_type is None:
         return []
     options = info.transport.model_options(spec)
     dims, batch = getattr(options, "dims", None), getattr(options, "max_batch", None)
+    if type(batch) is int and batch > MAX_BATCH:
+        # the worker's hello would report it and every start would fail
+        return [
+            f"options.max_batch: model {shown(spec.name)} sets max_batch {batch}, over the "
+            f"{MAX_BATCH} inputs a host sends a worker at once; lower max_batch"
+        ]
     if type(dims) is not int:
         return []
     limit = config.max_frame_bytes

@@ -12,6 +12,7 @@ from synapse_core import HostConfig
 from synapse_core.catalog import MAX_OPTIONS_BYTES, Catalog
 from synapse_core.errors import ConfigError
 from synapse_core.plugins import PluginHost
+from synapse_core.residency.lifecycle import MAX_BATCH
 from synapse_core.testing import model_entry, transport_plugin
 from synapse_core.worker.options import MAX_BUCKETS
 from synapse_mock_transport.transport import MockTransport
@@ -65,3 +66,12 @@ def test_options_too_long_for_a_command_line_are_refused(tmp_path: Path) -> None
     (problem,) = problems(model_entry("m", trace=trace))
     assert problem.startswith("models[0].options: ")
     assert f"over the {MAX_OPTIONS_BYTES} a worker can be started with" in problem
+
+
+def test_a_max_batch_over_what_a_hello_may_report_is_refused_naming_the_model() -> None:
+    (problem,) = problems(model_entry("big", dims=4, max_batch=MAX_BATCH + 1))
+    assert problem == (
+        f"models[0].options.max_batch: model 'big' sets max_batch {MAX_BATCH + 1}, over the "
+        f"{MAX_BATCH} inputs a host sends a worker at once; lower max_batch"
+    )
+    assert catalog(model_entry("m", dims=4, max_batch=MAX_BATCH)).entries["m"].available
