@@ -11,6 +11,7 @@ from collections.abc import Sequence
 
 from .catalog import Entry
 from .errors import Refused
+from .naming import shown
 
 
 def prompted(entry: Entry, name: str, texts: Sequence[str | Sequence[int]]) -> list[str]:
@@ -22,7 +23,7 @@ def prompted(entry: Entry, name: str, texts: Sequence[str | Sequence[int]]) -> l
         known = ", ".join(map(repr, sorted(entry.spec.prompts))) or "none"
         raise Refused(
             "unknown-prompt",
-            f"model {model!r} has no prompt {name!r}; its prompts: {known}",
+            f"model {shown(model)} has no prompt {shown(name)}; its prompts: {known}",
             model=model,
         )
     tokenizer = entry.tokenizer
@@ -32,7 +33,7 @@ def prompted(entry: Entry, name: str, texts: Sequence[str | Sequence[int]]) -> l
         if not isinstance(given, str):
             raise Refused(
                 "invalid-text",
-                f"input {index} is token ids, which prompt {name!r} cannot be put in front "
+                f"input {index} is token ids, which prompt {shown(name)} cannot be put in front "
                 "of; give the text, or the prompt's ids with the input's and no prompt",
                 model=model,
                 index=index,

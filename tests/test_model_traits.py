@@ -93,3 +93,12 @@ async def test_traits_that_fail_count_as_none_and_the_model_still_serves() -> No
         entry = h.catalog.entries["broken"]
         assert entry.traits == ModelTraits() and entry.spec.prompts == {}
         assert len((await h.embed("broken", ["hello"])).vectors) == 1
+
+
+async def test_a_long_prompt_name_is_cut_in_the_refusal() -> None:
+    async with host(config()) as h:
+        with pytest.raises(synapse.Refused) as unknown:
+            await h.embed("e", ["hello"], prompt_name="p" * 10_000)
+    assert unknown.value.code == "unknown-prompt"
+    assert f"no prompt '{'p' * 200}…' (10000 characters)" in unknown.value.message
+    assert len(unknown.value.message) < 400
