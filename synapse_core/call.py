@@ -9,8 +9,10 @@ no other module assigns to a call.
 What a call holds (the execution permit, the catalog guard, one lease and
 the request under way) is taken either all at once by the head start
 (:class:`HeadStart`, given to the call by :meth:`Call.hold`) or one after
-another by its detached task, and let go of in one place,
-:meth:`Call.release`, whichever way the call ended.
+another by its detached task, and let go of here only, whichever path the
+call took: :meth:`Call.release` when it ends, :meth:`Call.drop_lease` when
+it changes shape or sees a fault, and :func:`undo_head_start` when a head
+start fails before there is a call.
 """
 
 from __future__ import annotations
@@ -95,6 +97,24 @@ class HeadStart:
     begun: tuple[Infer, Exchange]
     #: the guard was entered as a small call (``cut.is_small``)
     small: bool
+
+
+def undo_head_start(
+    keeper: Keeper,
+    supervisor: Supervisor,
+    worker: Worker,
+    exchange: Exchange,
+    permit_held: bool,
+    error: BaseException,
+) -> None:
+    """Let go of what a head start took before its records failed with
+    ``error`` (off the hot path): the permit, if ``permit_held`` (on behalf
+    of ``exchange``), and the request written, whose reply will not be read
+    (its generation is recovered)."""
+    if permit_held:
+        keeper.permits.release_on_behalf_of(exchange)
+    if isinstance(error, Exception):
+        supervisor.drop_begun(worker, exchange, f"a call's records failed: {error!r}")
 
 
 @attrs.define(eq=False)
@@ -187,11 +207,12 @@ class Call:
         self.lease = lease
         return lease
 
-    def unlease(self) -> Lease:
-        """Give up the lease (to be released by the caller at once)."""
+    def drop_lease(self, supervisor: Supervisor) -> None:
+        """Release the lease now: before leasing another shape (one lease at
+        a time), or before a fault is reported (recovery waits for it)."""
         lease, self.lease = self.lease, None
         assert lease is not None
-        return lease
+        supervisor.release(lease)
 
     def began(self, begun: tuple[Infer, Exchange]) -> None:
         self.begun = begun
@@ -210,7 +231,7 @@ class Call:
             self.begun[1].release()
             self.begun = None
         if self.lease is not None:
-            supervisor.release(self.unlease())
+            self.drop_lease(supervisor)
         if self.entered:
             self.entered = False
             worker.leave(self.small)

@@ -25,7 +25,7 @@ import math
 
 import anyio
 
-from .call import Call, HeadStart
+from .call import Call, HeadStart, undo_head_start
 from .channel import Exchange
 from .cut import infer_request, is_small, join_next, step_shape, steps_of
 from .deadline import Clock, Deadline, wait_bounded
@@ -111,17 +111,15 @@ class CallRunner:
             )
             if begun is None:
                 return None
+            permit_held = False
             try:
                 # Written: nothing may await before these are recorded. The
                 # permit is held on behalf of the exchange (there is no call yet).
                 self.permits.acquire_on_behalf_of_nowait(begun[1])
-                try:
-                    lease = supervisor.lease_begun(worker, shape)
-                except BaseException:
-                    self.permits.release_on_behalf_of(begun[1])
-                    raise
-            except Exception as exc:
-                supervisor.drop_begun(worker, begun[1], f"a call's records failed: {exc!r}")
+                permit_held = True
+                lease = supervisor.lease_begun(worker, shape)
+            except BaseException as exc:
+                undo_head_start(self, supervisor, worker, begun[1], permit_held, exc)
                 raise
         except SynapseError:
             raise
@@ -276,7 +274,7 @@ class CallRunner:
         shape = step_shape(worker, step)
         lease = call.lease
         if lease is not None and lease.shape != shape:
-            supervisor.release(call.unlease())  # one lease at a time
+            call.drop_lease(supervisor)  # one lease at a time
             lease = None
         if call.abandoned:
             return False
@@ -327,7 +325,7 @@ class CallRunner:
         """Let go of the call's lease, report ``fault``, and return the error
         the call ends in (off the hot path: only a fault calls it)."""
         # Recovery starts only once the lease is released.
-        supervisor.release(call.unlease())
+        call.drop_lease(supervisor)
         supervisor.report_fault(worker, fault.generation, fault.reason)
         model = call.plan.model
         if fault.written:

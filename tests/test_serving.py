@@ -558,3 +558,28 @@ async def test_a_tokenizer_failing_in_the_head_start_raises_before_any_await(
         snapshot = host.snapshot().worker("m")
         assert (snapshot.leases, snapshot.inflight) == (0, 0)
         assert (await host.embed("m", ["fine"])).vectors
+
+
+async def test_a_head_start_whose_records_fail_lets_go_of_the_permit_and_the_request(
+    make_model: Any, make_config: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The request is written but its lease cannot be recorded: the permit
+    goes back, the unread reply's generation is recovered, and the caller
+    gets an internal error; the next call is served."""
+    from synapse_core.residency.supervisor import Supervisor
+
+    cfg = make_config(make_model("m"))
+    async with synapse.open_host(cfg, plugins=[transport_plugin(InProcessFakeTransport())]) as host:
+        await host.embed("m", ["warm up"])
+
+        def broken(self: Supervisor, worker: Any, shape: Any) -> Any:
+            raise RuntimeError("records failed")
+
+        with monkeypatch.context() as patch:
+            patch.setattr(Supervisor, "lease_begun", broken)
+            with pytest.raises(synapse.InternalError, match="records failed"):
+                await host.embed("m", ["lost"])
+        assert host._runner.permits.borrowed_tokens == 0
+        assert (await host.embed("m", ["fine"])).vectors
+        worker = host.snapshot().worker("m")
+        assert (worker.generation, worker.inflight, worker.leases) == (2, 0, 0)
