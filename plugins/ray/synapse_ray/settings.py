@@ -33,6 +33,16 @@ def _at_least_one(instance: object, attribute: attrs.Attribute[Any], value: int)
         raise FieldInvalid(attribute.name, f"must be 1 or more, got {value!r}")
 
 
+def _key(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    # `api_key=` would otherwise expect "Bearer " with nothing after it
+    if value is not None and not value.strip():
+        raise FieldInvalid(
+            attribute.name,
+            "the key is empty, which would turn authentication off; give a key, "
+            "or leave api_key unset to serve without one",
+        )
+
+
 @attrs.frozen
 class Settings:
     """How the deployment is built; every field has a default."""
@@ -54,7 +64,7 @@ class Settings:
     #: ``None``: long enough for the host to retire every worker (see :func:`shutdown_bound_s`)
     graceful_shutdown_timeout_s: float | None = None
     #: the HTTP app's: clients must send ``Authorization: Bearer <api_key>``
-    api_key: str | None = None
+    api_key: str | None = attrs.field(default=None, validator=_key)
     #: the HTTP app's: the longest a call may take
     request_timeout_s: float = attrs.field(default=30.0, validator=positive)
 

@@ -44,6 +44,16 @@ def test_http_settings_reach_the_app() -> None:
         settings_from_args({"request_timeout_s": "0"})
 
 
+@pytest.mark.parametrize("key", ["", "   "])
+def test_an_empty_api_key_is_refused_not_taken_as_no_key(key: str) -> None:
+    """`serve run synapse_ray:app api_key=` would expect "Bearer " and nothing."""
+    with pytest.raises(ConfigError) as caught:
+        settings_from_args({"api_key": key})
+    (problem,) = caught.value.problems
+    assert problem.startswith("api_key: the key is empty, which would turn authentication off")
+    assert settings_from_args({}).api_key is None  # unset: no key, as synapse serve
+
+
 def test_config_file_values_are_taken_as_they_are() -> None:
     assert settings_from_args({"num_replicas": 2, "lane_resource": "ane"}) == Settings(
         num_replicas=2, lane_resource="ane"
