@@ -38,8 +38,8 @@ def _key(instance: object, attribute: attrs.Attribute[Any], value: str | None) -
     if value is not None and not value.strip():
         raise FieldInvalid(
             attribute.name,
-            "the key is empty, which would turn authentication off; give a key, "
-            "or leave api_key unset to serve without one",
+            "the key is empty, so clients would have to send 'Bearer ' with no key; "
+            "give a key, or leave api_key unset to serve without one",
         )
 
 

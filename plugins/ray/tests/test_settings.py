@@ -50,7 +50,7 @@ def test_an_empty_api_key_is_refused_not_taken_as_no_key(key: str) -> None:
     with pytest.raises(ConfigError) as caught:
         settings_from_args({"api_key": key})
     (problem,) = caught.value.problems
-    assert problem.startswith("api_key: the key is empty, which would turn authentication off")
+    assert problem.startswith("api_key: the key is empty, so clients would have to send")
     assert settings_from_args({}).api_key is None  # unset: no key, as synapse serve
 
 
