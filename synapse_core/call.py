@@ -33,7 +33,7 @@ from .wire import Infer, Output, rows_of
 
 if TYPE_CHECKING:
     from .residency.supervisor import Supervisor
-    from .residency.worker import Worker
+    from .residency.worker import Guard, Worker
 
 
 @attrs.frozen
@@ -87,16 +87,15 @@ class Keeper(Protocol):
 class HeadStart:
     """Everything the head start took for a call not made yet
     (:meth:`~synapse_core.serving.CallRunner.try_begin`): the permit, held on
-    behalf of ``permit``; the catalog guard (entered); the lease of the first
-    step's shape; and that step's request, written. A call takes it all over
-    with :meth:`Call.hold`, with no await in between."""
+    behalf of ``permit``; the catalog guard; the lease of the first step's
+    shape; and that step's request, written. A call takes it all over with
+    :meth:`Call.hold`, with no await in between."""
 
     #: the borrower the execution permit is held for (the exchange begun)
     permit: object
     lease: Lease
     begun: tuple[Infer, Exchange]
-    #: the guard was entered as a small call (``cut.is_small``)
-    small: bool
+    guard: Guard
 
 
 def undo_head_start(
@@ -131,8 +130,8 @@ class Call:
     #: what the wait under way ends in at the deadline (default DeadlineExceeded)
     expiry: SynapseError | None = None
     # What the call holds, taken by the head start (``hold``) or by its
-    # detached task, and let go of by ``release`` only.
-    # Invariant: done ⇒ permit is None, not queued, not entered, no lease, not begun.
+    # detached task, and let go of by ``release`` (the lease also by ``drop_lease``).
+    # Invariant: done ⇒ no permit, not queued, no guard, no lease, not begun.
     #: the borrower the execution permit is held for (this call, or the
     #: exchange its head start began, before the call was made); ``None``: no permit
     # Invariant: permit ⇒ not queued.
@@ -142,15 +141,14 @@ class Call:
     #: let in past ``max_waiting`` already (queued to be coalesced): a later
     #: wait is never refused with ``Overloaded``
     admitted: bool = False
-    #: holds the catalog guard (counted in ``Worker.inflight``)
-    # Invariant: entered ⇒ permit.
-    entered: bool = False
-    #: entered as a small call (counted in ``Worker.small_inflight`` while entered)
-    small: bool = False
-    # Invariant: lease ⇒ entered and permit (one lease at a time).
+    #: the catalog guard it holds (counted in ``Worker.inflight``, and in
+    #: ``small_inflight`` if it entered as a small call)
+    # Invariant: guard ⇒ permit.
+    guard: Guard | None = None
+    # Invariant: lease ⇒ guard and permit (one lease at a time).
     lease: Lease | None = None
     #: the request under way, begun and not yet being finished
-    # Invariant: begun ⇒ lease and entered.
+    # Invariant: begun ⇒ lease and guard.
     begun: tuple[Infer, Exchange] | None = None
     #: the coalesced call (or its queue) this call is served in, if any
     joined: Joined | None = None
@@ -178,12 +176,11 @@ class Call:
 
     def hold(self, head: HeadStart) -> None:
         """Take over everything the head start took."""
-        self.permit, self.lease, self.begun, self.entered, self.small = (
+        self.permit, self.lease, self.begun, self.guard = (
             head.permit,
             head.lease,
             head.begun,
-            True,
-            head.small,
+            head.guard,
         )
 
     def queue(self) -> None:
@@ -200,8 +197,7 @@ class Call:
     def enter(self, worker: Worker, small: bool) -> None:
         """Take ``worker``'s catalog guard (retirement waits for the call to
         leave); ``small``: a small call (``cut.is_small``)."""
-        worker.enter(small)
-        self.entered, self.small = True, small
+        self.guard = worker.enter(small)
 
     def leased(self, lease: Lease) -> Lease:
         self.lease = lease
@@ -223,7 +219,7 @@ class Call:
         assert begun is not None
         return begun
 
-    def release(self, keeper: Keeper, supervisor: Supervisor, worker: Worker) -> None:
+    def release(self, keeper: Keeper, supervisor: Supervisor) -> None:
         """Let go of everything the call holds, whichever path it took."""
         if self.begun is not None:
             # Only a closing host (or a bug) gets here with a request in flight;
@@ -232,9 +228,10 @@ class Call:
             self.begun = None
         if self.lease is not None:
             self.drop_lease(supervisor)
-        if self.entered:
-            self.entered = False
-            worker.leave(self.small)
+        guard = self.guard
+        if guard is not None:
+            self.guard = None
+            guard.worker.leave(guard.small)
         if self.permit is not None:
             permit, self.permit = self.permit, None
             keeper.permits.release_on_behalf_of(permit)

@@ -125,8 +125,7 @@ class CallRunner:
             raise
         except Exception as exc:  # a bug must reach the caller as one
             raise _internal(plan, exc) from exc
-        worker.enter(small)
-        return HeadStart(begun[1], lease, begun, small)
+        return HeadStart(begun[1], lease, begun, worker.enter(small))
 
     def start(self, call: Call, head: HeadStart | None) -> None:
         """The caller's part of starting ``call``, before its detached task
@@ -183,7 +182,7 @@ class CallRunner:
         try:
             if call.permit is None:
                 await self._take_permit(call)
-            if not call.entered:
+            if call.guard is None:
                 call.enter(worker, is_small(call.plan, worker))
             await self._serve(call, supervisor, worker)
         except Exception as exc:
@@ -192,13 +191,11 @@ class CallRunner:
             error = Retired.host_closing(call.plan.model)
             raise
         finally:
-            self._end(call, supervisor, worker, error)
+            self._end(call, supervisor, error)
 
-    def _end(
-        self, call: Call, supervisor: Supervisor, worker: Worker, error: Exception | None
-    ) -> None:
+    def _end(self, call: Call, supervisor: Supervisor, error: Exception | None) -> None:
         """Let go of everything the call holds, then report its outcome."""
-        call.release(self, supervisor, worker)
+        call.release(self, supervisor)
         if isinstance(error, SynapseError):
             call.fail(error)
         elif error is not None:  # a bug must not take the host's task group down

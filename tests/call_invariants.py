@@ -17,11 +17,11 @@ def call_problems(call: Call) -> list[str]:
     found = []
     if call.permit is not None and call.queued:
         found.append(f"{name} holds a permit and is queued for one")
-    if call.entered and call.permit is None:
+    if call.guard is not None and call.permit is None:
         found.append(f"{name} entered the guard without a permit")
-    if call.lease is not None and not (call.entered and call.permit is not None):
+    if call.lease is not None and not (call.guard is not None and call.permit is not None):
         found.append(f"{name} holds a lease without guard and permit")
-    if call.begun is not None and not (call.lease is not None and call.entered):
+    if call.begun is not None and not (call.lease is not None and call.guard is not None):
         found.append(f"{name} has a request under way without lease and guard")
     if call.done.is_set():
         held = [
@@ -29,7 +29,7 @@ def call_problems(call: Call) -> list[str]:
             for what, holds in (
                 ("permit", call.permit is not None),
                 ("place in line", call.queued),
-                ("guard", call.entered),
+                ("guard", call.guard is not None),
                 ("lease", call.lease is not None),
                 ("request", call.begun is not None),
             )
@@ -71,7 +71,7 @@ def serving_problems(host: Host, calls: Iterable[Call]) -> list[str]:
             f"backlog of {waiting}: {queued} queued for a permit, {coalescing} to be "
             f"coalesced, {unleased} holding a permit but no lease"
         )
-    entered = sum(1 for call in calls if call.entered)
+    entered = sum(1 for call in calls if call.guard is not None)
     inflight = sum(w.inflight for sup in host.supervisors.values() for w in sup.workers.values())
     if inflight != entered:
         found.append(f"workers count {inflight} calls in flight, {entered} calls entered")

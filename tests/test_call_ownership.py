@@ -216,18 +216,18 @@ def test_the_invariant_checker_finds_each_broken_invariant() -> None:
     from .call_invariants import call_problems
 
     plan = Plan("m", "embed", (Item(0, "a", 1, 3, [1]),), BasicTokenizer())
-    lease, begun = object(), (object(), object())
+    lease, begun, guard = object(), (object(), object()), object()
 
     def call(done: bool = False, **held: object) -> Call:
         return Call(plan, Deadline.never(), [None], _Done(done), **held)  # type: ignore[arg-type]
 
     assert call_problems(call()) == []
-    assert call_problems(call(permit=1, entered=True, lease=lease, begun=begun)) == []
+    assert call_problems(call(permit=1, guard=guard, lease=lease, begun=begun)) == []
     broken = {
         "holds a permit and is queued": call(permit=1, queued=True),
-        "entered the guard without a permit": call(entered=True),
+        "entered the guard without a permit": call(guard=guard),
         "holds a lease without guard and permit": call(permit=1, lease=lease),
-        "request under way without lease and guard": call(permit=1, entered=True, begun=begun),
+        "request under way without lease and guard": call(permit=1, guard=guard, begun=begun),
         "ended holding permit": call(done=True, permit=1),
         "ended holding place in line": call(done=True, queued=True),
     }

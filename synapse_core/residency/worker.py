@@ -27,6 +27,22 @@ class Phase(StrEnum):
     FAILED = "failed"
 
 
+@attrs.frozen(eq=False)
+class Guard:
+    """A call's hold on a worker's catalog guard, as the call entered:
+    counted in ``Worker.inflight`` (and ``small_inflight`` if ``small``)
+    until the call leaves; ``call.py`` lets go of it. Each worker makes its
+    two guards once, so entering allocates nothing."""
+
+    worker: Worker = attrs.field(repr=False)
+    #: entered as a small call (``cut.is_small``)
+    small: bool
+
+
+def _guards(worker: Worker) -> tuple[Guard, Guard]:
+    return Guard(worker, False), Guard(worker, True)
+
+
 @attrs.define(eq=False)
 class Worker:
     """One model's worker on its lane: what its current generation runs and holds.
@@ -97,6 +113,14 @@ class Worker:
     #   is confirmed (then ``gone``), and the worker is not EXITED meanwhile.
     lingering: WorkerProcess | None = None
     _changed: Signal = attrs.field(factory=Signal)
+    #: what ``enter`` hands out: the bulk call's guard, then the small call's
+    _guards: tuple[Guard, Guard] = attrs.field(
+        init=False,
+        repr=False,
+        default=attrs.Factory(
+            lambda self: (Guard(self, False), Guard(self, True)), takes_self=True
+        ),
+    )
 
     @property
     def state(self) -> str:
@@ -134,15 +158,16 @@ class Worker:
     async def changed(self) -> None:
         await self._changed.wait()
 
-    def enter(self, small: bool) -> None:
-        """Take the catalog guard: retirement waits for this call to leave.
-        ``small``: a small call (``cut.is_small``)."""
+    def enter(self, small: bool) -> Guard:
+        """Take the catalog guard: retirement waits for this call to leave
+        (``leave(guard.small)``). ``small``: a small call (``cut.is_small``)."""
         self.inflight += 1
         self.small_inflight += small
         # Sticky until idle: a client sending short calls one after another
         # leaves the worker between two of them, and a bulk call joining its
         # requests in that gap would make the next short call wait for all of one.
         self.shared = self.shared or (self.inflight > 1 and self.small_inflight > 0)
+        return self._guards[small]
 
     def leave(self, small: bool) -> None:
         """Let go of the catalog guard taken by ``enter(small)``."""
