@@ -13,6 +13,10 @@ HTTP server of ``synapse serve``, a command line) uses besides the host API.
   the entry-point group :data:`APPS_GROUP` (``synapse.apps``), and a plugin
   that serves it elsewhere (Ray Serve's replicas, say) finds it by name with
   :func:`app_factory`, without importing the plugin that provides it.
+- A front end's own settings, worded as the catalog's errors are: a
+  validator raises :class:`FieldInvalid` (:func:`positive` is one), and
+  :func:`structuring_problems` turns a cattrs error into ``path: problem``
+  lines for a :class:`~synapse_core.ConfigError`.
 """
 
 from __future__ import annotations
@@ -33,6 +37,9 @@ _EXPORTS = {
     "AppFactory": "apps",
     "ASGIApp": "apps",
     "app_factory": "apps",
+    "FieldInvalid": "errors",
+    "positive": "worker.options",
+    "structuring_problems": "config",
 }
 
 __all__ = [
@@ -41,12 +48,15 @@ __all__ = [
     "SHOWN_CHARS",
     "ASGIApp",
     "AppFactory",
+    "FieldInvalid",
     "app_factory",
     "bounded",
     "characters",
     "give_back",
     "map_large_blocks",
+    "positive",
     "shown",
+    "structuring_problems",
 ]
 
 __getattr__ = lazy_getattr(__name__, "synapse_core", _EXPORTS, globals())
@@ -54,4 +64,7 @@ __getattr__ = lazy_getattr(__name__, "synapse_core", _EXPORTS, globals())
 if TYPE_CHECKING:
     from .apps import APPS_GROUP, AppFactory, ASGIApp, app_factory
     from .bounds import OFFLOAD_CHARS, bounded, characters, give_back, map_large_blocks
+    from .config import structuring_problems
+    from .errors import FieldInvalid
     from .naming import SHOWN_CHARS, shown
+    from .worker.options import positive

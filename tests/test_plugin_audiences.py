@@ -54,7 +54,7 @@ ALLOWED: dict[str, frozenset[str]] = {
     # transport module's option helpers for its own settings (FieldInvalid,
     # positive, structuring_problems), and the front-end module to find the
     # HTTP app it serves by name
-    "ray": frozenset({HOST, TRANSPORT, FRONTEND}),
+    "ray": frozenset({HOST, FRONTEND}),
 }
 #: names a plugin may still import from ``synapse_core.plugin`` after they
 #: moved to their audience's module; each must still be in use (so the list

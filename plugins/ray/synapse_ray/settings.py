@@ -22,7 +22,7 @@ from synapse_core import (
     HostConfig,
     default_catalog_text,
 )
-from synapse_core.plugin import FieldInvalid, positive, structuring_problems
+from synapse_core.frontend import FieldInvalid, positive, structuring_problems
 
 #: the custom Ray resource a node declares once per device lane it can host
 LANE_RESOURCE = "synapse_lane"
