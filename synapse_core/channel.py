@@ -40,9 +40,17 @@ class Exchange:
     __slots__ = ("_turns", "error", "unsent", "written")
 
     def __init__(self, turns: _Turns | None = None) -> None:
+        # Invariant: once true, never false again (a replay is never safe after).
         self.written = False
+        #: the request's bytes not yet handed to the stream
+        # Invariant: unsent is None once written (unless the bound cut the send short).
         self.unsent: bytes | None = None
+        #: why the request could not be written; raised when it is completed
         self.error: ChannelClosed | None = None
+        #: the channel's turns while this exchange holds the turn (``None``:
+        #: a record of progress only, or the turn was given back)
+        # Invariant: set ⇒ this exchange holds its channel's turn; it holds
+        #   it until ``release``, which gives it back exactly once.
         self._turns = turns
 
     def release(self) -> None:
@@ -59,7 +67,14 @@ class _Turns:
     __slots__ = ("_waiters", "busy")
 
     def __init__(self) -> None:
+        #: an exchange (or a task between taking the turn and writing) holds the turn
+        # Invariant: busy ⇔ exactly one holder; a turn given back while
+        #   others wait stays busy and passes to the oldest of them.
         self.busy = False
+        #: the tasks waiting for the turn, oldest first, each event set only
+        #: when the turn is handed to it
+        # Invariant: _waiters nonempty ⇒ busy; a waiter cancelled after its
+        #   event was set passes the turn on, otherwise it leaves the deque.
         self._waiters: deque[anyio.Event] = deque()
 
     def take_now(self) -> bool:
@@ -108,10 +123,16 @@ class FramedChannel:
         self._read: Callable[[int], Awaitable[bytes]] = (
             receive.receive if isinstance(receive, ByteReceiveStream) else self._read_item
         )
+        #: bytes received and not yet cut into frames
+        # Invariant: starts at a frame boundary (``_take_frame`` cuts whole frames only).
         self._buffer = bytearray()
+        #: bytes the next frame still lacks (sizes the next read)
         self._wanted = 0
         self.codec = codec
+        # Invariant: one exchange at a time: every request is written and its
+        #   reply read while its exchange holds this turn.
         self._turns = _Turns()
+        # Invariant: once set, never unset; an exchange begun after fails.
         self.closed = False
 
     # -- frames -------------------------------------------------------------------

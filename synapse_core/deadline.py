@@ -92,6 +92,7 @@ class FakeClock:
     """A clock that only moves when told to; for deterministic tests."""
 
     def __init__(self, start: float = 1000.0) -> None:
+        # Invariant: never goes back (``advance`` takes seconds to move on).
         self.now = start
 
     def __call__(self) -> float:

@@ -63,7 +63,10 @@ class Host:
         self._roster = Roster(config, plugins, clock, tg, self.backlog)
         #: per lane id, its supervisor
         self.supervisors: dict[str, Supervisor] = self._roster.supervisors
+        #: models retired and not loaded since: their calls are refused
+        # Invariant: a model is here from ``retire`` until a ``load`` of it.
         self._retired: set[str] = set()
+        # Invariant: once set, never unset; every public method then refuses.
         self._closed = False
         self._runner = CallRunner(
             plugins,
@@ -73,6 +76,8 @@ class Host:
             config.max_waiting,
         )
         #: per model, when ``config.coalesce`` is on
+        # Invariant: at most one per model, made on its first small call and
+        #   kept for the host's life (closed with the host).
         self._coalescers: dict[str, Coalescer] = {}
         self._around = around_call
 

@@ -21,6 +21,8 @@ class MemoryByteSendStream(ByteSendStream):
 class MemoryByteReceiveStream(ByteReceiveStream):
     def __init__(self, inner: MemoryObjectReceiveStream[bytes]) -> None:
         self._inner = inner
+        #: the rest of the last chunk received, handed out before the next
+        # Invariant: bytes leave in the order they arrived, none twice.
         self._pending = b""
 
     async def receive(self, max_bytes: int = 65536) -> bytes:

@@ -45,6 +45,7 @@ class Item:
     #: positions the sequence occupies, special tokens (and query) included
     length: int
     #: token ids, encoded when the item's chunk is about to be sent
+    # Invariant: once set, never changed (a request may already hold them).
     ids: list[int] | None = None
 
 

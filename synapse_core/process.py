@@ -161,6 +161,7 @@ class _PipeEnd:
     def __init__(self, fd: int) -> None:
         os.set_blocking(fd, False)
         self._fd = fd
+        # Invariant: once set, never unset; the fd is closed exactly once.
         self._closed = False
 
     async def aclose(self) -> None:

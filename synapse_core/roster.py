@@ -36,9 +36,12 @@ class Roster:
         self._tg = tg
         self._backlog = backlog
         #: per lane id, its supervisor (made when a model of the lane first needs one)
+        # Invariant: one supervisor per lane, never replaced or dropped.
         self.supervisors: dict[str, Supervisor] = {}
         #: per model, its worker slots (``ModelSpec.workers``)
+        # Invariant: one ``Replicas`` per model, kept across retire and load.
         self.replicas: dict[str, Replicas] = {}
+        # Invariant: only grows, so no two worker records share an id.
         self._serial = itertools.count(1)
 
     def supervisor(self, entry: Entry) -> Supervisor:

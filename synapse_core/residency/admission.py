@@ -64,6 +64,9 @@ class Lease:
     generation: int
     shape: Shape
     channel: FramedChannel
+    # Invariant: while ``generation`` is the worker's, counted in
+    #   ``worker.leases[shape]`` until set; set once, by ``Admission.release``,
+    #   which uncounts it then, so a second release changes nothing.
     released: bool = False
 
 
@@ -99,7 +102,9 @@ class Admission:
         self._lifecycle = lifecycle
         self.backlog = backlog
         #: shapes admitted on this lane so far, for snapshots
+        # Invariant: only grows, by one per admission the worker confirmed.
         self.admissions = 0
+        # Invariant: told of every grant and release while set, in order.
         self._lease_watch: LeaseWatch | None = None
 
     def watch_leases(self, watch: LeaseWatch | None) -> None:

@@ -28,6 +28,7 @@ class Context:
         self.config = config
         self.clock = clock
         self.tg = task_group
+        # Invariant: request ids of the lane only grow, so none is used twice.
         self._ids = itertools.count(1)
         #: the observation sink, or ``None`` when no plugin listens
         self.observe = plugins.observer()

@@ -54,6 +54,8 @@ class Lifecycle:
         self._context = context
         self._lane = lane
         self._exits = exits
+        # Invariant: held by whoever opens the lane's session, so a
+        #   hardware-locked lane's session is opened once, not once per worker.
         self._lane_opening = anyio.Lock()
 
     # -- start and readiness ----------------------------------------------------------

@@ -12,6 +12,8 @@ class Signal:
     __slots__ = ("_event",)
 
     def __init__(self) -> None:
+        # Invariant: set ⇒ unset event with every current waiter on it;
+        #   ``notify`` sets it and drops it, so a later wait makes a new one.
         self._event: anyio.Event | None = None
 
     def notify(self) -> None:

@@ -54,6 +54,8 @@ class Supervisor:
     ) -> None:
         self.lane = lane
         #: worker id -> the workers of this lane (``adopt``, ``forget``)
+        # Invariant: a worker is forgotten only once nothing of it is charged
+        #   on the lane (its exits confirmed).
         self.workers: dict[str, Worker] = {}
         self.context = Context(plugins, config, clock, task_group)
         # Exits resume a recovery stopped at an unconfirmed exit: the lifecycle's job.
