@@ -31,6 +31,7 @@ from . import (
     shortcut_switches,
     shortcuts,
     soak,
+    stall,
     workers,
 )
 from .harness import FULL, QUICK, SMOKE, Figure, Mode
@@ -54,6 +55,8 @@ GROUPS: dict[str, Group] = {
 # synapse serve's figures, when the synapse-http plugin is installed.
 if importlib.util.find_spec("synapse_http") is not None:
     GROUPS["http"] = lambda mode: http_serving.measure(mode) + http_cpu.measure(mode)
+# /health under big bodies; says why it is skipped where it cannot run.
+GROUPS["stall"] = stall.measure
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

@@ -14,16 +14,26 @@ at once, four to ``/tokenize`` and four to ``/embed``, two of each of:
   answer of about 400,000 tokens), and
   ``/embed`` of 250 texts of 8 KB (over the ceiling once tokenised).
 
-Figures (JSON on stdout): ``/health``'s p50, p99 and worst latency alone and
-during the burst, and the ratio of the two p99s (noise on a shared machine
-moves both); each burst's wall time; the server's RSS once warm, at its peak during the burst, and
-after it, with the after/warm ratio. Targets: p99 during the burst under
-50 ms; RSS after within 10% of warm.
+Each round probes ``/health`` alone, then during a burst, then lets the
+server settle and reads its RSS. Figures (JSON on stdout): ``/health``'s p50,
+p99 and worst latency alone and during the bursts, and the ratio of the two
+p99s (noise on a shared machine moves both); each burst's wall time; the
+server's RSS once warm, at its peak during the bursts, and after the last,
+with the after/warm ratio. Targets: p99 during the burst under 50 ms; RSS
+after within 10% of warm.
+
+As the harness group ``stall`` (``python -m benchmarks --only stall``), one
+repetition is one round: ``stall_health_p99_ms`` is the round's p99 during
+its burst (its p99 alone is a reported part), ``stall_rss_ratio_after`` the
+RSS after it over warm. The smoke run sends each body once, cut to a
+twentieth. Skipped (no figures) where synapse-cpu, the model wheel,
+synapse-http or httpx is not installed.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import os
 import re
@@ -35,14 +45,35 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
+import attrs
+
+from . import cpu
+from .harness import Figure, Mode, Series, Target
+
+if TYPE_CHECKING:
+    import httpx
 
 #: seconds the whole run may take before it is stopped
 BOUND_S = 300.0
 MIB = 1024 * 1024
 PROBES_ALONE = 400
+
+
+@attrs.frozen
+class Plan:
+    rounds: int
+    #: ``/health`` probes alone in each round
+    probes: int
+    #: how many times each of the four bodies is sent in a burst
+    copies: int = 2
+    #: bodies are cut to 1/scale of their size (the smoke run's are tiny)
+    scale: int = 1
+
+
+#: the harness group's plan by mode
+PLANS = {"smoke": Plan(2, 50, copies=1, scale=20), "quick": Plan(3, 400), "full": Plan(5, 400)}
 CATALOG = """
 [[models]]
 name = "minilm"
@@ -100,11 +131,18 @@ def percentile(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
+def client(url: str, timeout: float) -> httpx.Client:
+    # imported here: the harness lists this group where httpx is not installed
+    import httpx
+
+    return httpx.Client(base_url=url, timeout=timeout)
+
+
 def probe(url: str, until: threading.Event | None, count: int = 0) -> list[float]:
     """``/health`` latencies (ms), one request after another: ``count`` of
     them, or until ``until`` is set."""
     out: list[float] = []
-    with httpx.Client(base_url=url, timeout=60) as http:
+    with client(url, 60) as http:
         while (until is None and len(out) < count) or (until is not None and not until.is_set()):
             began = time.perf_counter()
             http.get("/health")
@@ -112,27 +150,28 @@ def probe(url: str, until: threading.Event | None, count: int = 0) -> list[float
     return out
 
 
-def bodies() -> list[tuple[str, dict[str, Any]]]:
-    two_mb = ("lorem ipsum dolor sit amet " * (2_000_000 // 27 + 1))[:2_000_000]
+def bodies(copies: int = 2, scale: int = 1) -> list[tuple[str, dict[str, Any]]]:
+    size = 2_000_000 // scale
+    two_mb = ("lorem ipsum dolor sit amet " * (size // 27 + 1))[:size]
     kilo = ("the quick brown fox jumps over the lazy dog " * 23)[:1000]
     eight_k = ("lorem ipsum dolor sit amet " * 304)[:8192]
     jobs: list[tuple[str, dict[str, Any]]] = [
         ("/tokenize", {"inputs": two_mb}),
         ("/embed", {"inputs": two_mb}),
-        ("/tokenize", {"inputs": [kilo] * 2000}),
-        ("/embed", {"inputs": [eight_k] * 250}),
+        ("/tokenize", {"inputs": [kilo] * (2000 // scale)}),
+        ("/embed", {"inputs": [eight_k] * (250 // scale)}),
     ]
     only = os.environ.get("STALL_ONLY")
-    return [jobs[int(i)] for i in only.split(",")] if only else jobs * 2
+    return [jobs[int(i)] for i in only.split(",")] if only else jobs * copies
 
 
-def burst(url: str, pid: int) -> dict[str, Any]:
+def burst(url: str, pid: int, copies: int = 2, scale: int = 1) -> dict[str, Any]:
     done = threading.Event()
     statuses: list[int] = []
     peak = [rss_mib(pid)]
 
     def send(path: str, body: dict[str, Any]) -> None:
-        with httpx.Client(base_url=url, timeout=120) as http:
+        with client(url, 120) as http:
             statuses.append(http.post(path, json=body).status_code)
 
     def watch_rss() -> None:
@@ -140,7 +179,7 @@ def burst(url: str, pid: int) -> dict[str, Any]:
             peak.append(rss_mib(pid))
             done.wait(0.02)
 
-    senders = [threading.Thread(target=send, args=job) for job in bodies()]
+    senders = [threading.Thread(target=send, args=job) for job in bodies(copies, scale)]
     watcher = threading.Thread(target=watch_rss)
     latencies: list[float] = []
     prober = threading.Thread(target=lambda: latencies.extend(probe(url, done)))
@@ -163,16 +202,13 @@ def burst(url: str, pid: int) -> dict[str, Any]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
-    parser.add_argument("--rounds", type=int, default=3)
-    args = parser.parse_args()
-    signal.alarm(int(BOUND_S))  # the whole run is bounded
+def run(backend: str, plan: Plan) -> dict[str, Any]:
+    """Serve, warm up, then ``plan.rounds`` rounds of: ``/health`` alone, a
+    burst, the RSS once settled. The rounds' records, and the warm RSS."""
     with tempfile.TemporaryDirectory() as folder:
-        proc, url = start(Path(folder), args.backend)
+        proc, url = start(Path(folder), backend)
         try:
-            with httpx.Client(base_url=url, timeout=60) as http:
+            with client(url, 60) as http:
                 assert http.post("/embed", json={"inputs": ["warm up"] * 32}).status_code == 200
                 http.post("/tokenize", json={"inputs": ["warm up"] * 32})
                 # One request large enough for the worker threads: they, and
@@ -180,15 +216,80 @@ def main() -> None:
                 http.post("/tokenize", json={"inputs": ["warm up " * 100] * 40})
             probe(url, None, 50)  # warm the probe's path too
             warm = rss_mib(proc.pid)
-            alone = probe(url, None, PROBES_ALONE)
-            rounds = [burst(url, proc.pid) for _ in range(args.rounds)]
-            # Answers are written and dropped; the allocator gets a moment to give back.
-            probe(url, None, 50)
-            after = settled_rss(proc.pid)
+            rounds = []
+            for _ in range(plan.rounds):
+                alone = probe(url, None, plan.probes)
+                record = burst(url, proc.pid, plan.copies, plan.scale)
+                # Answers are written and dropped; the allocator gets a moment to give back.
+                probe(url, None, 50)
+                rounds.append(record | {"alone": alone, "rss_after": settled_rss(proc.pid)})
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(60)
+    return {"warm": warm, "rounds": rounds}
+
+
+def missing() -> str:
+    """Why the group cannot run here ("" when it can)."""
+    for module, what in (("synapse_http", "synapse-http"), ("httpx", "httpx")):
+        if importlib.util.find_spec(module) is None:
+            return f"{what} is not installed"
+    return cpu.available()
+
+
+def measure(mode: Mode) -> list[Figure]:
+    """The harness group: one repetition per round."""
+    why = missing()
+    if why:
+        print(f"(stall group skipped: {why})", end=" ", file=sys.stderr, flush=True)
+        return []
+    plan = PLANS[mode.name]
+    done = run("asyncio", plan)
+    series = Series()
+    for r in done["rounds"]:
+        series.add(
+            health_p99_ms=percentile(r["latencies"], 0.99),
+            health_alone_p99_ms=percentile(r["alone"], 0.99),
+            health_p50_ms=statistics.median(r["latencies"]),
+            burst_s=r["seconds"],
+            rss_peak_mib=r["rss_peak"],
+            rss_after_mib=r["rss_after"],
+            rss_ratio=r["rss_after"] / done["warm"],
+        )
+    requests = 4 * plan.copies
+    size = f"{2 / plan.scale:g} MB"
+    return [
+        Figure(
+            "stall_health_p99_ms",
+            "ms",
+            f"p99 of GET /health on synapse serve (minilm on the CPU lane) while {requests} "
+            f"requests of about {size} arrive at once, half to /tokenize, half to /embed",
+            series["health_p99_ms"],
+            Target("<=", 50),
+            series.medians("health_alone_p99_ms", "health_p50_ms", "burst_s"),
+        ),
+        Figure(
+            "stall_rss_ratio_after",
+            "ratio",
+            "synapse serve's RSS once settled after such a burst / its RSS once warm",
+            series["rss_ratio"],
+            Target("<=", 1.1),
+            {"warm_mib": done["warm"], **series.medians("rss_peak_mib", "rss_after_mib")},
+        ),
+    ]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
+    parser.add_argument("--rounds", type=int, default=3)
+    args = parser.parse_args()
+    signal.alarm(int(BOUND_S))  # the whole run is bounded
+    done = run(args.backend, Plan(args.rounds, PROBES_ALONE))
+    rounds, warm = done["rounds"], done["warm"]
+    alone = [ms for r in rounds for ms in r["alone"]]
     during = [ms for r in rounds for ms in r["latencies"]]
+    after = rounds[-1]["rss_after"]
     figures = {
         "backend": args.backend,
         "load": os.getloadavg(),

