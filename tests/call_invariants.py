@@ -1,7 +1,7 @@
 """The invariants of what calls hold and of the host's backlog, as stated at
-the fields of ``Call``, ``Coalesced``, ``CallRunner`` and ``Backlog``: a
-checker the stateful test runs after every step (on the host's loop, while
-every task is blocked)."""
+the fields of ``Call``, ``Coalesced``, ``CallRunner``, ``Backlog``,
+``Coalescer``, ``Replicas`` and ``Plan``: checkers the stateful test runs
+after every step (on the host's loop, while every task is blocked)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ from collections.abc import Iterable
 
 from synapse_core.call import Call, Coalesced
 from synapse_core.host import Host
+from synapse_core.residency.worker import Phase, Worker
 
 
 def call_problems(call: Call) -> list[str]:
@@ -76,3 +77,59 @@ def serving_problems(host: Host, calls: Iterable[Call]) -> list[str]:
     if inflight != entered:
         found.append(f"workers count {inflight} calls in flight, {entered} calls entered")
     return found
+
+
+def coalescing_problems(host: Host) -> list[str]:
+    """Each coalescing queue against the invariants at ``Coalescer``'s fields:
+    at most ``slots`` calls run, each started and not yet ended; a queued
+    call is queued once and not running (that each is joined, admitted and
+    counted in the backlog, ``serving_problems`` checks); the callers of a
+    running coalesced call are joined to it."""
+    found = []
+    for model, coalescer in host._coalescers.items():
+        running, queue = coalescer.running, coalescer.queue
+        if len(running) > coalescer._slots:
+            found.append(f"{model}: {len(running)} calls run, {coalescer._slots} slots")
+        if any(call.done.is_set() for call in running):
+            found.append(f"{model}: a call that ended is still counted as running")
+        queued = {id(call) for call in queue}
+        if len(queued) != len(queue) or queued & {id(call) for call in running}:
+            found.append(f"{model}: a call is queued twice, or queued and running")
+        for call in running:
+            if isinstance(call, Coalesced) and any(c.joined is not call for c in call.callers):
+                found.append(f"{model}: a caller of a running coalesced call is not joined to it")
+    return found
+
+
+def plan_problems(calls: Iterable[Call]) -> list[str]:
+    """The invariant at ``Plan``'s fields: its steps are kept with the
+    selection that cut them, or neither is."""
+    return [
+        f"plan of call {id(call):x}: steps kept without their selection, or the reverse"
+        for call in calls
+        if (call.plan.steps is None) != (call.plan._cut_by is None)
+    ]
+
+
+class ReplicaCheck:
+    """The invariant at ``Replicas.slots``, step after step: one slot per
+    worker the entry asks for, and a slot's worker replaced only once it
+    exited or failed."""
+
+    def __init__(self) -> None:
+        #: model -> the workers in its slots at the last check
+        self._seen: dict[str, list[Worker | None]] = {}
+
+    def problems(self, host: Host) -> list[str]:
+        found = []
+        for model, replicas in host._roster.replicas.items():
+            slots = replicas.slots
+            wanted = host.catalog.entries[model].spec.workers
+            if len(slots) != wanted:
+                found.append(f"{model}: {len(slots)} slots, {wanted} workers asked for")
+            for i, (before, now) in enumerate(zip(self._seen.get(model, []), slots, strict=False)):
+                gone = before is None or before.phase in (Phase.EXITED, Phase.FAILED)
+                if now is not before and not gone:
+                    found.append(f"{model}: slot {i}'s worker was replaced while it could serve")
+            self._seen[model] = list(slots)
+        return found

@@ -9,6 +9,8 @@ synchronous step that runs to quiescence on that loop. Time is a FakeClock.
 The supervisor is watched through what it offers anyone: its observation
 events (``synapse_observe``) and a lease watch (``watch_leases``); calls are
 told apart by wrapping ``CallRunner.try_begin``, ``start`` and ``run``.
+It runs once as configured by default and once with coalescing on, where
+the coalescing queues' invariants are checked after every step too.
 On failure hypothesis prints the falsifying steps and a reproduction blob.
 """
 
@@ -29,6 +31,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import synapse_core as synapse
+from synapse_core.call import Coalesced
 from synapse_core.hookspecs import hookimpl
 from synapse_core.observation import Event, ShapeRefunded
 from synapse_core.residency.invariants import ResidencyCheck
@@ -41,7 +44,7 @@ from synapse_core.testing.fake_worker import fake_vector
 from synapse_core.tokenizer import BasicTokenizer
 from synapse_core.wire import Infer
 
-from .call_invariants import serving_problems
+from .call_invariants import ReplicaCheck, coalescing_problems, plan_problems, serving_problems
 
 MODELS = ("a", "b")
 DIMS = 4
@@ -53,7 +56,7 @@ MAX_WAITING = 3
 EXIT_GRACE_S = 0.05
 
 
-def _config() -> synapse.HostConfig:
+def _config(coalesce: bool) -> synapse.HostConfig:
     options = {"buckets": [8, 16, 32], "dims": DIMS, "max_batch": 2}
     models = [
         model_entry(m, transport="fake", package="same", ceiling=64, **options) for m in MODELS
@@ -67,6 +70,7 @@ def _config() -> synapse.HostConfig:
         max_waiting=MAX_WAITING,
         restart_budget={"max_restarts": 1000, "window_s": 1.0},
         lanes={"fake:0": {"capacity": CAPACITY}},
+        coalesce=coalesce,
     )
 
 
@@ -117,6 +121,7 @@ class RefundWatch:
 
 class ResidencyMachine(RuleBasedStateMachine):
     backend = "asyncio"
+    coalesce = False
 
     def __init__(self) -> None:
         super().__init__()
@@ -128,7 +133,7 @@ class ResidencyMachine(RuleBasedStateMachine):
         self.held = Held()
         self.transport.reply_gate = self.held
         self.host_cm = synapse.open_host(
-            _config(),
+            _config(self.coalesce),
             plugins=[transport_plugin(self.transport), RefundWatch(self)],
             clock=self.clock,
         )
@@ -145,6 +150,7 @@ class ResidencyMachine(RuleBasedStateMachine):
         self.overloaded = 0
         self.closed = False
         self.residency = ResidencyCheck()
+        self.replicas = ReplicaCheck()
         self._instrument()
 
     # -- instrumentation -----------------------------------------------------------
@@ -495,6 +501,24 @@ class ResidencyMachine(RuleBasedStateMachine):
         assert self.portal.call(check) == []
 
     @invariant()
+    def coalescing_queues_hold_what_their_fields_say(self) -> None:
+        async def check() -> list[str]:
+            return coalescing_problems(self.host)
+
+        assert self.portal.call(check) == []
+        if any(c.running for c in self.host._coalescers.values()):
+            note_event("a coalescing queue ran a call")
+        if any(isinstance(c, Coalesced) for c in self.started):
+            note_event("callers were served in one coalesced call")
+
+    @invariant()
+    def replicas_and_plans_hold_what_their_fields_say(self) -> None:
+        async def check() -> list[str]:
+            return self.replicas.problems(self.host) + plan_problems(self.started)
+
+        assert self.portal.call(check) == []
+
+    @invariant()
     def one_lease_per_call(self) -> None:
         assert self.max_leases_per_call <= 1
 
@@ -588,6 +612,16 @@ class TrioMachine(ResidencyMachine):
     backend = "trio"
 
 
+class CoalescingAsyncioMachine(ResidencyMachine):
+    backend = "asyncio"
+    coalesce = True
+
+
+class CoalescingTrioMachine(ResidencyMachine):
+    backend = "trio"
+    coalesce = True
+
+
 _settings = settings(
     max_examples=25,
     stateful_step_count=25,
@@ -599,3 +633,9 @@ TestResidencyAsyncio = AsyncioMachine.TestCase
 TestResidencyAsyncio.settings = _settings
 TestResidencyTrio = TrioMachine.TestCase
 TestResidencyTrio.settings = _settings
+# Fewer runs: the coalescing queue adds to the same paths, not new ones.
+_coalescing_settings = settings(_settings, max_examples=15)
+TestCoalescingAsyncio = CoalescingAsyncioMachine.TestCase
+TestCoalescingAsyncio.settings = _coalescing_settings
+TestCoalescingTrio = CoalescingTrioMachine.TestCase
+TestCoalescingTrio.settings = _coalescing_settings
