@@ -41,8 +41,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from . import events as _events
-from . import policy as _policy
 from ._lazy import lazy_getattr
 
 _EXPORTS = {
@@ -116,41 +114,6 @@ _EXPORTS = {
     "HashWorker": "worker.hashing",
 }
 
-#: Names that left this module for their audience's own. They still
-#: resolve here, unlisted, only so that code written against the single
-#: façade keeps running while it moves: ``tests/test_plugin_audiences.py``
-#: fails any plugin that imports one from here, except the few listed there.
-_MOVED = {
-    name: where
-    for name, where in {
-        **_policy._EXPORTS,
-        **_events._EXPORTS,
-        # synapse_core (the host API)
-        "Hello": "wire",
-        "Entry": "catalog",
-        "DEFAULT_CATALOG_SOURCE": "catalog",
-        "default_catalog_text": "catalog",
-        "default_config": "catalog",
-        "CLOSE_SLACK_S": "host",
-        # synapse_core.testing and synapse_core.testing.conformance
-        "catalog_toml": "testing",
-        "host_config": "testing",
-        "model_entry": "testing",
-        "eventually": "testing",
-        "pid_exists": "testing",
-        "transport_plugin": "testing",
-        "Conformance": "testing.conformance",
-        "Subject": "testing.conformance",
-        # synapse_core.cli
-        "make_cli": "cli",
-        "catalog_option": "cli",
-        "installed_plugins": "cli",
-        "load_config": "cli",
-        "unwrap": "cli",
-    }.items()
-    if name not in _EXPORTS
-}
-
 __all__ = [
     "CRC32_POSITIONAL",
     "MULTIPLICATIVE",
@@ -217,7 +180,7 @@ __all__ = [
     "worker_main",
 ]
 
-__getattr__ = lazy_getattr(__name__, "synapse_core", {**_EXPORTS, **_MOVED}, globals())
+__getattr__ = lazy_getattr(__name__, "synapse_core", _EXPORTS, globals())
 
 if TYPE_CHECKING:
     from .config import ModelSpec, structuring_problems

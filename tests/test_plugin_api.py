@@ -4,7 +4,6 @@ each plugin to its audience's)."""
 
 from __future__ import annotations
 
-import importlib
 import re
 import subprocess
 import sys
@@ -28,17 +27,6 @@ def test_every_exported_name_resolves_and_all_lists_exactly_them() -> None:
         assert getattr(api, name) is not None, name
     with pytest.raises(AttributeError, match="no attribute 'Host'"):
         api.Host  # noqa: B018  (the host API lives in synapse_core itself)
-
-
-@pytest.mark.parametrize("name", sorted(api._MOVED))
-def test_a_moved_name_is_not_published_here_but_is_its_new_homes(name: str) -> None:
-    assert name not in api.__all__
-    homes = [
-        m for m in sorted(PUBLIC) if name in getattr(importlib.import_module(m), "__all__", ())
-    ]
-    assert homes and all(
-        getattr(importlib.import_module(m), name) is getattr(api, name) for m in homes
-    )
 
 
 def test_a_worker_importing_the_plugin_api_does_not_load_the_host() -> None:

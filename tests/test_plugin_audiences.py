@@ -56,11 +56,6 @@ ALLOWED: dict[str, frozenset[str]] = {
     # HTTP app it serves by name
     "ray": frozenset({HOST, FRONTEND}),
 }
-#: names a plugin may still import from ``synapse_core.plugin`` after they
-#: moved to their audience's module; each must still be in use (so the list
-#: shrinks as the code moves)
-MOVED_NAMES_IN_USE: dict[str, frozenset[str]] = {}
-
 PLUGINS = sorted(p.name for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").is_file())
 EXAMPLE = ROOT / "docs" / "examples" / "hash_transport"
 
@@ -88,11 +83,9 @@ def published(module: str) -> frozenset[str]:
     return frozenset(names)
 
 
-def audience_problems(
-    package: Path, allowed: frozenset[str], moved: frozenset[str] = frozenset()
-) -> list[str]:
+def audience_problems(package: Path, allowed: frozenset[str]) -> list[str]:
     """Imports of ``synapse_core`` in ``package`` outside ``allowed`` modules,
-    or of names those modules do not publish (``moved`` excepted)."""
+    or of names those modules do not publish."""
     problems = []
     for path in sorted(package.rglob("*.py")):
         where = path.relative_to(package.parent)
@@ -102,7 +95,7 @@ def audience_problems(
                 continue
             if module not in ok:
                 problems.append(f"{where}:{line} imports {module}")
-            elif name is not None and name not in published(module) and name not in moved:
+            elif name is not None and name not in published(module):
                 problems.append(
                     f"{where}:{line} imports {name} from {module}, which does not publish it"
                 )
@@ -121,22 +114,7 @@ def test_every_shipped_plugin_has_an_audience() -> None:
 
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_each_plugin_imports_only_its_audiences_modules(plugin: str) -> None:
-    package = plugin_package(plugin)
-    moved = MOVED_NAMES_IN_USE.get(plugin, frozenset())
-    assert audience_problems(package, ALLOWED[plugin], moved) == []
-
-
-@pytest.mark.parametrize("plugin", sorted(MOVED_NAMES_IN_USE))
-def test_names_still_read_from_their_old_home_are_in_use(plugin: str) -> None:
-    used = {
-        name
-        for path in plugin_package(plugin).rglob("*.py")
-        for module, name, _ in imports(path)
-        if module == TRANSPORT
-    }
-    moved = MOVED_NAMES_IN_USE[plugin]
-    assert moved <= used, f"no longer imported by synapse-{plugin}: drop {sorted(moved - used)}"
-    assert not moved & published(TRANSPORT)
+    assert audience_problems(plugin_package(plugin), ALLOWED[plugin]) == []
 
 
 def plugin_modules() -> dict[str, str]:
@@ -221,24 +199,3 @@ def test_the_scan_sees_every_kind_of_import(tmp_path: Path) -> None:
         "imports synapse_core.residency.policy",
         "imports synapse_core.host",
     ]
-
-
-def test_nothing_in_the_tree_reads_a_moved_name_from_the_transport_module() -> None:
-    """Tests, benchmarks and the example too: a moved name resolves from
-    ``synapse_core.plugin`` only for code not yet moved (synapse-ray's)."""
-    import synapse_core.plugin as api
-
-    roots = [ROOT / d for d in ("synapse_core", "tests", "benchmarks", "docs", "plugins")]
-    found = []
-    for root in roots:
-        for path in sorted(root.rglob("*.py")):
-            if path.is_relative_to(ROOT / "plugins" / "ray") or ".venv" in path.parts:
-                continue
-            if TRANSPORT not in path.read_text(encoding="utf-8"):
-                continue  # parse only the files that can import it
-            found += [
-                f"{path.relative_to(ROOT)}:{line} imports {name} from {TRANSPORT}"
-                for module, name, line in imports(path)
-                if module == TRANSPORT and name in api._MOVED
-            ]
-    assert found == []
