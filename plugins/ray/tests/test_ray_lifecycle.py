@@ -21,6 +21,7 @@ from ray import serve
 from synapse_ane_direct import lanelock
 from synapse_core import LaneLocked
 from synapse_core.testing import model_entry
+from synapse_ray.deployment import REPLICA_HEADER
 from synapse_ray.testing import ServeApp, alive, mock_model, wait_until
 
 pytestmark = pytest.mark.ray
@@ -92,11 +93,20 @@ def test_killed_replica_fails_only_in_flight_requests_and_is_replaced(
         if alive(worker):  # the rule is broken: leave no stuck process behind
             os.kill(worker, signal.SIGKILL)
     # The calls the victim held fail, answered by Ray's proxy (a dead replica
-    # cannot answer for itself: Ray says 500, in plain text); any that Ray
-    # had sent to the other replica succeed.
-    failed = [a for a in answers if a.status_code != 200]
-    assert failed, [a.status_code for a in answers]
-    assert {(a.status_code, a.text) for a in failed} == {(500, "Internal Server Error")}
+    # cannot answer for itself: Ray says 500, in plain text, with no replica
+    # header). Ray may have sent some to the other replica instead (its
+    # router falls back from the replica holding a multiplexed model when
+    # that one is slow to take more): that replica loads its own "stuck",
+    # whose second call hangs too, so each of those is answered by that
+    # replica, served or refused as outcome-unknown, never by the victim.
+    held = [a for a in answers if REPLICA_HEADER not in a.headers]
+    assert held, [(a.status_code, a.headers.get(REPLICA_HEADER)) for a in answers]
+    assert {(a.status_code, a.text) for a in held} == {(500, "Internal Server Error")}
+    for answer in answers:
+        if answer in held:
+            continue
+        assert answer.headers[REPLICA_HEADER] != victim["replica"], answer.text
+        assert answer.status_code == 200 or answer.json()["error"]["may_have_run"], answer.text
     assert worker not in serve_app.politely_stopped()  # it died with its host, unasked
     # Service goes on, and Ray brings the deployment back to two replicas.
     again = serve_app.embed("stuck")  # a new worker: its first call runs
