@@ -5,11 +5,12 @@ into steps of at most the worker's batch size and the model's request budget
 (``max_batch_tokens`` positions); each step is one ``Infer`` request on the
 worker, and between two of them the worker may serve other calls. The budget
 is for sharing with small calls: a call sends its later steps joined up to
-the batch size (:func:`join_next`), and keeps to the budget from the moment
-a small call (:func:`is_small`) and another call are in the worker together
-until the worker is idle again. Bulk calls beside each other alone take
-turns in joined requests: none of them waits on a short answer, and small
-requests would cost them the exchange per request.
+the batch size and :data:`JOINED_BUDGETS` budgets (:func:`join_next`), and
+keeps to the budget from the moment a small call (:func:`is_small`) and
+another call are in the worker together until the worker is idle again.
+Bulk calls beside each other alone take turns in joined requests: none of
+them waits on a short answer, and small requests would cost them the
+exchange per request.
 
 A plan is cut once (:func:`steps_of` keeps its steps in the plan, for the
 bucket choice they were cut by), and the ceiling is checked once:
@@ -32,6 +33,15 @@ from .plugins import PluginHost
 from .residency.worker import Worker
 from .transport import Transport
 from .wire import Hello, Infer, Shape
+
+#: a joined request holds at most this many budgets of positions, so the
+#: small call that comes while it runs (and makes the rest keep to the
+#: budget) waits for at most that: joined up to the batch size alone, a
+#: request could be 32 texts of bucket 256, 8,192 positions, where the
+#: budget is about 0.1 s of one thread's work (0.9 s on two cores with
+#: onnxruntime, 4 s on numpy's one thread). Four budgets keep a joined
+#: request in the slice sizes a CPU worker runs fastest (docs/performance.md)
+JOINED_BUDGETS = 4
 
 
 @attrs.frozen
@@ -125,12 +135,15 @@ def chunk_size(bucket: int, batch: int, budget: int | None) -> int:
     return batch if budget is None else max(1, min(batch, budget // bucket))
 
 
-def join_steps(steps: list[Group], start: int, batch: int) -> None:
+def join_steps(steps: list[Group], start: int, batch: int, positions: int | None = None) -> None:
     """Join ``steps[start]`` with the steps after it of its bucket, in place,
-    up to ``batch`` items: one request where the budget cut several. A step
-    taken in part keeps the rest of its items, so every input is still sent
-    once and in the same order (the steps stay valid if kept for the plan)."""
+    up to ``batch`` items and, with ``positions``, as many items as fit that
+    many positions (never fewer than the step has): one request where the
+    budget cut several. A step taken in part keeps the rest of its items, so
+    every input is still sent once and in the same order (the steps stay
+    valid if kept for the plan)."""
     first = steps[start]
+    batch = max(len(first.items), chunk_size(first.bucket, batch, positions))
     room = batch - len(first.items)
     stop = start + 1
     while room > 0 and stop < len(steps) and steps[stop].bucket == first.bucket:
@@ -147,14 +160,17 @@ def join_steps(steps: list[Group], start: int, batch: int) -> None:
 
 def join_next(steps: list[Group], index: int, worker: Worker) -> Group:
     """The step to send as ``steps[index]``: joined with the steps after it of
-    its bucket (in place, :func:`join_steps`) unless a small call shares
-    ``worker`` (:attr:`Worker.shared`: since it was last idle, a small call
-    and another call have been in it together). A call's first step keeps
-    to the budget: it may have been sent already (the head start), and a
-    small call may come just as it starts."""
+    its bucket, up to :data:`JOINED_BUDGETS` budgets (in place,
+    :func:`join_steps`), unless a small call shares ``worker``
+    (:attr:`Worker.shared`: since it was last idle, a small call and another
+    call have been in it together). A call's first step keeps to the budget:
+    it may have been sent already (the head start), and a small call may
+    come just as it starts."""
     assert worker.hello is not None
     if index and not worker.shared:
-        join_steps(steps, index, worker.hello.max_batch)
+        budget = request_budget(worker.spec, worker.transport)
+        most = None if budget is None else JOINED_BUDGETS * budget
+        join_steps(steps, index, worker.hello.max_batch, most)
     return steps[index]
 
 

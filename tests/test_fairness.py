@@ -18,6 +18,7 @@ import attrs
 import pytest
 
 import synapse_core as synapse
+from synapse_core.cut import JOINED_BUDGETS
 from synapse_core.testing import transport_plugin
 from synapse_core.testing.fake import HeldReplies, InProcessFakeTransport
 from synapse_core.testing.fake_worker import fake_vector
@@ -267,9 +268,21 @@ async def test_a_call_alone_sends_its_later_steps_joined_up_to_the_batch(
     """The budget is for sharing: with the worker to itself, a bulk call's
     first request keeps to it (another call may come just as it starts) and
     the rest go in requests of up to ``max_batch`` texts, in input order."""
+    texts = [f"b{i} " * 5 for i in range(20)]  # bucket 8: four texts per budget step
+    received = await bulk_alone(make_config(budget_model(make_model)), texts)
+    assert [len(f.sequences) for f in received] == [4, 8, 8]
+    assert [ids for f in received for ids in f.sequences] == _ids(texts)
+
+
+async def test_a_joined_request_holds_at_most_four_budgets(
+    make_model: Any, make_config: Any
+) -> None:
+    """A joined request stops at ``JOINED_BUDGETS`` budgets of positions before
+    the batch size: a small call coming while it runs waits for no more."""
+    assert JOINED_BUDGETS == 4
     texts = [f"alone{i} " * 20 for i in range(11)]  # bucket 32: one text per budget step
     received = await bulk_alone(make_config(budget_model(make_model)), texts)
-    assert [len(f.sequences) for f in received] == [1, 8, 2]
+    assert [len(f.sequences) for f in received] == [1, 4, 4, 2]
     assert [ids for f in received for ids in f.sequences] == _ids(texts)
 
 
@@ -288,14 +301,8 @@ async def test_a_call_keeps_to_the_budget_once_a_small_call_came(
     cfg = make_config(budget_model(make_model))
     received = await bulk_alone(cfg, texts, short_during_the_joined_request)
     short = _ids(["short"])
-    assert ["short" if f.sequences == short else len(f.sequences) for f in received] == [
-        1,
-        8,
-        "short",
-        1,
-        1,
-        1,
-    ]
+    sizes = ["short" if f.sequences == short else len(f.sequences) for f in received]
+    assert sizes == [1, 4, "short", *[1] * 7]
     assert [ids for f in received if f.sequences != short for ids in f.sequences] == _ids(texts)
 
 
@@ -304,7 +311,7 @@ async def test_bulk_calls_beside_each_other_alone_take_turns_in_joined_requests(
 ) -> None:
     """The budget is for small calls: two bulk calls in the worker together
     still take turns (the waiting one goes next), each in requests of up to
-    ``max_batch`` after its first."""
+    ``max_batch`` (and four budgets) after its first."""
     texts = [f"first{i} " * 20 for i in range(11)]
     other = [f"second{i} " * 20 for i in range(5)]
 
@@ -315,7 +322,14 @@ async def test_bulk_calls_beside_each_other_alone_take_turns_in_joined_requests(
     received = await bulk_alone(make_config(budget_model(make_model)), texts, a_second_bulk_call)
     mine = _ids(texts)
     sizes = [("bulk" if f.sequences[0] in mine else "other", len(f.sequences)) for f in received]
-    assert sizes == [("bulk", 1), ("other", 1), ("bulk", 8), ("other", 4), ("bulk", 2)]
+    assert sizes == [
+        ("bulk", 1),
+        ("other", 1),
+        ("bulk", 4),
+        ("other", 4),
+        ("bulk", 4),
+        ("bulk", 2),
+    ]
     assert [ids for f in received if f.sequences[0] in mine for ids in f.sequences] == mine
 
 
@@ -401,3 +415,16 @@ def test_join_steps_takes_whole_steps_and_part_of_the_last() -> None:
     ]
     join_steps(steps, 2, 5)  # nothing after it of its bucket
     assert len(steps) == 3
+
+
+def test_join_steps_stops_at_the_positions_given_never_below_the_first_step() -> None:
+    from synapse_core.cut import join_steps
+    from synapse_core.plan import Group, Item
+
+    items = [Item(i, "", 3, 5) for i in range(9)]
+    steps = [Group(8, items[0:2]), Group(8, items[2:5]), Group(8, items[5:9])]
+    join_steps(steps, 0, 8, positions=32)  # four bucket-8 items, under the batch of 8
+    assert [[i.index for i in g.items] for g in steps] == [[0, 1, 2, 3], [4], [5, 6, 7, 8]]
+    wide = [Group(8, items[0:3]), Group(8, items[3:5])]
+    join_steps(wide, 0, 8, positions=8)  # one item's worth: the first step stays whole
+    assert [[i.index for i in g.items] for g in wide] == [[0, 1, 2], [3, 4]]
