@@ -19,7 +19,6 @@ import functools
 import importlib.util
 import os
 import random
-import sys
 import tempfile
 import time
 from collections.abc import Iterator
@@ -34,7 +33,7 @@ from synapse_core.deadline import Deadline
 from synapse_core.host import Host, open_host
 from synapse_core.testing import host_config, model_entry
 
-from .harness import Figure, Mode, Series, Target, blocked_p50, rotating_p50
+from .harness import Figure, Mode, Series, Target, blocked_p50, rotating_p50, skipped
 
 SHORT = "What is the capital of France?"
 MODELS = ("cpu-a", "cpu-b")
@@ -143,9 +142,7 @@ def memory_mib(pid: int) -> tuple[float, float]:
 
 
 def measure(mode: Mode) -> list[Figure]:
-    missing = available()
-    if missing:
-        print(f"(cpu group skipped: {missing})", end=" ", file=sys.stderr, flush=True)
+    if skipped("cpu group", available()):
         return []
     plan = PLANS[mode.name]
     with own_lane():

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import math
 import statistics
-import sys
 import time
 from collections.abc import Callable, Coroutine
 from typing import Any
@@ -49,7 +48,7 @@ from synapse_core.host import Host, open_host
 from synapse_core.testing import host_config
 
 from . import cpu
-from .harness import Figure, Mode, Series, Target
+from .harness import Figure, Mode, Series, Target, skipped
 
 #: served by two workers: the targets' model
 MODEL = "fair"
@@ -138,9 +137,7 @@ def _bulk_figure(name: str, series: Series, side: str, what: str, target: Target
 
 
 def measure(mode: Mode) -> list[Figure]:
-    missing = cpu.available()
-    if missing:
-        print(f"(fairness group skipped: {missing})", end=" ", file=sys.stderr, flush=True)
+    if skipped("fairness group", cpu.available()):
         return []
     plan = PLANS[mode.name]
     series, runtime = anyio.run(_measure, plan)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import gc
 import math
 import statistics
+import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Literal
@@ -116,6 +117,14 @@ class Series:
 
     def medians(self, *names: str) -> dict[str, float]:
         return {name: statistics.median(self.parts[name]) for name in names}
+
+
+def skipped(what: str, why: str) -> bool:
+    """Whether ``what`` cannot run here: ``why`` is not empty (then said on
+    stderr, beside the group's progress line)."""
+    if why:
+        print(f"({what} skipped: {why})", end=" ", file=sys.stderr, flush=True)
+    return bool(why)
 
 
 def now_ns() -> int:

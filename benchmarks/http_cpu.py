@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import json
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,7 +32,7 @@ from synapse_core.host import open_host
 from synapse_core.testing import catalog_toml, host_config
 
 from . import cpu
-from .harness import Figure, Mode, Series, Target
+from .harness import Figure, Mode, Series, Target, skipped
 from .http_serving import CONNECTIONS, Connection, post, running, throughput
 
 MODEL = "minilm"
@@ -47,9 +46,7 @@ BULK_PLANS = {"smoke": 128, "quick": BULK_TEXTS, "full": BULK_TEXTS}
 
 
 def measure(mode: Mode) -> list[Figure]:
-    missing = cpu.available()
-    if missing:
-        print(f"(http CPU-lane figure skipped: {missing})", end=" ", file=sys.stderr, flush=True)
+    if skipped("http CPU-lane figure", cpu.available()):
         return []
     per_connection, rounds = PLANS[mode.name]
     with tempfile.TemporaryDirectory() as folder:

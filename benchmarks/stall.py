@@ -50,7 +50,7 @@ from typing import TYPE_CHECKING, Any
 import attrs
 
 from . import cpu
-from .harness import Figure, Mode, Series, Target
+from .harness import Figure, Mode, Series, Target, skipped
 
 if TYPE_CHECKING:
     import httpx
@@ -239,9 +239,7 @@ def missing() -> str:
 
 def measure(mode: Mode) -> list[Figure]:
     """The harness group: one repetition per round."""
-    why = missing()
-    if why:
-        print(f"(stall group skipped: {why})", end=" ", file=sys.stderr, flush=True)
+    if skipped("stall group", missing()):
         return []
     plan = PLANS[mode.name]
     done = run("asyncio", plan)
