@@ -114,16 +114,22 @@ def start(folder: Path, backend: str) -> tuple[subprocess.Popen[str], str]:
     command += ["--max-inputs", "2048", "--drain-grace", "0", "--request-timeout", "120"]
     proc = subprocess.Popen(command, stderr=subprocess.PIPE, text=True, env=env)
     assert proc.stderr is not None
-    deadline = time.monotonic() + 120
-    for line in proc.stderr:
-        found = re.search(r"serving on (http://\S+)", line)
-        if found:
-            threading.Thread(target=lambda: proc.stderr and proc.stderr.read(), daemon=True).start()
-            return proc, found[1]
-        if time.monotonic() > deadline:
-            break
+    # A server that starts and then prints nothing would block the read: the
+    # timer ends it, and the read with it.
+    timer = threading.Timer(120, proc.kill)
+    timer.start()
+    try:
+        for line in proc.stderr:
+            found = re.search(r"serving on (http://\S+)", line)
+            if found:
+                threading.Thread(
+                    target=lambda: proc.stderr and proc.stderr.read(), daemon=True
+                ).start()
+                return proc, found[1]
+    finally:
+        timer.cancel()
     proc.kill()
-    raise RuntimeError("synapse serve did not start")
+    raise RuntimeError("synapse serve did not start within 120 s")
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -139,11 +145,11 @@ def client(url: str, timeout: float) -> httpx.Client:
 
 
 def probe(url: str, until: threading.Event | None, count: int = 0) -> list[float]:
-    """``/health`` latencies (ms), one request after another: ``count`` of
-    them, or until ``until`` is set."""
+    """``/health`` latencies (ms), one request after another: at least
+    ``count`` of them, and on until ``until`` is set."""
     out: list[float] = []
     with client(url, 60) as http:
-        while (until is None and len(out) < count) or (until is not None and not until.is_set()):
+        while len(out) < count or (until is not None and not until.is_set()):
             began = time.perf_counter()
             http.get("/health")
             out.append((time.perf_counter() - began) * 1000)
@@ -182,7 +188,7 @@ def burst(url: str, pid: int, copies: int = 2, scale: int = 1) -> dict[str, Any]
     senders = [threading.Thread(target=send, args=job) for job in bodies(copies, scale)]
     watcher = threading.Thread(target=watch_rss)
     latencies: list[float] = []
-    prober = threading.Thread(target=lambda: latencies.extend(probe(url, done)))
+    prober = threading.Thread(target=lambda: latencies.extend(probe(url, done, 1)))
     watcher.start()
     prober.start()
     began = time.monotonic()
@@ -194,6 +200,10 @@ def burst(url: str, pid: int, copies: int = 2, scale: int = 1) -> dict[str, Any]
     done.set()
     prober.join()
     watcher.join()
+    # A burst whose requests failed at once would stall nothing: every one
+    # must have been answered, and none with a server error.
+    if len(statuses) != len(senders) or any(status >= 500 for status in statuses):
+        raise RuntimeError(f"{len(senders)} requests sent, answered {sorted(statuses)}")
     return {
         "latencies": latencies,
         "statuses": sorted(statuses),

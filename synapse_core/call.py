@@ -110,10 +110,14 @@ def undo_head_start(
     ``error`` (off the hot path): the permit, if ``permit_held`` (on behalf
     of ``exchange``), and the request written, whose reply will not be read
     (its generation is recovered)."""
-    if permit_held:
-        keeper.permits.release_on_behalf_of(exchange)
-    if isinstance(error, Exception):
-        supervisor.drop_begun(worker, exchange, f"a call's records failed: {error!r}")
+    try:
+        if permit_held:
+            keeper.permits.release_on_behalf_of(exchange)
+    finally:
+        # Whatever the permit did: a request left begun would hold the
+        # channel's turn, and the worker would serve no one after it.
+        if isinstance(error, Exception):
+            supervisor.drop_begun(worker, exchange, f"a call's records failed: {error!r}")
 
 
 @attrs.define(eq=False)

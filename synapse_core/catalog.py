@@ -16,10 +16,9 @@ from .config import HostConfig, ModelSpec, Task
 from .errors import ConfigError, Refused
 from .naming import shown
 from .plugins import PluginHost, TransportInfo
-from .residency.lifecycle import MAX_BATCH
 from .tokenizer import BasicTokenizer, Tokenizer
 from .transport import Conversion, LaneInfo, ModelTraits
-from .wire import bucket_problem
+from .wire import MAX_BATCH, bucket_problem
 
 log = logging.getLogger(__name__)
 

@@ -24,6 +24,9 @@ from .errors import WireError, WorkerRejected
 PROTOCOL_VERSION = 1
 PREFIX = struct.Struct(">I")
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
+#: the largest batch a worker may report in its hello: the most inputs one
+#: request carries (a batch of 2**40 is a worker's bug, not its capacity)
+MAX_BATCH = 65536
 
 Task = Literal["embed", "rerank"]
 

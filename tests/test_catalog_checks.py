@@ -12,8 +12,8 @@ from synapse_core import HostConfig
 from synapse_core.catalog import MAX_OPTIONS_BYTES, Catalog
 from synapse_core.errors import ConfigError
 from synapse_core.plugins import PluginHost
-from synapse_core.residency.lifecycle import MAX_BATCH
 from synapse_core.testing import model_entry, transport_plugin
+from synapse_core.wire import MAX_BATCH
 from synapse_core.worker.options import MAX_BUCKETS
 from synapse_mock_transport.transport import MockTransport
 

@@ -50,10 +50,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     "certify": frozenset({HOST, EVENTS, CLI}),
     # the host API, `synapse serve`, and a front end's names and bounds
     "http": frozenset({HOST, CLI, FRONTEND}),
-    # the host API (it composes a host with an around-call hook), the
-    # transport module's option helpers for its own settings (FieldInvalid,
-    # positive, structuring_problems), and the front-end module to find the
-    # HTTP app it serves by name
+    # the host API (it composes a host with an around-call hook) and the
+    # front-end module: the HTTP app it serves, found by name, and the
+    # helpers for its own settings (FieldInvalid, positive, structuring_problems)
     "ray": frozenset({HOST, FRONTEND}),
 }
 PLUGINS = sorted(p.name for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").is_file())

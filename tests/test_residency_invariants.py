@@ -79,3 +79,23 @@ def test_guard_counts_that_do_not_add_up_are_found() -> None:
     worker.enter(True)
     worker.leave(False)  # left as bulk what entered small
     assert ResidencyCheck().violations([sup]) == ["m#1: 1 small calls in flight of 0"]
+
+
+def test_a_worker_that_has_served_calls_is_freed_without_the_cycle_collector() -> None:
+    """A replaced worker's record (its channel, its process) goes when the
+    last reference does: the guards it hands out hold it, it holds none."""
+    import gc
+    import weakref
+
+    worker = Worker("m#1", None, None, None, Lane(LaneInfo("test:0"), 100))  # type: ignore[arg-type]
+    worker.leave(worker.enter(True).small)
+    guard = worker.enter(False)
+    worker.leave(guard.small)
+    del guard
+    gone = weakref.ref(worker)
+    gc.disable()
+    try:
+        del worker
+        assert gone() is None
+    finally:
+        gc.enable()

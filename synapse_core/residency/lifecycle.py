@@ -26,7 +26,7 @@ from ..errors import (
 )
 from ..observation import WorkerFaulted, WorkerStarted
 from ..transport import LaunchRequest
-from ..wire import PROTOCOL_VERSION, Codec, Frame, Hello, WorkerFrame
+from ..wire import MAX_BATCH, PROTOCOL_VERSION, Codec, Frame, Hello, WorkerFrame
 from . import logbook
 from .context import Context
 from .exits import Exits
@@ -34,9 +34,6 @@ from .lane import Lane
 from .worker import Phase, Worker
 
 CHANNEL_FAULTS = (ChannelClosed, ExchangeTimeout, WireError)
-#: the largest batch a worker may report in its hello: the most inputs one
-#: request carries (a batch of 2**40 is a worker's bug, not its capacity)
-MAX_BATCH = 65536
 
 
 class Readiness(Protocol):
