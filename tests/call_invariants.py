@@ -10,6 +10,7 @@ from collections.abc import Iterable
 from synapse_core.call import Call, Coalesced
 from synapse_core.host import Host
 from synapse_core.residency.worker import Phase, Worker
+from synapse_core.wire import Hello
 
 
 def call_problems(call: Call) -> list[str]:
@@ -102,13 +103,27 @@ def coalescing_problems(host: Host) -> list[str]:
 
 
 def plan_problems(calls: Iterable[Call]) -> list[str]:
-    """The invariant at ``Plan``'s fields: its steps are kept with the
-    selection that cut them, or neither is."""
-    return [
-        f"plan of call {id(call):x}: steps kept without their selection, or the reverse"
-        for call in calls
-        if (call.plan.steps is None) != (call.plan._cut_by is None)
-    ]
+    """The invariant at ``Plan``'s fields (its steps are kept with the
+    selection that cut them, or neither is), and what the kept steps must
+    stay however they are joined (``cut.join_next`` rewrites them in place):
+    every input in exactly one step, each step within the worker's batch
+    size and in a bucket that fits each of its inputs."""
+    found = []
+    for call in calls:
+        plan, name = call.plan, f"plan of call {id(call):x}"
+        steps, hello = plan.steps, plan._cut_by
+        if (steps is None) != (hello is None):
+            found.append(f"{name}: steps kept without their selection, or the reverse")
+        if steps is None or not isinstance(hello, Hello):
+            continue
+        sent = sorted(item.index for step in steps for item in step.items)
+        if sent != sorted(item.index for item in plan.items):
+            found.append(f"{name}: the kept steps do not hold each input exactly once")
+        if any(len(step.items) > hello.max_batch for step in steps):
+            found.append(f"{name}: a kept step is over the batch size {hello.max_batch}")
+        if any(item.length > step.bucket for step in steps for item in step.items):
+            found.append(f"{name}: an input is in a step whose bucket it does not fit")
+    return found
 
 
 class ReplicaCheck:

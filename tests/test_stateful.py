@@ -62,6 +62,9 @@ def _config(coalesce: bool) -> synapse.HostConfig:
         model_entry(m, transport="fake", package="same", ceiling=64, **options) for m in MODELS
     ]
     models[-1]["workers"] = 2  # a model served by two workers: calls choose between them
+    # A request budget of one bucket-8 text: a call's later steps are joined
+    # (cut.join_next) unless a small call shares the worker.
+    models[0]["max_batch_tokens"] = 8
     return host_config(
         *models,
         exit_grace_s=EXIT_GRACE_S,
