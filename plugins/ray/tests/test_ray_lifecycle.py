@@ -106,7 +106,7 @@ def test_killed_replica_fails_only_in_flight_requests_and_is_replaced(
     # router falls back from the replica holding a multiplexed model when
     # that one is slow to take more): that replica loads its own "stuck",
     # whose second call hangs too, so each of those is answered by that
-    # replica, served or refused as outcome-unknown, never by the victim.
+    # replica: served, or ended by its timeout or deadline, never by the victim.
     seen = [(a.status_code, a.headers.get(REPLICA_HEADER)) for a in answers]
     assert took < KILL_BOUND_S, (took, victim["replica"], seen)
     held = [a for a in answers if REPLICA_HEADER not in a.headers]
@@ -116,12 +116,17 @@ def test_killed_replica_fails_only_in_flight_requests_and_is_replaced(
         if answer in held:
             continue
         assert answer.headers[REPLICA_HEADER] != victim["replica"], (took, answer.text)
-        assert answer.status_code == 200 or answer.json()["error"]["may_have_run"], answer.text
+        assert answer.status_code == 200 or answer.json()["error"]["type"] in {
+            "outcome-unknown",
+            "deadline-exceeded",
+        }, answer.text
     assert worker not in serve_app.politely_stopped()  # it died with its host, unasked
-    # Service goes on, and Ray brings the deployment back to two replicas.
-    again = serve_app.embed("stuck")  # a new worker: its first call runs
+    # Service goes on, and Ray brings the deployment back to two replicas. A
+    # model that does not hang: "stuck" may be held by the other replica
+    # already (a pending call sent there), whose next call of it hangs.
+    again = serve_app.embed("quick")
     assert again.status_code == 200, again.text
-    assert again.headers["x-synapse-replica"] != victim["replica"]
+    assert again.headers[REPLICA_HEADER] != victim["replica"]
     wait_until(lambda: running_replicas() == {"RUNNING": 2}, "a replacement replica")
 
 
