@@ -73,7 +73,11 @@ class Plan:
 
 
 #: the harness group's plan by mode
-PLANS = {"smoke": Plan(2, 50, copies=1, scale=20), "quick": Plan(3, 400), "full": Plan(5, 400)}
+PLANS = {
+    "smoke": Plan(2, 50, copies=1, scale=20),
+    "quick": Plan(3, PROBES_ALONE),
+    "full": Plan(5, PROBES_ALONE),
+}
 CATALOG = """
 [[models]]
 name = "minilm"
