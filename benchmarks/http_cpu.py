@@ -9,8 +9,8 @@ Starlette's thread pool. The same load generator drives both at
 Both sides of that figure run numpy on one thread (``runtime = "numpy"``,
 ``threads = 1``), as they did before onnxruntime was the default.
 
-``http_cpu_bulk_ratio_vs_host`` serves the shipped ``minilm`` entry with no
-options (onnxruntime, every core): :data:`BULK_TEXTS` mixed-length texts as
+``http_cpu_bulk_ratio_vs_host`` serves the shipped ``minilm`` entry as it is
+(no options: onnxruntime, every core; two workers): :data:`BULK_TEXTS` mixed-length texts as
 requests of 64 texts from 4 clients through ``synapse serve``, against the
 same texts in one ``host.embed`` of the same entry in this process, rounds
 alternating. Skipped (no figures) where synapse-cpu or the model wheel is
@@ -51,7 +51,7 @@ def measure(mode: Mode) -> list[Figure]:
     per_connection, rounds = PLANS[mode.name]
     with tempfile.TemporaryDirectory() as folder:
         catalog = Path(folder) / "catalog.toml"
-        models = [cpu.entry(MODEL, runtime="numpy", threads=1), cpu.entry(BULK)]
+        models = [cpu.entry(MODEL, runtime="numpy", threads=1), cpu.shipped(BULK)]
         text = catalog_toml(*models, exchange_timeout_s=120.0)
         catalog.write_text(text, encoding="utf-8")
         with (
@@ -118,7 +118,7 @@ async def _bulk(port: int, texts: list[str], rounds: int) -> Series:
         post(f"/embed?model={BULK}", json.dumps({"inputs": texts[i : i + BULK_REQUEST]}).encode())
         for i in range(0, len(texts), BULK_REQUEST)
     ]
-    config = host_config(cpu.entry(BULK), exchange_timeout_s=120.0)
+    config = host_config(cpu.shipped(BULK), exchange_timeout_s=120.0)
     async with open_host(config, plugins=cpu.plugins()) as host:
 
         async def in_process() -> None:
