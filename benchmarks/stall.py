@@ -1,6 +1,6 @@
 """Big bodies against ``synapse serve``: does ``/health`` stay quick, and
 does the server's memory come back? ``python -m benchmarks.stall [--backend
-asyncio|trio] [--rounds N]``; bounded (a few minutes at most), loopback only.
+asyncio|trio] [--rounds N] [--only I,J]``; bounded (a few minutes at most), loopback only.
 
 One ``synapse serve`` runs the catalog's ``minilm`` on the CPU lane
 (synapse-cpu and the model wheel must be installed), preloaded and warmed
@@ -70,6 +70,9 @@ class Plan:
     copies: int = 2
     #: bodies are cut to 1/scale of their size (the smoke run's are tiny)
     scale: int = 1
+    #: the bodies sent, by index into :func:`bodies`' four, each once
+    #: (``--only``, to look at one kind alone); empty: all, ``copies`` times
+    only: tuple[int, ...] = ()
 
 
 #: the harness group's plan by mode
@@ -160,7 +163,8 @@ def probe(url: str, until: threading.Event | None, count: int = 0) -> list[float
     return out
 
 
-def bodies(copies: int = 2, scale: int = 1) -> list[tuple[str, dict[str, Any]]]:
+def bodies(plan: Plan) -> list[tuple[str, dict[str, Any]]]:
+    scale = plan.scale
     size = 2_000_000 // scale
     two_mb = ("lorem ipsum dolor sit amet " * (size // 27 + 1))[:size]
     kilo = ("the quick brown fox jumps over the lazy dog " * 23)[:1000]
@@ -171,11 +175,10 @@ def bodies(copies: int = 2, scale: int = 1) -> list[tuple[str, dict[str, Any]]]:
         ("/tokenize", {"inputs": [kilo] * (2000 // scale)}),
         ("/embed", {"inputs": [eight_k] * (250 // scale)}),
     ]
-    only = os.environ.get("STALL_ONLY")
-    return [jobs[int(i)] for i in only.split(",")] if only else jobs * copies
+    return [jobs[i] for i in plan.only] if plan.only else jobs * plan.copies
 
 
-def burst(url: str, pid: int, copies: int = 2, scale: int = 1) -> dict[str, Any]:
+def burst(url: str, pid: int, plan: Plan) -> dict[str, Any]:
     done = threading.Event()
     statuses: list[int] = []
     peak = [rss_mib(pid)]
@@ -189,7 +192,7 @@ def burst(url: str, pid: int, copies: int = 2, scale: int = 1) -> dict[str, Any]
             peak.append(rss_mib(pid))
             done.wait(0.02)
 
-    senders = [threading.Thread(target=send, args=job) for job in bodies(copies, scale)]
+    senders = [threading.Thread(target=send, args=job) for job in bodies(plan)]
     watcher = threading.Thread(target=watch_rss)
     latencies: list[float] = []
     prober = threading.Thread(target=lambda: latencies.extend(probe(url, done, 1)))
@@ -233,7 +236,7 @@ def run(backend: str, plan: Plan) -> dict[str, Any]:
             rounds = []
             for _ in range(plan.rounds):
                 alone = probe(url, None, plan.probes)
-                record = burst(url, proc.pid, plan.copies, plan.scale)
+                record = burst(url, proc.pid, plan)
                 # Answers are written and dropped; the allocator gets a moment to give back.
                 probe(url, None, 50)
                 rounds.append(record | {"alone": alone, "rss_after": settled_rss(proc.pid)})
@@ -268,7 +271,7 @@ def measure(mode: Mode) -> list[Figure]:
             rss_after_mib=r["rss_after"],
             rss_ratio=r["rss_after"] / done["warm"],
         )
-    requests = 4 * plan.copies
+    requests = len(done["rounds"][0]["statuses"])
     size = f"{2 / plan.scale:g} MB"
     return [
         Figure(
@@ -295,9 +298,15 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--backend", choices=["asyncio", "trio"], default="asyncio")
     parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument(
+        "--only",
+        type=lambda text: tuple(int(i) for i in text.split(",")),
+        default=(),
+        help="send only these of the four bodies (indices 0-3, comma-separated), each once",
+    )
     args = parser.parse_args()
     signal.alarm(int(BOUND_S))  # the whole run is bounded
-    done = run(args.backend, Plan(args.rounds, PROBES_ALONE))
+    done = run(args.backend, Plan(args.rounds, PROBES_ALONE, only=args.only))
     rounds, warm = done["rounds"], done["warm"]
     alone = [ms for r in rounds for ms in r["alone"]]
     during = [ms for r in rounds for ms in r["latencies"]]
