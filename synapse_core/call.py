@@ -235,7 +235,7 @@ class Call:
         guard = self.guard
         if guard is not None:
             self.guard = None
-            guard.worker.leave(guard.small)
+            guard.worker.leave(guard)
         if self.permit is not None:
             permit, self.permit = self.permit, None
             keeper.permits.release_on_behalf_of(permit)

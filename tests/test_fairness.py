@@ -379,15 +379,14 @@ def test_a_worker_is_shared_once_a_small_call_meets_another_until_idle() -> None
     from synapse_core.residency.worker import Worker
 
     worker = Worker("m#1", None, None, None, Lane(LaneInfo("test:0"), 100))  # type: ignore[arg-type]
-    worker.enter(False)
-    worker.enter(False)
+    first, second = worker.enter(False), worker.enter(False)
     assert not worker.shared  # two bulk calls
-    worker.enter(True)
+    small = worker.enter(True)
     assert worker.shared and worker.small_inflight == 1
-    worker.leave(True)
+    worker.leave(small)
     assert worker.shared  # sticky: the next short call is a moment away
-    worker.leave(False)
-    worker.leave(False)
+    worker.leave(first)
+    worker.leave(second)
     assert not worker.shared and (worker.inflight, worker.small_inflight) == (0, 0)
     worker.enter(True)
     assert not worker.shared  # a small call alone

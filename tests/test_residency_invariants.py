@@ -9,7 +9,7 @@ from typing import Any
 from synapse_core.launch import LaneInfo
 from synapse_core.residency.invariants import ResidencyCheck
 from synapse_core.residency.lane import Lane
-from synapse_core.residency.worker import Worker
+from synapse_core.residency.worker import Guard, Worker
 from synapse_core.wire import Shape
 
 SHAPE = Shape(8, 2)
@@ -77,7 +77,7 @@ def test_guard_counts_that_do_not_add_up_are_found() -> None:
     sup = _supervisor()
     (worker,) = sup.workers.values()
     worker.enter(True)
-    worker.leave(False)  # left as bulk what entered small
+    worker.leave(Guard(worker, small=False))  # left as bulk what entered small
     assert ResidencyCheck().violations([sup]) == ["m#1: 1 small calls in flight of 0"]
 
 
@@ -88,9 +88,9 @@ def test_a_worker_that_has_served_calls_is_freed_without_the_cycle_collector() -
     import weakref
 
     worker = Worker("m#1", None, None, None, Lane(LaneInfo("test:0"), 100))  # type: ignore[arg-type]
-    worker.leave(worker.enter(True).small)
+    worker.leave(worker.enter(True))
     guard = worker.enter(False)
-    worker.leave(guard.small)
+    worker.leave(guard)
     del guard
     gone = weakref.ref(worker)
     gc.disable()

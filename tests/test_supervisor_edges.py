@@ -305,7 +305,7 @@ async def test_a_close_held_up_past_its_bounds_stops_the_workers_outright(
             worker = held["worker"] = host.worker("m")
             held["host"] = host
             assert worker is not None
-            worker.enter(False)  # a call that never leaves
+            held["guard"] = worker.enter(False)  # a call that never leaves
         closed.set()
 
     async with anyio.create_task_group() as tg:
@@ -315,7 +315,7 @@ async def test_a_close_held_up_past_its_bounds_stops_the_workers_outright(
         if guard.cancelled_caught:
             # The close is shielded: let the call go so the host can close
             # and this failure is reported instead of a hang.
-            held["worker"].leave(False)
+            held["worker"].leave(held["guard"])
             pytest.fail("the host's close was not bounded")
     worker, host = held["worker"], held["host"]
     assert worker.state == "exited"

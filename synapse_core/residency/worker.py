@@ -150,7 +150,7 @@ class Worker:
 
     def enter(self, small: bool) -> Guard:
         """Take the catalog guard: retirement waits for this call to leave
-        (``leave(guard.small)``). ``small``: a small call (``cut.is_small``)."""
+        (``leave`` with the guard returned). ``small``: a small call (``cut.is_small``)."""
         self.inflight += 1
         self.small_inflight += small
         # Sticky until idle: a client sending short calls one after another
@@ -159,10 +159,11 @@ class Worker:
         self.shared = self.shared or (self.inflight > 1 and self.small_inflight > 0)
         return Guard(self, small)
 
-    def leave(self, small: bool) -> None:
-        """Let go of the catalog guard taken by ``enter(small)``."""
+    def leave(self, guard: Guard) -> None:
+        """Let go of the catalog guard ``enter`` returned: counted as it entered."""
+        assert guard.worker is self, "a guard is let go of on the worker that gave it"
         self.inflight -= 1
-        self.small_inflight -= small
+        self.small_inflight -= guard.small
         if self.inflight == 0:
             self.shared = False
             self.notify()
