@@ -402,7 +402,7 @@ def test_catalog_shows_buckets_effective_ceilings_and_availability(tmp_path: Pat
     path = write_catalog(
         tmp_path / "c.toml",
         model("bucketed", buckets=[16, 64]),
-        model("plain", task="rerank"),
+        {**model("plain", task="rerank"), "workers": 2},
         {**model("elsewhere"), "transport": "not-installed"},
     )
     doc = json.loads(invoke(["catalog", "--json", "--catalog", str(path)]).stdout)
@@ -410,6 +410,7 @@ def test_catalog_shows_buckets_effective_ceilings_and_availability(tmp_path: Pat
     assert rows["bucketed"]["buckets"] == [16, 64]
     assert rows["bucketed"]["lane"] == "fake:0"
     assert rows["bucketed"]["available"] is True
+    assert (rows["bucketed"]["workers"], rows["plain"]["workers"]) == (1, 2)
     # The transport declares its buckets before any worker starts: the
     # largest caps the ceiling, and defaults show as well as set options.
     assert (rows["bucketed"]["ceiling"], rows["bucketed"]["catalog_ceiling"]) == (64, 512)
@@ -424,11 +425,11 @@ def test_catalog_shows_buckets_effective_ceilings_and_availability(tmp_path: Pat
     assert human.exit_code == 0
     lines = {line.split()[0]: line.split() for line in human.stdout.splitlines()[2:]}
     assert " ".join(lines["bucketed"]) == (
-        "bucketed embed mock fake:0 64 (catalog 512) 16,64 available"
+        "bucketed embed mock fake:0 1 64 (catalog 512) 16,64 available"
     )
-    assert lines["plain"][5] == "16,32,64,128,256,512"
-    assert lines["elsewhere"][5] == "-"
-    assert lines["elsewhere"][6] == "unavailable:"
+    assert lines["plain"][4:7] == ["2", "512", "16,32,64,128,256,512"]
+    assert lines["elsewhere"][6] == "-"
+    assert lines["elsewhere"][7] == "unavailable:"
 
 
 # -- embed and rerank through the real subprocess worker ----------------------------------

@@ -129,6 +129,7 @@ def catalog_doc(catalog: Catalog) -> Doc:
                 "transport": spec.transport,
                 "package": spec.package,
                 "lane": entry.lane.lane_id if entry.lane else None,
+                "workers": spec.workers,
                 # The effective ceiling: capped by the largest bucket when the
                 # transport declares its buckets before a worker starts.
                 "ceiling": entry.ceiling,
@@ -154,6 +155,7 @@ def catalog_lines(doc: Doc) -> list[str]:
             m["task"],
             m["transport"],
             m["lane"] or "-",
+            str(m["workers"]),
             str(m["ceiling"])
             + (
                 f" (catalog {m['catalog_ceiling']})" if m["ceiling"] != m["catalog_ceiling"] else ""
@@ -163,7 +165,7 @@ def catalog_lines(doc: Doc) -> list[str]:
         ]
         for m in doc["models"]
     ]
-    header = ["model", "task", "transport", "lane", "ceiling", "buckets", "status"]
+    header = ["model", "task", "transport", "lane", "workers", "ceiling", "buckets", "status"]
     notes = [
         f"  {m['name']}: {note}"
         for m in doc["models"]
