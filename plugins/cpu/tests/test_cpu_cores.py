@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,8 +25,6 @@ with share.busy():
 
 
 def test_usable_cores_are_the_affinity_mask() -> None:
-    import os
-
     assert cores.usable_cores() == len(os.sched_getaffinity(0)) >= 1
 
 
@@ -70,6 +70,48 @@ def test_a_sparse_short_request_takes_its_share_without_marking_the_lane(
         second.close()
 
 
+def test_the_folder_is_listed_again_only_when_it_changed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    listings = []
+    listdir = os.listdir
+    monkeypatch.setattr(os, "listdir", lambda path: listings.append(path) or listdir(path))
+    old = time.time_ns() - 2 * cores.RECENT_NS
+    os.utime(tmp_path, ns=(old, old))  # changed long before the first listing
+    first = cores.CoreShare(tmp_path, cores=4)
+    second = None
+    try:
+        os.utime(tmp_path, ns=(old, old))
+        first.busy_others()
+        first.busy_others()
+        assert len(listings) == 1  # unchanged: its marks are read from memory
+        second = cores.CoreShare(tmp_path, cores=4)
+        with second.busy():
+            before = len(listings)
+            assert first.busy_others() == 1  # a worker came: listed again
+            assert len(listings) == before + 1
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+
+
+def test_a_worker_that_came_within_the_listings_clock_tick_is_seen(tmp_path: Path) -> None:
+    first = cores.CoreShare(tmp_path, cores=4)
+    second = None
+    try:
+        assert first.busy_others() == 0
+        listed = os.stat(tmp_path).st_mtime_ns
+        second = cores.CoreShare(tmp_path, cores=4)
+        os.utime(tmp_path, ns=(listed, listed))  # the kernel's coarse stamp did not move
+        with second.busy():
+            assert first.busy_others() == 1
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+
+
 def test_one_core_each_at_least(tmp_path: Path) -> None:
     shares = [cores.CoreShare(tmp_path, cores=2) for _ in range(3)]
     try:
@@ -99,7 +141,7 @@ def test_a_killed_worker_is_not_counted_busy(tmp_path: Path) -> None:
     finally:
         holder.kill()
         share.close()
-    assert not list(tmp_path.glob(f"{holder.pid}.*.busy"))  # its mark was swept
+    assert not list(tmp_path.glob(f"{holder.pid}.*{cores.SUFFIX}"))  # its mark was swept
 
 
 def test_a_model_runs_each_request_on_its_share(tmp_path: Path, onnxruntime_model: object) -> None:
