@@ -180,7 +180,12 @@ def is_small(plan: Plan, worker: Worker) -> bool:
     on the worker's hello, which may not have come yet). A small call beside
     another call makes both keep to the budget (:attr:`Worker.shared`); bulk
     calls beside each other alone take turns in requests of up to ``max_batch``."""
-    budget = request_budget(worker.spec, worker.transport)
+    return fits_budget(plan, worker.spec, worker.transport)
+
+
+def fits_budget(plan: Plan, spec: ModelSpec, transport: Transport) -> bool:
+    """:func:`is_small` of a call whose worker is not chosen yet."""
+    budget = request_budget(spec, transport)
     return budget is not None and plan.within(budget)
 
 

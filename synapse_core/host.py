@@ -14,7 +14,7 @@ from .call import Call, EmbedResult, RerankResult
 from .catalog import Catalog, Entry, default_config
 from .coalesce import Coalescer
 from .config import HostConfig, Task
-from .cut import request_budget, selection_of
+from .cut import fits_budget, request_budget, selection_of
 from .deadline import Clock, Deadline, check_deadline, monotonic
 from .errors import HostClosed, Retired
 from .plugins import PluginHost
@@ -283,11 +283,15 @@ class Host:
         new call's record is made, which then overlaps the worker's compute."""
         runner = self._runner
         entry = self.catalog.entries[plan.model]
-        worker = self._roster.replicas_of(entry).choose()
+        replicas = self._roster.replicas_of(entry)
+        worker = replicas.choose(len(replicas.slots) > 1 and self._small(entry, plan))
         if isinstance(worker, int):  # an empty slot: a worker starts there for this call
             if call is None or not call.admitted:
                 runner.check_room()  # a refused call leaves no worker record behind
             worker = self._roster.worker(entry, worker)
+            vacant = None
+        else:  # a small call sent to a busy worker: an empty slot starts beside it
+            vacant = replicas.vacant() if worker.inflight else None
         sup = self.supervisors[worker.lane.info.lane_id]
         head = runner.try_begin(plan, deadline, sup, worker)  # raises before any await
         # Nothing that can fail goes here: a request written and never
@@ -301,7 +305,22 @@ class Host:
         # as the host closes gets to ``run``'s ``finally`` and lets go of
         # what its head start took.
         self._tg.start_soon(runner.run, call, sup, worker, name="call runner")
+        if vacant is not None:
+            self._start_in_background(entry, vacant)
         return call
+
+    @staticmethod
+    def _small(entry: Entry, plan: Plan) -> bool:
+        """Whether ``plan`` is one request's worth (``cut.is_small``)."""
+        assert entry.transport is not None  # the catalog refused the call otherwise
+        return fits_budget(plan, entry.spec, entry.transport.transport)
+
+    def _start_in_background(self, entry: Entry, slot: int) -> None:
+        """Start a worker in ``slot`` of ``entry``'s model for the calls to
+        come; none waits for it (a failed start is the worker's phase, and
+        the next call that waits on it tries again)."""
+        worker = self._roster.worker(entry, slot)
+        self.supervisors[worker.lane.info.lane_id].start(worker)
 
     def _coalescer(self, entry: Entry) -> Coalescer:
         model = entry.spec.name

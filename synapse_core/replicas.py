@@ -5,9 +5,13 @@ and that call stays on it for all its requests (its order, its head start
 and its no-replay rule are one worker's). The choice, in order:
 
 1. an idle worker that takes work: no call in it, so nothing to wait for;
-2. else an empty slot (never started, or its worker exited): the host starts
+2. else, for a *small* call (one request's worth, ``cut.is_small``), a busy
+   worker that takes work, while the host starts a worker in an empty slot
+   for the calls after it: a small call waits for one request there, some
+   milliseconds, where a new worker's start takes about a second;
+3. else an empty slot (never started, or its worker exited): the host starts
    a worker there, and the call waits for its hello;
-3. else a busy worker: one that takes work before one that does not, then
+4. else a busy worker: one that takes work before one that does not, then
    one without a bulk call (whose requests a short call would wait behind)
    before one with, then the one with the fewest calls; a failed worker
    only when every one has failed.
@@ -57,9 +61,11 @@ class Replicas:
         live = self.live()
         return live[0] if live else self.slots[0]
 
-    def choose(self) -> Worker | int:
-        """The worker a new call goes to, or the index of the empty slot the
-        host should start a worker in for it (see the module docstring)."""
+    def choose(self, small: bool = False) -> Worker | int:
+        """The worker a new call (``small``: one request's worth) goes to, or
+        the index of the empty slot the host should start a worker in for it
+        (see the module docstring). A busy worker chosen while a slot is empty
+        is a small call's: the host then starts that slot (:meth:`vacant`)."""
         busy: list[Worker] = []
         vacant: int | None = None
         for i, worker in enumerate(self.slots):
@@ -71,8 +77,16 @@ class Replicas:
             else:
                 busy.append(worker)
         if vacant is not None:
-            return vacant
+            serving = [w for w in busy if w.takes_work] if small else []
+            return min(serving, key=_load) if serving else vacant
         return min(busy, key=_load)
+
+    def vacant(self) -> int | None:
+        """The first empty slot (never started, or its worker exited), if any."""
+        for i, worker in enumerate(self.slots):
+            if worker is None or worker.phase is Phase.EXITED:
+                return i
+        return None
 
     def fill(self, slot: int, worker: Worker) -> None:
         self.slots[slot] = worker

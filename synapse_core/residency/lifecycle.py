@@ -86,6 +86,12 @@ class Lifecycle:
             )
             first = False
 
+    def start(self, worker: Worker) -> None:
+        """Start ``worker`` if it never started, without waiting for it: its
+        hello, or the reason it failed, reaches whoever waits on it later."""
+        if worker.phase is Phase.NEW and not worker.retiring:
+            self._start_boot(worker)
+
     def _start_boot(self, worker: Worker) -> None:
         worker.booting()
         self._context.tg.start_soon(self._boot, worker, name=f"boot {worker.worker_id}")

@@ -97,6 +97,10 @@ class Supervisor:
         """Return once ``worker`` is ready, starting it if it never started."""
         return self._lifecycle.wait_ready(worker, deadline)
 
+    def start(self, worker: Worker) -> None:
+        """Start ``worker`` if it never started, without waiting (a background start)."""
+        self._lifecycle.start(worker)
+
     def report_fault(self, worker: Worker, generation: int, reason: str) -> bool:
         """Start recovery of ``generation`` unless it is stale or already recovering
         (True when this report started one); call it after releasing the lease of
