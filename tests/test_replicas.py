@@ -7,6 +7,8 @@ decided by the host alone, never by timing.
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import AsyncIterator
 from typing import Any
 
 import anyio
@@ -88,54 +90,16 @@ async def test_a_call_waits_on_the_worker_without_a_bulk_call(
     assert results["next"].vectors == [pytest.approx(vector("next"), abs=1e-6)]
 
 
-async def test_a_short_call_beside_the_first_bulk_call_does_not_wait_for_a_new_worker(
-    make_model: Any, make_config: Any
-) -> None:
-    """Nothing loaded: the bulk call starts the first worker. A short call
-    then goes behind the bulk call's request on it, not to a worker that
-    has yet to start (about a second on a real model); the empty slot
-    starts meanwhile, and the next short call runs there."""
-    cfg, held, transport = _serving(make_model, make_config, 2)
-    results: dict[str, Any] = {}
-    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
-        held.armed = True
-        async with anyio.create_task_group() as tg:
-            await started(tg, results, "bulk", lambda: host.embed("m", LONG))
-            await held.wait_for(1)
-            await started(tg, results, "short", lambda: host.embed("m", ["short"]))
-            first, second = host.workers("m")
-            assert (first.inflight, first.small_inflight) == (2, 1)
-            assert second.phase is Phase.READY and second.inflight == 0  # started beside it
-            await started(tg, results, "next", lambda: host.embed("m", ["next"]))
-            assert second.inflight == 1
-            assert [f.sequences for f in held.received] == [_ids(LONG[0]), _ids("next")]
-            await held.answer_all()
-    assert results["short"].vectors == [pytest.approx(vector("short"), abs=1e-6)]
-    assert results["next"].vectors == [pytest.approx(vector("next"), abs=1e-6)]
-
-
-async def test_a_second_bulk_call_starts_a_worker_of_its_own(
-    make_model: Any, make_config: Any
-) -> None:
-    cfg, held, transport = _serving(make_model, make_config, 2)
-    results: dict[str, Any] = {}
-    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
-        held.armed = True
-        async with anyio.create_task_group() as tg:
-            await started(tg, results, "bulk", lambda: host.embed("m", LONG))
-            await held.wait_for(1)
-            await started(tg, results, "other", lambda: host.embed("m", LONG[::-1]))
-            await held.wait_for(2)
-            assert [w.inflight for w in host.workers("m")] == [1, 1]
-            await held.answer_all()
-    assert results["other"].vectors == [pytest.approx(vector(t), abs=1e-6) for t in LONG[::-1]]
-
-
-async def test_a_failed_start_beside_a_short_call_leaves_the_call_served(
-    make_model: Any, make_config: Any
-) -> None:
-    transport = SecondLaunchFails()
+@contextlib.asynccontextmanager
+async def _beside_a_bulk_call(
+    make_model: Any, make_config: Any, transport: InProcessFakeTransport | None = None
+) -> AsyncIterator[tuple[Any, Any, HeldReplies, dict[str, Any]]]:
+    """A host of a two-worker model, nothing loaded, and a task group in
+    which a bulk call has started the first worker and sent its first
+    request (held): yields the host, the group, the held replies and the
+    results by name ("bulk" for the bulk call's)."""
     held = HeldReplies()
+    transport = transport or InProcessFakeTransport()
     transport.reply_gate = held
     cfg = make_config(budget_model(make_model, workers=2))
     results: dict[str, Any] = {}
@@ -144,14 +108,58 @@ async def test_a_failed_start_beside_a_short_call_leaves_the_call_served(
         async with anyio.create_task_group() as tg:
             await started(tg, results, "bulk", lambda: host.embed("m", LONG))
             await held.wait_for(1)
-            await started(tg, results, "short", lambda: host.embed("m", ["short"]))
-            held.armed = False  # the failed start's cleanup may outlast the answers
-            await held.answer_all()
+            yield host, tg, held, results
+    assert results["bulk"].vectors == [pytest.approx(vector(t), abs=1e-6) for t in LONG]
+
+
+async def test_a_short_call_beside_the_first_bulk_call_does_not_wait_for_a_new_worker(
+    make_model: Any, make_config: Any
+) -> None:
+    """The bulk call started the first worker. A short call then goes
+    behind the bulk call's request on it, not to a worker that has yet to
+    start (about a second on a real model); the empty slot starts
+    meanwhile, and the next short call runs there."""
+    async with _beside_a_bulk_call(make_model, make_config) as (host, tg, held, results):
+        await started(tg, results, "short", lambda: host.embed("m", ["short"]))
+        first, second = host.workers("m")
+        assert (first.inflight, first.small_inflight) == (2, 1)
+        assert second.phase is Phase.READY and second.inflight == 0  # started beside it
+        await started(tg, results, "next", lambda: host.embed("m", ["next"]))
+        assert second.inflight == 1
+        assert [f.sequences for f in held.received] == [_ids(LONG[0]), _ids("next")]
+        await held.answer_all()
+    assert results["short"].vectors == [pytest.approx(vector("short"), abs=1e-6)]
+    assert results["next"].vectors == [pytest.approx(vector("next"), abs=1e-6)]
+
+
+async def test_a_second_bulk_call_starts_a_worker_of_its_own(
+    make_model: Any, make_config: Any
+) -> None:
+    async with _beside_a_bulk_call(make_model, make_config) as (host, tg, held, results):
+        await started(tg, results, "other", lambda: host.embed("m", LONG[::-1]))
+        await held.wait_for(2)
+        assert [w.inflight for w in host.workers("m")] == [1, 1]
+        await held.answer_all()
+    assert results["other"].vectors == [pytest.approx(vector(t), abs=1e-6) for t in LONG[::-1]]
+
+
+async def test_a_failed_start_beside_a_short_call_leaves_the_call_served(
+    make_model: Any, make_config: Any
+) -> None:
+    transport = SecondLaunchFails()
+    async with _beside_a_bulk_call(make_model, make_config, transport) as (
+        host,
+        tg,
+        held,
+        results,
+    ):
+        await started(tg, results, "short", lambda: host.embed("m", ["short"]))
+        held.armed = False  # the failed start's cleanup may outlast the answers
+        await held.answer_all()
         assert [w.phase for w in host.workers("m")] == [Phase.READY, Phase.FAILED]
         assert "no room for a second worker" in host.workers("m")[1].reason
-        assert (await host.embed("m", ["after"])).vectors == [
-            pytest.approx(vector("after"), abs=1e-6)
-        ]
+        after = await host.embed("m", ["after"])
+        assert after.vectors == [pytest.approx(vector("after"), abs=1e-6)]
     assert results["short"].vectors == [pytest.approx(vector("short"), abs=1e-6)]
 
 
