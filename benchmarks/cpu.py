@@ -19,6 +19,9 @@ import functools
 import importlib.util
 import os
 import random
+import struct
+import subprocess
+import sys
 import tempfile
 import time
 import tomllib
@@ -231,6 +234,23 @@ def default_figures(series: Series, plan: Plan) -> list[Figure]:
             series.medians("default_single_us", "ort_limit_single_us"),
         ),
         Figure(
+            "cpu_process_floor_single_ratio_vs_ort_limit",
+            "ratio",
+            "p50 of one short text through a bare worker process (the same session behind "
+            "pipes, waited for on the event loop; benchmarks.floor_worker) / the in-process "
+            "side above: what leaving the process costs any host",
+            series.ratio("floor_single_us", "ort_limit_single_us"),
+            None,
+            series.medians("floor_single_us"),
+        ),
+        Figure(
+            "cpu_default_single_ratio_vs_process_floor",
+            "ratio",
+            "p50 of host.embed of one short text on the shipped minilm entry / the bare "
+            "worker process above: what Synapse adds on both sides of the exchange",
+            series.ratio("default_single_us", "floor_single_us"),
+        ),
+        Figure(
             "cpu_default_texts_per_s",
             "texts/s",
             f"texts per second of the {plan.bulk_texts}-text bulk call, shipped minilm entry",
@@ -302,20 +322,21 @@ async def _measure(plan: Plan) -> Series:
     st_encode = _sentence_transformers(model)
     for _ in range(plan.cold_starts):
         series.add(start_ms=await _start_ms())
-    async with open_host(config(), plugins=plugins()) as host:
-        warm = [" ".join(_WORDS[:n]) for n in (10, 40, 100, 200)]  # every bucket
-        for name in host.catalog.entries:
-            await host.embed(name, warm, deadline=Deadline.after(DEADLINE_S))
-        for rep in range(plan.repetitions):
-            series.add(**await _single(host, model, plan))
-            series.add(**await _composed(host, model, texts, positions, rep))
-            series.add(**await _scaling(host, texts[: plan.scaling_texts], rep))
-            series.add(**await _default(host, limit, bulk, plan, rep))
-            series.add(int8_min_cosine=loss.min_cosine, int8_mean_cosine=loss.mean_cosine)
-            if st_encode is not None:
-                start = time.perf_counter()
-                st_encode(texts)
-                series.add(sentence_transformers_s=time.perf_counter() - start)
+    with ProcessFloor(fp32.tokenizer) as floor:
+        async with open_host(config(), plugins=plugins()) as host:
+            warm = [" ".join(_WORDS[:n]) for n in (10, 40, 100, 200)]  # every bucket
+            for name in host.catalog.entries:
+                await host.embed(name, warm, deadline=Deadline.after(DEADLINE_S))
+            for rep in range(plan.repetitions):
+                series.add(**await _single(host, model, plan))
+                series.add(**await _composed(host, model, texts, positions, rep))
+                series.add(**await _scaling(host, texts[: plan.scaling_texts], rep))
+                series.add(**await _default(host, limit, floor, bulk, plan, rep))
+                series.add(int8_min_cosine=loss.min_cosine, int8_mean_cosine=loss.mean_cosine)
+                if st_encode is not None:
+                    start = time.perf_counter()
+                    st_encode(texts)
+                    series.add(sentence_transformers_s=time.perf_counter() - start)
     return series
 
 
@@ -410,14 +431,15 @@ class OrtLimit:
         self.session = onnx_session(model.graph, usable_cores())
         self.typed = any(i.name == "token_type_ids" for i in self.session.get_inputs())
 
-    def run(self, sequences: list[list[int]]) -> None:
+    def run(self, sequences: list[list[int]]) -> Any:
+        """The vectors (an array, one row per sequence)."""
         from synapse_cpu import bert
 
         ids, types, mask = bert.pack(sequences, self.model.framing)
         feed = {"input_ids": ids, "attention_mask": mask}
         if self.typed:
             feed["token_type_ids"] = types
-        self.session.run(["output"], feed)
+        return self.session.run(["output"], feed)[0]
 
     def bulk(self, texts: list[str]) -> None:
         """Tokenise all, sort by length, run batches of 32."""
@@ -429,8 +451,56 @@ class OrtLimit:
         self.run([self.model.tokenizer.encode(text)])
 
 
+class ProcessFloor:
+    """The same forward pass in a bare worker process (``benchmarks.floor_worker``)
+    behind non-blocking pipes, waited for on the event loop as the host's
+    pipes are (``anyio.wait_readable``): the least any host that keeps the
+    model out of its own process pays for one text, tokenised here."""
+
+    def __init__(self, tokenizer: Any) -> None:
+        self.tokenizer = tokenizer
+        self.process: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self) -> ProcessFloor:
+        root = Path(__file__).resolve().parent.parent
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "benchmarks.floor_worker"],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            cwd=root,
+        )
+        assert self.process.stdout is not None and self.process.stdin is not None
+        if self.process.stdout.readline() != b"ready\n":
+            raise RuntimeError("benchmarks.floor_worker did not start (see its stderr above)")
+        self._send, self._receive = self.process.stdin.fileno(), self.process.stdout.fileno()
+        os.set_blocking(self._receive, False)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        assert self.process is not None
+        self.process.stdin.close()  # type: ignore[union-attr]
+        self.process.wait(timeout=30)
+
+    async def single(self, text: str) -> bytes:
+        from .floor_worker import COUNT
+
+        ids = self.tokenizer.encode(text)
+        os.write(self._send, COUNT.pack(len(ids)) + struct.pack(f"<{len(ids)}i", *ids))
+        data = b""
+        while len(data) < COUNT.size or len(data) < COUNT.size + COUNT.unpack_from(data)[0]:
+            try:
+                chunk = os.read(self._receive, 65536)
+            except BlockingIOError:
+                await anyio.wait_readable(self._receive)
+                continue
+            if not chunk:
+                raise RuntimeError("benchmarks.floor_worker exited")
+            data += chunk
+        return data[COUNT.size :]
+
+
 async def _default(
-    host: Host, limit: OrtLimit, texts: list[str], plan: Plan, rep: int
+    host: Host, limit: OrtLimit, floor: ProcessFloor, texts: list[str], plan: Plan, rep: int
 ) -> dict[str, float]:
     """The shipped entry against onnxruntime by hand, bulk and one short text; int8 bulk."""
     out: dict[str, float] = {}
@@ -451,15 +521,21 @@ async def _default(
     async def by_hand() -> None:
         limit.single(SHORT)
 
+    async def bare_process() -> None:
+        await floor.single(SHORT)
+
     # In blocks, not call by call: each side's onnxruntime pool spins on a core
     # for tens of ms after its call, so alternated, every call of one side ran
     # beside the other's spinning thread on two cores (both about 3x slower
     # than alone, the worker more so). Each side is measured as a user meets
     # it: its calls one after another, on cores nothing else spins on.
-    host_us, limit_us = await blocked_p50(
-        [[through_host], [by_hand]], plan.single_samples, plan.single_blocks, SETTLE_CALLS
+    host_us, limit_us, floor_us = await blocked_p50(
+        [[through_host], [by_hand], [bare_process]],
+        plan.single_samples,
+        plan.single_blocks,
+        SETTLE_CALLS,
     )
-    out.update(default_single_us=host_us, ort_limit_single_us=limit_us)
+    out.update(default_single_us=host_us, ort_limit_single_us=limit_us, floor_single_us=floor_us)
     return out
 
 

