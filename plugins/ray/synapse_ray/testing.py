@@ -131,9 +131,24 @@ class ServeApp:
         return {r["pid"] for r in self.trace if r["frame"] == "shutdown"}
 
     def describe(self, model: str | None = None) -> dict[str, Any]:
-        """The replica that holds ``model`` (any replica when ``None``)."""
+        """The replica a call for ``model`` is routed to (any replica when
+        ``None``): the one holding it, once Ray knows (see :meth:`holder`)."""
         handle = self.handle if model is None else self.handle.options(multiplexed_model_id=model)
         return dict(handle.describe.remote().result(timeout_s=BOUND_S))
+
+    def holder(self, model: str) -> dict[str, Any]:
+        """:meth:`describe` of the replica holding ``model``, which a call has
+        loaded. Ray's handle learns where a model is from the replica's
+        report, a moment after the load; until then a call routed by the
+        model may reach another replica, so the question is asked again."""
+        found: dict[str, Any] = {}
+
+        def holds() -> bool:
+            found.update(self.describe(model))
+            return model in found["workers"]
+
+        wait_until(holds, f"a replica reporting that it holds {model!r}")
+        return found
 
     def headers(self, model: str) -> dict[str, str]:
         """What a client sends to be routed to a replica holding ``model``."""

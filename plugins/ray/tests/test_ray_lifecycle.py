@@ -81,7 +81,7 @@ def test_killed_replica_fails_only_in_flight_requests_and_is_replaced(
     serve_app: ServeApp,
 ) -> None:
     assert serve_app.embed("stuck").status_code == 200
-    victim = serve_app.describe("stuck")
+    victim = serve_app.holder("stuck")
     worker = victim["workers"]["stuck"]
     try:
         with ThreadPoolExecutor(IN_FLIGHT) as pool:
@@ -134,7 +134,7 @@ def test_serve_shutdown_retires_every_worker_and_frees_the_lane(serve_app: Serve
     workers: dict[str, int] = {}
     for model in ("quick", "other", "ane"):
         assert serve_app.embed(model).status_code == 200
-        workers[model] = serve_app.describe(model)["workers"][model]
+        workers[model] = serve_app.holder(model)["workers"][model]
     assert lane_held()  # by the host that serves "ane"
     serve.shutdown()
     # Shutdown returned: every worker has exited, each mock worker after the

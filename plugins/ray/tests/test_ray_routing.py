@@ -72,7 +72,7 @@ def test_tei_embed_through_serve_matches_a_plain_host(serve_app: ServeApp) -> No
 def test_requests_for_a_model_go_to_the_replica_holding_it(serve_app: ServeApp) -> None:
     answers = [serve_app.embed("a", [f"text {i}"]) for i in range(8)]
     assert all(a.status_code == 200 for a in answers), [a.text for a in answers]
-    holder = serve_app.describe("a")
+    holder = serve_app.holder("a")
     assert "a" in holder["workers"]
     assert {a.headers["x-synapse-replica"] for a in answers} == {holder["replica"]}
     # The holder's own metrics counted them (each replica serves its own /metrics).
@@ -86,7 +86,7 @@ def test_ray_lru_unloads_by_retiring_the_worker(serve_app: ServeApp) -> None:
     for model in SPREAD:
         answer = serve_app.embed(model)
         assert answer.status_code == 200, answer.text
-        pids[model] = serve_app.describe(model)["workers"][model]
+        pids[model] = serve_app.holder(model)["workers"][model]
     # Five models, room for four: Ray unloaded at least one, and unloading is
     # a retirement, so the host asked that worker to stop and saw it exit.
     gone = {model for model, pid in pids.items() if not alive(pid)}
