@@ -19,6 +19,7 @@ import functools
 import importlib.util
 import os
 import random
+import select
 import struct
 import subprocess
 import sys
@@ -48,6 +49,8 @@ DEFAULT = "minilm"
 INT8 = "minilm-int8"
 DEADLINE_S = 600.0
 CALLERS = 4
+#: how long the process floor's worker may take to load the model
+FLOOR_START_S = 120.0
 
 
 @attrs.frozen
@@ -463,23 +466,38 @@ class ProcessFloor:
 
     def __enter__(self) -> ProcessFloor:
         root = Path(__file__).resolve().parent.parent
-        self.process = subprocess.Popen(
+        self.process = process = subprocess.Popen(
             [sys.executable, "-m", "benchmarks.floor_worker"],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             cwd=root,
         )
-        assert self.process.stdout is not None and self.process.stdin is not None
-        if self.process.stdout.readline() != b"ready\n":
-            raise RuntimeError("benchmarks.floor_worker did not start (see its stderr above)")
-        self._send, self._receive = self.process.stdin.fileno(), self.process.stdout.fileno()
+        assert process.stdout is not None and process.stdin is not None
+        try:
+            ready = select.select([process.stdout], [], [], FLOOR_START_S)[0]
+            if not ready or process.stdout.readline() != b"ready\n":
+                raise RuntimeError(
+                    f"benchmarks.floor_worker did not start within {FLOOR_START_S:g} s "
+                    "(see its stderr above)"
+                )
+        except BaseException:
+            self.__exit__()
+            raise
+        self._send, self._receive = process.stdin.fileno(), process.stdout.fileno()
         os.set_blocking(self._receive, False)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        assert self.process is not None
-        self.process.stdin.close()  # type: ignore[union-attr]
-        self.process.wait(timeout=30)
+        """Close its stdin (it exits), or kill it after 30 s."""
+        process = self.process
+        assert process is not None and process.stdin is not None and process.stdout is not None
+        process.stdin.close()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        process.stdout.close()
 
     async def single(self, text: str) -> bytes:
         from .floor_worker import COUNT

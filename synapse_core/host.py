@@ -317,8 +317,10 @@ class Host:
 
     def _start_in_background(self, entry: Entry, slot: int) -> None:
         """Start a worker in ``slot`` of ``entry``'s model for the calls to
-        come; none waits for it (a failed start is the worker's phase, and
-        the next call that waits on it tries again)."""
+        come; none waits for it. A failed start leaves the slot failed (see
+        :mod:`.replicas`); a closing host or a retired model starts none."""
+        if self._closed or entry.spec.name in self._retired:
+            return
         worker = self._roster.worker(entry, slot)
         self.supervisors[worker.lane.info.lane_id].start(worker)
 

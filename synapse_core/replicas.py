@@ -7,15 +7,22 @@ and its no-replay rule are one worker's). The choice, in order:
 1. an idle worker that takes work: no call in it, so nothing to wait for;
 2. else, for a *small* call (one request's worth, ``cut.is_small``), a busy
    worker that takes work, while the host starts a worker in an empty slot
-   for the calls after it: a small call waits for one request there, some
-   milliseconds, where a new worker's start takes about a second;
+   for the calls after it: the small call waits behind that worker's
+   current request (a bulk call's is up to four budgets joined, tens of
+   milliseconds on the CPU lane), where a new worker's start takes about a
+   second; later small calls do the same until the new worker is ready;
 3. else an empty slot (never started, or its worker exited): the host starts
    a worker there, and the call waits for its hello;
-4. else a busy worker: one that takes work before one that does not, then
+4. else, for a call that is not small, a worker still starting with no call
+   in it: the call waits for its hello, as it would in an empty slot;
+5. else a busy worker: one that takes work before one that does not, then
    one without a bulk call (whose requests a short call would wait behind)
    before one with, then the one with the fewest calls; a failed worker
    only when every one has failed.
 
+A worker whose start failed keeps its slot, failed (logged, and shown in
+snapshots), until the model is loaded again: only a call that waited for
+that start sees its error, and no call is sent to it while another serves.
 With ``workers = 1`` this is the single worker's rule it has always been.
 """
 
@@ -37,6 +44,11 @@ def _load(worker: Worker) -> tuple[bool, bool, bool, int]:
         worker.inflight > worker.small_inflight,  # a bulk call is in it
         worker.inflight,
     )
+
+
+def _starting(worker: Worker) -> bool:
+    """Not started yet, or starting: ready soon, unless its start fails."""
+    return worker.phase in (Phase.NEW, Phase.STARTING) and not worker.retiring
 
 
 @attrs.define(eq=False)
@@ -68,6 +80,7 @@ class Replicas:
         is a small call's: the host then starts that slot (:meth:`vacant`)."""
         busy: list[Worker] = []
         vacant: int | None = None
+        starting: Worker | None = None
         for i, worker in enumerate(self.slots):
             if worker is None or worker.phase is Phase.EXITED:
                 if vacant is None:
@@ -76,9 +89,13 @@ class Replicas:
                 return worker
             else:
                 busy.append(worker)
+                if starting is None and worker.inflight == 0 and _starting(worker):
+                    starting = worker
         if vacant is not None:
             serving = [w for w in busy if w.takes_work] if small else []
             return min(serving, key=_load) if serving else vacant
+        if starting is not None and not small:
+            return starting
         return min(busy, key=_load)
 
     def vacant(self) -> int | None:

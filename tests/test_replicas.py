@@ -143,6 +143,44 @@ async def test_a_second_bulk_call_starts_a_worker_of_its_own(
     assert results["other"].vectors == [pytest.approx(vector(t), abs=1e-6) for t in LONG[::-1]]
 
 
+class SecondLaunchWaits(InProcessFakeTransport):
+    """Holds the second worker's launch until ``go`` is set."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.go = anyio.Event()
+        self.attempts = 0
+
+    async def launch(self, request: LaunchRequest) -> Launched:
+        self.attempts += 1
+        if self.attempts == 2:
+            await self.go.wait()
+        return await super().launch(request)
+
+
+async def test_a_bulk_call_waits_for_a_starting_worker_not_behind_a_busy_one(
+    make_model: Any, make_config: Any
+) -> None:
+    transport = SecondLaunchWaits()
+    async with _beside_a_bulk_call(make_model, make_config, transport) as (
+        host,
+        tg,
+        held,
+        results,
+    ):
+        await started(tg, results, "short", lambda: host.embed("m", ["short"]))
+        first, second = host.workers("m")
+        assert second.phase is Phase.STARTING and second.inflight == 0
+        await started(tg, results, "other", lambda: host.embed("m", LONG[::-1]))
+        assert (first.inflight, second.inflight) == (2, 1)  # the bulk call waits for it
+        transport.go.set()
+        await held.wait_for(2)
+        assert held.received[-1].sequences == _ids(LONG[-1])  # its first request, there
+        held.armed = False
+        await held.answer_all()
+    assert results["other"].vectors == [pytest.approx(vector(t), abs=1e-6) for t in LONG[::-1]]
+
+
 async def test_a_failed_start_beside_a_short_call_leaves_the_call_served(
     make_model: Any, make_config: Any
 ) -> None:

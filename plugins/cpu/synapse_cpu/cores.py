@@ -3,14 +3,16 @@ use, shared out among the lane's workers that are computing at that moment.
 
 Each worker keeps a one-byte mark file of its own in the lane's folder,
 mapped into memory: the byte is 1 while it computes a request. The other
-workers read it from their own mapping, so marking and counting cost no
-system call (a request of one short text lasts under 2 ms; a call of
-``flock`` and a listing of the folder per request cost 2% of it). The
-worker holds an exclusive ``flock`` on its file for its whole life, and a
-mark that reads busy is counted only while that lock is held: the kernel
-drops the lock when the process dies, so a worker killed mid-request is
-never counted as busy. The folder is listed again only when its
-modification time changes (a worker started or left) or is recent.
+workers read it from their own mapping: a request costs one ``stat`` of the
+folder and one ``flock`` per other worker that reads busy, where an
+``flock`` per request and a listing of the folder with two more per other
+worker cost 2% of one short text's request. The worker holds an exclusive
+``flock`` on its file for its whole life, and a mark that reads busy is
+counted only while that lock is held: the kernel drops the lock when the
+process dies, so a worker killed mid-request is never counted as busy.
+The folder is listed again when its modification time changes (a worker
+started or left), while that time is within :data:`RECENT_NS` of the last
+listing, and at least every :data:`RELIST_S` whatever the time says.
 
 Alone, a worker uses every core (one short text then runs as fast as the
 machine allows); two busy workers on two cores get one thread each instead
@@ -50,9 +52,12 @@ BACK_TO_BACK_S = 0.005
 #: worker's mark, n two marks of one process
 SUFFIX = ".mark"
 #: a folder changed this recently is listed again even if its modification
-#: time looks the same: the kernel stamps it from a clock of coarse ticks, so
-#: a second change within the tick of the last listing keeps the stamp
-RECENT_NS = 100_000_000
+#: time looks the same: file systems stamp it in ticks (some in whole
+#: seconds), so a second change within the tick of the last listing keeps it
+RECENT_NS = 2_000_000_000
+#: the folder is listed at least this often (s), whatever its stamp says
+#: (a cached one, over NFS)
+RELIST_S = 1.0
 _BUSY, _IDLE = 1, 0
 _marks = itertools.count()
 
@@ -72,13 +77,16 @@ def lane_dir(lane_id: str) -> Path:
 
 
 class _Mark:
-    """Another worker's mark: its file, held open and mapped (read only)."""
+    """Another worker's mark: its file, held open and mapped (read only; the
+    mapping holds a descriptor of its own), and the file's inode, which tells
+    a new worker's file renamed onto a dead one's name."""
 
-    __slots__ = ("fd", "view")
+    __slots__ = ("fd", "inode", "view")
 
     def __init__(self, path: Path) -> None:
         self.fd = os.open(path, os.O_RDONLY)
         try:
+            self.inode = os.fstat(self.fd).st_ino
             self.view = mmap.mmap(self.fd, 1, access=mmap.ACCESS_READ)
         except BaseException:
             os.close(self.fd)
@@ -108,7 +116,10 @@ class CoreShare:
         directory: Path,
         cores: int | None = None,
         clock: Callable[[], float] = time.monotonic,
+        wall: Callable[[], int] = time.time_ns,
     ) -> None:
+        """``clock``: seconds, for the spacing of requests and listings;
+        ``wall``: nanoseconds since the epoch, the clock of file times."""
         directory.mkdir(parents=True, exist_ok=True, mode=0o700)
         self.directory = directory
         self.cores = cores or usable_cores()
@@ -117,7 +128,9 @@ class CoreShare:
         self._others: dict[str, _Mark] = {}
         self._listed = -1  # the folder's mtime when it was last listed
         self._listed_at = 0  # and the time of that listing (ns since the epoch)
+        self._relist_at = -math.inf  # when to list it whatever its mtime says
         self._clock = clock
+        self._wall = wall
         self._last_end = -math.inf
         self._forget_dead()
 
@@ -165,32 +178,54 @@ class CoreShare:
         self.path.unlink(missing_ok=True)
 
     def _refresh(self) -> None:
-        """List the lane's marks again if a worker came or went since the last listing."""
-        now = time.time_ns()
+        """List the lane's marks again if a worker may have come or gone since
+        the last listing (see the module docstring)."""
+        now, tick = self._wall(), self._clock()
         try:
             changed = os.stat(self.directory).st_mtime_ns
         except OSError:
             return
-        if changed == self._listed and self._listed_at - changed > RECENT_NS:
+        settled = changed == self._listed and self._listed_at - changed > RECENT_NS
+        if settled and tick < self._relist_at:
             return
-        self._listed, self._listed_at = changed, now
+        self._listed, self._listed_at, self._relist_at = changed, now, tick + RELIST_S
         try:
-            names = {n for n in os.listdir(self.directory) if n.endswith(SUFFIX)}
+            found = _marks_in(self.directory)
         except OSError:
+            self._listed = -1  # list again next time
             return
-        names.discard(self.path.name)
-        for gone in self._others.keys() - names:
-            self._others.pop(gone).close()
-        for name in names - self._others.keys():
-            with contextlib.suppress(OSError, ValueError):  # gone, or not yet a byte long
+        found.pop(self.path.name, None)
+        for name, mark in list(self._others.items()):
+            if found.get(name) != mark.inode:  # gone, or a new worker's file under its name
+                del self._others[name]
+                mark.close()
+        for name in found.keys() - self._others.keys():
+            try:
                 self._others[name] = _Mark(self.directory / name)
+            except (OSError, ValueError):  # gone, or out of descriptors: list again next time
+                self._listed = -1
 
     def _forget_dead(self) -> None:
-        """Remove the marks of workers that no longer exist (killed before their cleanup)."""
-        for entry in self.directory.glob(f"*{SUFFIX}*"):  # a staged one too
-            pid = entry.name.split(".", 1)[0]
-            if pid.isdigit() and not _alive(int(pid)):
-                entry.unlink(missing_ok=True)
+        """Remove the marks of workers that no longer exist (killed before
+        their cleanup): staged ones too, and the ``.busy`` files of versions
+        before the marks were mapped."""
+        for pattern in (f"*{SUFFIX}*", "*.busy"):
+            for entry in self.directory.glob(pattern):
+                pid = entry.name.split(".", 1)[0]
+                if pid.isdigit() and not _alive(int(pid)):
+                    entry.unlink(missing_ok=True)
+
+
+def _marks_in(directory: Path) -> dict[str, int]:
+    """The mark files in ``directory``, by name, with their inodes (from
+    ``stat``: overlay file systems list other numbers than ``stat`` gives)."""
+    found = {}
+    with os.scandir(directory) as entries:
+        for entry in entries:
+            if entry.name.endswith(SUFFIX):
+                with contextlib.suppress(FileNotFoundError):  # left meanwhile
+                    found[entry.name] = entry.stat(follow_symlinks=False).st_ino
+    return found
 
 
 def _own_mark(path: Path) -> tuple[int, mmap.mmap]:
@@ -199,12 +234,15 @@ def _own_mark(path: Path) -> tuple[int, mmap.mmap]:
     maps it before it holds its byte."""
     staging = path.with_name(path.name + ".new")
     fd = os.open(staging, os.O_CREAT | os.O_TRUNC | os.O_RDWR, 0o600)
+    view: mmap.mmap | None = None
     try:
         os.write(fd, bytes([_IDLE]))
         fcntl.flock(fd, fcntl.LOCK_EX)
         view = mmap.mmap(fd, 1, access=mmap.ACCESS_WRITE)
         os.rename(staging, path)
     except BaseException:
+        if view is not None:
+            view.close()  # its own descriptor would keep the lock
         os.close(fd)
         staging.unlink(missing_ok=True)
         raise

@@ -74,17 +74,22 @@ def test_the_folder_is_listed_again_only_when_it_changed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     listings = []
-    listdir = os.listdir
-    monkeypatch.setattr(os, "listdir", lambda path: listings.append(path) or listdir(path))
-    old = time.time_ns() - 2 * cores.RECENT_NS
+    scandir = os.scandir
+    monkeypatch.setattr(os, "scandir", lambda path: listings.append(path) or scandir(path))
+    wall, tick = [time.time_ns()], [0.0]
+    old = wall[0] - 2 * cores.RECENT_NS
     os.utime(tmp_path, ns=(old, old))  # changed long before the first listing
-    first = cores.CoreShare(tmp_path, cores=4)
+    first = cores.CoreShare(tmp_path, cores=4, clock=lambda: tick[0], wall=lambda: wall[0])
     second = None
     try:
         os.utime(tmp_path, ns=(old, old))
         first.busy_others()
+        before = len(listings)
         first.busy_others()
-        assert len(listings) == 1  # unchanged: its marks are read from memory
+        assert len(listings) == before  # unchanged: its marks are read from memory
+        tick[0] += cores.RELIST_S
+        first.busy_others()
+        assert len(listings) == before + 1  # listed at least every RELIST_S
         second = cores.CoreShare(tmp_path, cores=4)
         with second.busy():
             before = len(listings)
@@ -97,19 +102,39 @@ def test_the_folder_is_listed_again_only_when_it_changed(
 
 
 def test_a_worker_that_came_within_the_listings_clock_tick_is_seen(tmp_path: Path) -> None:
-    first = cores.CoreShare(tmp_path, cores=4)
+    now = time.time_ns()  # the wall clock stays at the folder's last change
+    first = cores.CoreShare(tmp_path, cores=4, clock=lambda: 0.0, wall=lambda: now)
     second = None
     try:
         assert first.busy_others() == 0
         listed = os.stat(tmp_path).st_mtime_ns
         second = cores.CoreShare(tmp_path, cores=4)
-        os.utime(tmp_path, ns=(listed, listed))  # the kernel's coarse stamp did not move
+        os.utime(tmp_path, ns=(listed, listed))  # the file system's stamp did not move
         with second.busy():
             assert first.busy_others() == 1
     finally:
         first.close()
         if second is not None:
             second.close()
+
+
+def test_a_new_workers_mark_under_a_dead_ones_name_is_read(tmp_path: Path) -> None:
+    """A reused pid names a new worker's mark as a dead worker's was."""
+    first, second = cores.CoreShare(tmp_path, cores=4), cores.CoreShare(tmp_path, cores=4)
+    third = None
+    try:
+        assert first.busy_others() == 0  # knows the second's mark
+        name = second.path
+        second.close()
+        third = cores.CoreShare(tmp_path, cores=4)
+        os.rename(third.path, name)
+        third.path = name
+        with third.busy():
+            assert first.busy_others() == 1
+    finally:
+        first.close()
+        if third is not None:
+            third.close()
 
 
 def test_one_core_each_at_least(tmp_path: Path) -> None:
@@ -137,7 +162,9 @@ def test_a_killed_worker_is_not_counted_busy(tmp_path: Path) -> None:
         holder.kill()
         holder.wait(timeout=30)
         assert share.busy_others() == 0  # the kernel dropped its lock
-        assert cores.CoreShare(tmp_path, cores=4).busy_others() == 0
+        later = cores.CoreShare(tmp_path, cores=4)
+        assert later.busy_others() == 0
+        later.close()
     finally:
         holder.kill()
         share.close()

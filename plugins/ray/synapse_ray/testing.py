@@ -141,14 +141,14 @@ class ServeApp:
         loaded. Ray's handle learns where a model is from the replica's
         report, a moment after the load; until then a call routed by the
         model may reach another replica, so the question is asked again."""
-        found: dict[str, Any] = {}
+        found: list[dict[str, Any]] = []
 
         def holds() -> bool:
-            found.update(self.describe(model))
-            return model in found["workers"]
+            found[:] = [self.describe(model)]
+            return model in found[0]["workers"]
 
         wait_until(holds, f"a replica reporting that it holds {model!r}")
-        return found
+        return found[0]
 
     def headers(self, model: str) -> dict[str, str]:
         """What a client sends to be routed to a replica holding ``model``."""
