@@ -92,12 +92,16 @@ async def test_a_call_waits_on_the_worker_without_a_bulk_call(
 
 @contextlib.asynccontextmanager
 async def _beside_a_bulk_call(
-    make_model: Any, make_config: Any, transport: InProcessFakeTransport | None = None
+    make_model: Any,
+    make_config: Any,
+    transport: InProcessFakeTransport | None = None,
+    short: bool = False,
 ) -> AsyncIterator[tuple[Any, Any, HeldReplies, dict[str, Any]]]:
     """A host of a two-worker model, nothing loaded, and a task group in
     which a bulk call has started the first worker and sent its first
-    request (held): yields the host, the group, the held replies and the
-    results by name ("bulk" for the bulk call's)."""
+    request (held), and then, with ``short``, a short call has started:
+    yields the host, the group, the held replies and the results by name
+    ("bulk" and "short")."""
     held = HeldReplies()
     transport = transport or InProcessFakeTransport()
     transport.reply_gate = held
@@ -108,6 +112,8 @@ async def _beside_a_bulk_call(
         async with anyio.create_task_group() as tg:
             await started(tg, results, "bulk", lambda: host.embed("m", LONG))
             await held.wait_for(1)
+            if short:
+                await started(tg, results, "short", lambda: host.embed("m", ["short"]))
             yield host, tg, held, results
     assert results["bulk"].vectors == [pytest.approx(vector(t), abs=1e-6) for t in LONG]
 
@@ -119,8 +125,12 @@ async def test_a_short_call_beside_the_first_bulk_call_does_not_wait_for_a_new_w
     behind the bulk call's request on it, not to a worker that has yet to
     start (about a second on a real model); the empty slot starts
     meanwhile, and the next short call runs there."""
-    async with _beside_a_bulk_call(make_model, make_config) as (host, tg, held, results):
-        await started(tg, results, "short", lambda: host.embed("m", ["short"]))
+    async with _beside_a_bulk_call(make_model, make_config, short=True) as (
+        host,
+        tg,
+        held,
+        results,
+    ):
         first, second = host.workers("m")
         assert (first.inflight, first.small_inflight) == (2, 1)
         assert second.phase is Phase.READY and second.inflight == 0  # started beside it
@@ -162,13 +172,8 @@ async def test_a_bulk_call_waits_for_a_starting_worker_not_behind_a_busy_one(
     make_model: Any, make_config: Any
 ) -> None:
     transport = SecondLaunchWaits()
-    async with _beside_a_bulk_call(make_model, make_config, transport) as (
-        host,
-        tg,
-        held,
-        results,
-    ):
-        await started(tg, results, "short", lambda: host.embed("m", ["short"]))
+    async with _beside_a_bulk_call(make_model, make_config, transport, short=True) as beside:
+        host, tg, held, results = beside
         first, second = host.workers("m")
         assert second.phase is Phase.STARTING and second.inflight == 0
         await started(tg, results, "other", lambda: host.embed("m", LONG[::-1]))
@@ -185,13 +190,8 @@ async def test_a_failed_start_beside_a_short_call_leaves_the_call_served(
     make_model: Any, make_config: Any
 ) -> None:
     transport = SecondLaunchFails()
-    async with _beside_a_bulk_call(make_model, make_config, transport) as (
-        host,
-        tg,
-        held,
-        results,
-    ):
-        await started(tg, results, "short", lambda: host.embed("m", ["short"]))
+    async with _beside_a_bulk_call(make_model, make_config, transport, short=True) as beside:
+        host, _, held, results = beside
         held.armed = False  # the failed start's cleanup may outlast the answers
         await held.answer_all()
         assert [w.phase for w in host.workers("m")] == [Phase.READY, Phase.FAILED]
