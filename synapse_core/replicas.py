@@ -46,6 +46,11 @@ def _load(worker: Worker) -> tuple[bool, bool, bool, int]:
     )
 
 
+def _empty(worker: Worker | None) -> bool:
+    """A slot free for a new worker: never started, or its worker exited."""
+    return worker is None or worker.phase is Phase.EXITED
+
+
 def _starting(worker: Worker) -> bool:
     """Not started yet, or starting: ready soon, unless its start fails."""
     return worker.phase in (Phase.NEW, Phase.STARTING) and not worker.retiring
@@ -66,7 +71,7 @@ class Replicas:
 
     def live(self) -> list[Worker]:
         """The workers in the slots that are not gone for good, in slot order."""
-        return [w for w in self.slots if w is not None and w.phase is not Phase.EXITED]
+        return [w for w in self.slots if w is not None and not _empty(w)]
 
     def first(self) -> Worker | None:
         """The first slot's worker, or the first live one (what a tool shows)."""
@@ -79,18 +84,14 @@ class Replicas:
         (see the module docstring). A busy worker chosen while a slot is empty
         is a small call's: the host then starts that slot (:meth:`vacant`)."""
         busy: list[Worker] = []
-        vacant: int | None = None
         starting: Worker | None = None
-        for i, worker in enumerate(self.slots):
-            if worker is None or worker.phase is Phase.EXITED:
-                if vacant is None:
-                    vacant = i
-            elif worker.inflight == 0 and worker.takes_work:
+        for worker in self.live():
+            if worker.inflight == 0 and worker.takes_work:
                 return worker
-            else:
-                busy.append(worker)
-                if starting is None and worker.inflight == 0 and _starting(worker):
-                    starting = worker
+            busy.append(worker)
+            if starting is None and worker.inflight == 0 and _starting(worker):
+                starting = worker
+        vacant = self.vacant()
         if vacant is not None:
             serving = [w for w in busy if w.takes_work] if small else []
             return min(serving, key=_load) if serving else vacant
@@ -100,10 +101,7 @@ class Replicas:
 
     def vacant(self) -> int | None:
         """The first empty slot (never started, or its worker exited), if any."""
-        for i, worker in enumerate(self.slots):
-            if worker is None or worker.phase is Phase.EXITED:
-                return i
-        return None
+        return next((i for i, worker in enumerate(self.slots) if _empty(worker)), None)
 
     def fill(self, slot: int, worker: Worker) -> None:
         self.slots[slot] = worker
