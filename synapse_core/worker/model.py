@@ -310,7 +310,9 @@ def packed(out: Any, rows: int, width: int, task: str) -> bytes:
         allowed = ((rows,), (rows, 1)) if task == "rerank" else ((rows, width),)
         if tuple(shape) not in allowed:
             raise ValueError(f"returned an array of shape {tuple(shape)}, expected {allowed[0]}")
-        return bytes(out.astype("<f4").tobytes())
+        if getattr(out, "dtype", None) != "<f4":  # a float32 array is written as it is
+            out = out.astype("<f4")
+        return bytes(out.tobytes())
     if len(out) != rows:
         raise ValueError(f"returned {len(out)} results for {rows} sequences")
     if task == "rerank":

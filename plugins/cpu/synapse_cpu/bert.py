@@ -273,6 +273,10 @@ def pack_pairs(
 
 def _padded(framed: list[list[int]], types: list[list[int]]) -> tuple[I64, I64, F32]:
     width = max(len(f) for f in framed)
+    if all(len(f) == width for f in framed):  # nothing to pad (one short text, say)
+        shape = (len(framed), width)
+        ids, kinds = np.array(framed, dtype=np.int64), np.array(types, dtype=np.int64)
+        return ids, kinds, np.ones(shape, dtype=np.float32)
     ids = np.zeros((len(framed), width), dtype=np.int64)
     kinds = np.zeros((len(framed), width), dtype=np.int64)
     mask = np.zeros((len(framed), width), dtype=np.float32)

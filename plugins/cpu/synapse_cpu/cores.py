@@ -3,16 +3,18 @@ use, shared out among the lane's workers that are computing at that moment.
 
 Each worker keeps a one-byte mark file of its own in the lane's folder,
 mapped into memory: the byte is 1 while it computes a request. The other
-workers read it from their own mapping: a request costs one ``stat`` of the
-folder and one ``flock`` per other worker that reads busy, where an
-``flock`` per request and a listing of the folder with two more per other
-worker cost 2% of one short text's request. The worker holds an exclusive
+workers read it from their own mapping: a request costs one ``flock`` per
+other worker that reads busy, and a ``stat`` of the folder at most every
+:data:`STAT_S`, where an ``flock`` per request and a listing of the folder
+with two more per other worker cost 2% of one short text's request. The worker holds an exclusive
 ``flock`` on its file for its whole life, and a mark that reads busy is
 counted only while that lock is held: the kernel drops the lock when the
 process dies, so a worker killed mid-request is never counted as busy.
 The folder is listed again when its modification time changes (a worker
 started or left), while that time is within :data:`RECENT_NS` of the last
-listing, and at least every :data:`RELIST_S` whatever the time says.
+listing, and at least every :data:`RELIST_S` whatever the time says; its
+time is read at most every :data:`STAT_S`, so a worker that starts is
+counted within that (it takes far longer to load its model).
 
 Alone, a worker uses every core (one short text then runs as fast as the
 machine allows); two busy workers on two cores get one thread each instead
@@ -58,6 +60,9 @@ RECENT_NS = 2_000_000_000
 #: the folder is listed at least this often (s), whatever its stamp says
 #: (a cached one, over NFS)
 RELIST_S = 1.0
+#: the folder's modification time is read at most this often (s): the
+#: ``stat`` is 9 µs of one short text's request, right after a forward pass
+STAT_S = 0.02
 _BUSY, _IDLE = 1, 0
 _marks = itertools.count()
 
@@ -129,6 +134,7 @@ class CoreShare:
         self._listed = -1  # the folder's mtime when it was last listed
         self._listed_at = 0  # and the time of that listing (ns since the epoch)
         self._relist_at = -math.inf  # when to list it whatever its mtime says
+        self._stat_at = -math.inf  # when to read its mtime again
         self._clock = clock
         self._wall = wall
         self._last_end = -math.inf
@@ -142,17 +148,32 @@ class CoreShare:
     @contextlib.contextmanager
     def computing(self, positions: int) -> Iterator[int]:
         """One request of ``positions`` (rows x padded length): yields its
-        thread count, marking this worker busy meanwhile unless it is a
-        sparse short request (see the module docstring)."""
-        sparse = self._clock() - self._last_end > BACK_TO_BACK_S
+        thread count (:meth:`enter`), and :meth:`leave` after it."""
+        threads = self.enter(positions)
         try:
-            if positions <= CLAIM_POSITIONS and sparse:
-                yield self.share()
-            else:
-                with self.busy() as threads:
-                    yield threads
+            yield threads
         finally:
-            self._last_end = self._clock()
+            self.leave()
+
+    def enter(self, positions: int) -> int:
+        """A request of ``positions`` (rows x padded length) starts: its thread
+        count, this worker marked busy until :meth:`leave` unless it is a
+        sparse short request (see the module docstring). Plain calls, not a
+        context manager: they run on every request, right after the caches
+        are cold from the last forward pass, where each generator frame costs."""
+        if positions <= CLAIM_POSITIONS and self._clock() - self._last_end > BACK_TO_BACK_S:
+            return self.share()
+        self._view[0] = _BUSY
+        try:
+            return self.share()
+        except BaseException:
+            self.leave()
+            raise
+
+    def leave(self) -> None:
+        """The request :meth:`enter` started has ended."""
+        self._view[0] = _IDLE
+        self._last_end = self._clock()
 
     @contextlib.contextmanager
     def busy(self) -> Iterator[int]:
@@ -180,7 +201,10 @@ class CoreShare:
     def _refresh(self) -> None:
         """List the lane's marks again if a worker may have come or gone since
         the last listing (see the module docstring)."""
-        now, tick = self._wall(), self._clock()
+        tick = self._clock()
+        if tick < self._stat_at:
+            return
+        self._stat_at, now = tick + STAT_S, self._wall()
         try:
             changed = os.stat(self.directory).st_mtime_ns
         except OSError:

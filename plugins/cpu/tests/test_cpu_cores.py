@@ -85,6 +85,7 @@ def test_the_folder_is_listed_again_only_when_it_changed(
         os.utime(tmp_path, ns=(old, old))
         first.busy_others()
         before = len(listings)
+        tick[0] += cores.STAT_S
         first.busy_others()
         assert len(listings) == before  # unchanged: its marks are read from memory
         tick[0] += cores.RELIST_S
@@ -93,6 +94,7 @@ def test_the_folder_is_listed_again_only_when_it_changed(
         second = cores.CoreShare(tmp_path, cores=4)
         with second.busy():
             before = len(listings)
+            tick[0] += cores.STAT_S
             assert first.busy_others() == 1  # a worker came: listed again
             assert len(listings) == before + 1
     finally:
@@ -103,13 +105,15 @@ def test_the_folder_is_listed_again_only_when_it_changed(
 
 def test_a_worker_that_came_within_the_listings_clock_tick_is_seen(tmp_path: Path) -> None:
     now = time.time_ns()  # the wall clock stays at the folder's last change
-    first = cores.CoreShare(tmp_path, cores=4, clock=lambda: 0.0, wall=lambda: now)
+    tick = [0.0]
+    first = cores.CoreShare(tmp_path, cores=4, clock=lambda: tick[0], wall=lambda: now)
     second = None
     try:
         assert first.busy_others() == 0
         listed = os.stat(tmp_path).st_mtime_ns
         second = cores.CoreShare(tmp_path, cores=4)
         os.utime(tmp_path, ns=(listed, listed))  # the file system's stamp did not move
+        tick[0] += cores.STAT_S
         with second.busy():
             assert first.busy_others() == 1
     finally:
@@ -118,9 +122,36 @@ def test_a_worker_that_came_within_the_listings_clock_tick_is_seen(tmp_path: Pat
             second.close()
 
 
+def test_the_folders_time_is_read_at_most_every_stat_s(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    tick = [0.0]
+    first = cores.CoreShare(tmp_path, cores=4, clock=lambda: tick[0])
+    second = None
+    stats = []
+    stat = os.stat
+    monkeypatch.setattr(os, "stat", lambda path, *a, **k: stats.append(path) or stat(path, *a, **k))
+    try:
+        assert first.busy_others() == 0
+        second = cores.CoreShare(tmp_path, cores=4)
+        with second.busy():
+            before = len(stats)
+            tick[0] += cores.STAT_S / 2
+            assert first.busy_others() == 0  # not looked for yet
+            assert len(stats) == before
+            tick[0] += cores.STAT_S / 2
+            assert first.busy_others() == 1  # seen within STAT_S
+    finally:
+        first.close()
+        if second is not None:
+            second.close()
+
+
 def test_a_new_workers_mark_under_a_dead_ones_name_is_read(tmp_path: Path) -> None:
     """A reused pid names a new worker's mark as a dead worker's was."""
-    first, second = cores.CoreShare(tmp_path, cores=4), cores.CoreShare(tmp_path, cores=4)
+    tick = [0.0]
+    first = cores.CoreShare(tmp_path, cores=4, clock=lambda: tick[0])
+    second = cores.CoreShare(tmp_path, cores=4)
     third = None
     try:
         assert first.busy_others() == 0  # knows the second's mark
@@ -129,6 +160,7 @@ def test_a_new_workers_mark_under_a_dead_ones_name_is_read(tmp_path: Path) -> No
         third = cores.CoreShare(tmp_path, cores=4)
         os.rename(third.path, name)
         third.path = name
+        tick[0] += cores.STAT_S
         with third.busy():
             assert first.busy_others() == 1
     finally:
