@@ -169,7 +169,7 @@ class Codec:
             raise WireError(f"frame header announces {length} bytes; limit is {self.max_frame}")
         return int(length)
 
-    def decode(self, body: bytes) -> Frame:
+    def decode(self, body: bytes | memoryview) -> Frame:
         try:
             return self._decoder.decode(body)
         except (msgspec.DecodeError, msgspec.ValidationError) as exc:
