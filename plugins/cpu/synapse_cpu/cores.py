@@ -6,10 +6,11 @@ mapped into memory: the byte is 1 while it computes a request. The other
 workers read it from their own mapping: a request costs one ``flock`` per
 other worker that reads busy, and a ``stat`` of the folder at most every
 :data:`STAT_S`, where an ``flock`` per request and a listing of the folder
-with two more per other worker cost 2% of one short text's request. The worker holds an exclusive
-``flock`` on its file for its whole life, and a mark that reads busy is
-counted only while that lock is held: the kernel drops the lock when the
-process dies, so a worker killed mid-request is never counted as busy.
+with two more per other worker cost 2% of one short text's request. The
+worker holds an exclusive ``flock`` on its file for its whole life, and a
+mark that reads busy is counted only while that lock is held: the kernel
+drops the lock when the process dies, so a worker killed mid-request is
+never counted as busy.
 The folder is listed again when its modification time changes (a worker
 started or left), while that time is within :data:`RECENT_NS` of the last
 listing, and at least every :data:`RELIST_S` whatever the time says; its
