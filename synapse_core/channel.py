@@ -9,6 +9,11 @@ the reply. The turn belongs to the exchange, not to a task: the host begins
 an exchange in the caller's task, before any await, and the detached task
 that owns the call completes it, so the caller's hand-off to that task
 overlaps the worker's compute instead of delaying the request.
+
+A worker's :class:`~synapse_core.wire.Computed` notice (sent before a reply
+after a long computation, so that the host wakes while the reply is
+packed) is dropped wherever frames are cut: every method here returns the
+frames around it.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import anyio
 from anyio.abc import ByteReceiveStream, ByteSendStream
 
 from .errors import ChannelClosed, ExchangeTimeout, WireError
-from .wire import PREFIX, Codec, Frame, stray_text
+from .wire import PREFIX, Codec, Computed, Frame, stray_text
 
 _STREAM_ERRORS = (anyio.BrokenResourceError, anyio.ClosedResourceError, OSError)
 _READ_SIZE = 65536
@@ -185,7 +190,8 @@ class FramedChannel:
                 whole = False  # cut from the buffer, which says what is wrong
             if whole:
                 self._wanted = 0
-                return self.codec.decode(memoryview(data)[PREFIX.size :])
+                frame = self.codec.decode(memoryview(data)[PREFIX.size :])
+                return None if type(frame) is Computed else frame
         self._buffer += data
         return self._take_frame()
 
@@ -193,6 +199,15 @@ class FramedChannel:
         return min(max(self._wanted, _READ_SIZE), _MAX_READ)
 
     def _take_frame(self) -> Frame | None:
+        """Cut the next whole frame off the buffer, dropping a worker's
+        :class:`~synapse_core.wire.Computed` notices; note how many bytes
+        the next frame lacks."""
+        while (frame := self._cut_frame()) is not None:
+            if type(frame) is not Computed:
+                return frame
+        return None
+
+    def _cut_frame(self) -> Frame | None:
         """Cut the next whole frame off the buffer; note how many bytes it lacks."""
         buffer = self._buffer
         if len(buffer) < PREFIX.size:

@@ -21,7 +21,8 @@ import msgspec
 
 from .errors import WireError, WorkerRejected
 
-PROTOCOL_VERSION = 1
+#: 2: workers may send :class:`Computed` before a reply
+PROTOCOL_VERSION = 2
 PREFIX = struct.Struct(">I")
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 #: the largest batch a worker may report in its hello: the most inputs one
@@ -140,7 +141,17 @@ class LaunchSpec(msgspec.Struct, frozen=True):
     host_pid: int | None = None
 
 
-WorkerFrame = Hello | Admitted | Output | Evicted | Inventory | Failure
+class Computed(Frame, tag="computed", frozen=True):
+    """A worker's notice that the rows of ``request_id`` are computed and its
+    reply follows. The worker kit sends it after a computation long enough
+    for the host to have gone to sleep, before it packs and writes the
+    reply, so the host's wake-up overlaps that work; the host drops it. A
+    worker need never send one."""
+
+    request_id: int
+
+
+WorkerFrame = Hello | Admitted | Output | Evicted | Inventory | Failure | Computed
 HostFrame = Admit | Infer | Evict | InventoryRequest | Shutdown
 AnyFrame = WorkerFrame | HostFrame
 

@@ -20,6 +20,7 @@ from synapse_core.wire import (
     Admit,
     Admitted,
     Codec,
+    Computed,
     Frame,
     HostFrame,
     Infer,
@@ -431,3 +432,35 @@ async def test_an_unexpected_write_error_gives_the_turn_back() -> None:
             host.begin_now(InventoryRequest(1))
     send.close()
     await host.aclose()
+
+
+@pytest.mark.anyio
+@pytest.mark.parametrize("together", [False, True], ids=["apart", "in-one-read"])
+async def test_a_workers_computed_notice_is_dropped_before_its_reply(together: bool) -> None:
+    """``computed`` only wakes the host early: the exchange's reply is the
+    frame after it, whether the two arrive in one read or apart."""
+    peer, host = raw_receiver(1 << 20)
+    codec = Codec(WorkerFrame)
+    notice, answer = codec.encode(Computed(3)), codec.encode(Inventory(3, [Shape(8, 1)]))
+    with anyio.fail_after(BOUND_S):
+        if together:
+            await peer.send(notice + answer)
+        else:
+            await peer.send(notice)
+            await peer.send(answer)
+        assert await host.receive() == Inventory(3, [Shape(8, 1)])
+
+
+@pytest.mark.anyio
+async def test_a_computed_notice_without_a_reply_still_times_out() -> None:
+    async with channel_pair() as (host, worker):
+
+        async def notice_only() -> None:
+            request = await worker.receive()
+            assert isinstance(request, InventoryRequest)
+            await worker.send(Computed(request.request_id))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(notice_only)
+            with anyio.fail_after(BOUND_S), pytest.raises(ExchangeTimeout):
+                await host.exchange(InventoryRequest(4), 0.2)

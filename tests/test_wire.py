@@ -18,6 +18,7 @@ from synapse_core.wire import (
     Admitted,
     AnyFrame,
     Codec,
+    Computed,
     Evict,
     Evicted,
     Failure,
@@ -65,6 +66,7 @@ FRAME_STRATEGIES: dict[type[Frame], st.SearchStrategy[Frame]] = {
     Evicted: st.builds(Evicted, request_id=ints, shape=shapes),
     Inventory: st.builds(Inventory, request_id=ints, shapes=st.lists(shapes, max_size=6)),
     Failure: st.builds(Failure, request_id=ints, code=texts, message=texts),
+    Computed: st.builds(Computed, request_id=ints),
     Admit: st.builds(Admit, request_id=ints, shape=shapes),
     Infer: st.builds(
         Infer,

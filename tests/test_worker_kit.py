@@ -3,6 +3,7 @@ failures, fault knobs and tracing (no process, no plugin)."""
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import attrs
@@ -26,6 +27,7 @@ from synapse_core.wire import (
     PROTOCOL_VERSION,
     Admit,
     Admitted,
+    Computed,
     Evict,
     Evicted,
     Failure,
@@ -236,6 +238,23 @@ def test_embed_rows_come_back_in_order_on_the_admitted_shape() -> None:
     assert (frame.request_id, frame.shape, frame.rows, frame.dims) == (7, S, 3, 2)
     assert unpack_rows(frame) == [[2.0, 3.0], [1.0, 5.0], [0.0, 0.0]]
     assert worker.worker.events[-1] == "embed 16x4"  # the kit set ``shape`` first
+
+
+@pytest.mark.parametrize(("after", "announced"), [(-1.0, True), (math.inf, False)])
+def test_a_long_computation_is_announced_before_its_reply(
+    monkeypatch: pytest.MonkeyPatch, after: float, announced: bool
+) -> None:
+    """A request that computed longer than ``NOTICE_AFTER_S`` sends
+    ``computed`` at once, before the kit packs its reply; a shorter one does not."""
+    import synapse_core.worker.model as kit
+
+    monkeypatch.setattr(kit, "NOTICE_AFTER_S", after)
+    sent: list[Frame] = []
+    worker = ready(build_logic(SumWorker, spec(), pid=99, notify=sent.append))
+    assert sent == []  # an admission is never announced
+    assert isinstance(infer(worker, [[1, 2]]), Output)
+    assert isinstance(infer(worker, [[1, 2]], query=[1]), Output)
+    assert sent == ([Computed(7), Computed(7)] if announced else [])
 
 
 def test_rerank_gives_one_score_per_document() -> None:

@@ -23,7 +23,7 @@ from typing import BinaryIO
 
 from ..wire import LaunchSpec
 from .lifeline import watch_host
-from .loop import WorkerLogic, serve_pipes
+from .loop import WorkerLogic, serve_pipes, writer
 from .model import ModelWorker, build_logic
 
 Target = type[ModelWorker] | Callable[[LaunchSpec], WorkerLogic]
@@ -97,16 +97,17 @@ def _serve(target: Target, spec: LaunchSpec, prog: str) -> int:
 
     _watch(spec)
     logic: WorkerLogic
+    frames_in, frames_out = take_pipes()
     try:
         if isinstance(target, type) and issubclass(target, ModelWorker):
-            logic = build_logic(target, spec)
+            logic = build_logic(target, spec, notify=writer(frames_out))
         else:
             assert not isinstance(target, type)
             logic = target(spec)
     except (SynapseError, ValueError) as exc:
         print(f"{prog}: cannot start: {exc}", file=sys.stderr)
         return 2
-    status = serve_pipes(logic, *take_pipes())
+    status = serve_pipes(logic, frames_in, frames_out)
     # The host closed the channel without a shutdown frame: release the device
     # now. (A worker that ends itself, with SystemExit, has released it.)
     close = getattr(logic, "close", None)

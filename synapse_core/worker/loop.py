@@ -75,6 +75,13 @@ def host_codec() -> Codec:
 # -- subprocess loop -------------------------------------------------------------
 
 
+def writer(frames_out: BinaryIO) -> Callable[[Frame], object]:
+    """Writes a frame to the host at once, between the loop's own replies
+    (a :class:`~synapse_core.wire.Computed` notice)."""
+    codec = host_codec()
+    return lambda frame: frames_out.write(codec.encode(frame))
+
+
 def _read_exactly(stream: BinaryIO, n: int) -> bytes | None:
     chunks = []
     while n:
