@@ -142,8 +142,8 @@ class LaunchSpec(msgspec.Struct, frozen=True):
 
 
 class Computed(Frame, tag="computed", frozen=True):
-    """A worker's notice that the rows of ``request_id`` are computed and its
-    reply follows. The worker kit sends it after a computation long enough
+    """A worker's notice that the computation of ``request_id`` has ended and
+    its reply (rows, or a failure) follows. The worker kit sends it after a computation long enough
     for the host to have gone to sleep, before it packs and writes the
     reply, so the host's wake-up overlaps that work; the host drops it. A
     worker need never send one."""
