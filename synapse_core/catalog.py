@@ -23,6 +23,8 @@ from .wire import MAX_BATCH, bucket_problem
 log = logging.getLogger(__name__)
 
 DEFAULT_CATALOG = "default_catalog.toml"
+#: models a refusal names as the ones to pick instead (the rest are counted)
+NAMES_SHOWN = 8
 #: where errors in the shipped catalog say they are (its ``HostConfig.source``)
 DEFAULT_CATALOG_SOURCE = f"synapse_core/{DEFAULT_CATALOG}"
 
@@ -94,6 +96,12 @@ class Catalog:
             spec for info in transports.values() for spec in _safe_models(info, plugins)
         )
         self.config = config.with_models(contributed)
+        taken = {spec.name for spec in config.models}
+        #: the models a transport shipped (``catalog_models``), by name, with
+        #: its name: not in the catalog file, so listings say where they came from
+        self.shipped: dict[str, str] = {
+            spec.name: spec.transport for spec in contributed if spec.name not in taken
+        }
         self.entries: dict[str, Entry] = {}
         problems: list[str] = []
         for i, spec in enumerate(self.config.models):
@@ -137,6 +145,18 @@ class Catalog:
         if problems:
             raise ConfigError(self.source, problems)
 
+    def _names(self, task: Task | None) -> str:
+        """The models a refusal points to instead: those that can run here (of
+        ``task``). Named, not a command to run, so the words suit every
+        surface (the command line, HTTP, the API)."""
+        return _listed(
+            [
+                e.spec.name
+                for e in self.entries.values()
+                if e.available and (task is None or e.spec.task == task)
+            ]
+        )
+
     def entry(self, name: str, task: Task) -> Entry:
         """The entry serving ``name`` for ``task``, or a :class:`Refused`."""
         entry = self.entries.get(name)
@@ -144,20 +164,26 @@ class Catalog:
             raise Refused(
                 "unknown-model",
                 f"model {shown(name)} is not in the catalog ({self.source}); "
-                "run `synapse catalog` to list models",
+                f"models that can run here: {self._names(None)}",
                 model=name,
             )
         if entry.spec.task != task:
-            article = "an" if task == "embed" else "a"
             raise Refused(
                 "wrong-task",
                 f"model {shown(name)} serves {entry.spec.task}, not {task}; "
-                f"use `synapse {entry.spec.task}` or pick {article} {task} model",
+                f"{entry.spec.task} with it, or {task} with one of: {self._names(task)}",
                 model=name,
             )
         if entry.problem:
             raise Refused("transport-unavailable", entry.problem, model=name)
         return entry
+
+
+def _listed(names: list[str]) -> str:
+    """At most :data:`NAMES_SHOWN` names, and how many more there are."""
+    shown_names = ", ".join(names[:NAMES_SHOWN])
+    more = len(names) - NAMES_SHOWN
+    return f"{shown_names} and {more} more" if more > 0 else shown_names or "none"
 
 
 def _model_problem(info: TransportInfo, spec: ModelSpec) -> str:

@@ -242,9 +242,24 @@ def _format(exc: BaseException, type_: type | None) -> str:
     if isinstance(exc, TypeError) and str(exc).startswith("expected "):
         return str(exc)
     if type(exc).__name__ == "LiteralError" or "not in literal" in str(exc):
-        allowed = ", ".join(repr(a) for a in getattr(type_, "__args__", ()))
-        return f"expected one of {allowed}" if allowed else str(exc)
+        return _expected(type_) or str(exc)
     return cattrs.v.format_exception(exc, type_)
+
+
+def _expected(type_: object) -> str:
+    """What a literal type (or an optional one) takes, as a user writes it."""
+    args = getattr(type_, "__args__", ())
+    optional = type(None) in args
+    values = [
+        repr(value)
+        for arg in args
+        if arg is not type(None)
+        for value in (arg.__args__ if hasattr(arg, "__args__") else (arg,))
+    ]
+    if not values:
+        return ""
+    what = f"expected {values[0]}" if len(values) == 1 else f"expected one of {', '.join(values)}"
+    return what + (", or leave the key out" if optional else "")
 
 
 def _plain(what: str) -> str:

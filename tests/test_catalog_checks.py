@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from synapse_core import HostConfig
-from synapse_core.catalog import MAX_OPTIONS_BYTES, Catalog
-from synapse_core.errors import ConfigError
+from synapse_core.catalog import MAX_OPTIONS_BYTES, NAMES_SHOWN, Catalog
+from synapse_core.errors import ConfigError, Refused
 from synapse_core.plugins import PluginHost
 from synapse_core.testing import model_entry, transport_plugin
 from synapse_core.wire import MAX_BATCH
@@ -75,3 +75,15 @@ def test_a_max_batch_over_what_a_hello_may_report_is_refused_naming_the_model() 
         f"{MAX_BATCH} inputs a host sends a worker at once; lower max_batch"
     )
     assert catalog(model_entry("m", dims=4, max_batch=MAX_BATCH)).entries["m"].available
+
+
+def test_a_refused_model_name_lists_at_most_names_shown_of_those_that_can_run() -> None:
+    names = [f"m{i:02d}" for i in range(NAMES_SHOWN + 3)]
+    entries = catalog(*(model_entry(name) for name in names))
+    with pytest.raises(Refused) as info:
+        entries.entry("nope", "embed")
+    shown = ", ".join(names[:NAMES_SHOWN])
+    assert info.value.message.endswith(f"models that can run here: {shown} and 3 more")
+    with pytest.raises(Refused) as info:
+        entries.entry("m00", "rerank")
+    assert info.value.message.endswith("embed with it, or rerank with one of: none")

@@ -24,6 +24,7 @@ from click.testing import CliRunner, Result
 
 from synapse_core.cli import make_cli
 from synapse_core.cli.calls import BATCH, MANY_BATCHES, show_progress
+from synapse_core.config import ModelSpec
 from synapse_core.hookspecs import hookimpl
 from synapse_core.plugins import PluginHost
 from synapse_core.testing import catalog_toml, model_entry, transport_plugin
@@ -258,6 +259,25 @@ def test_wrong_task_and_over_ceiling_are_refusals() -> None:
     assert "refused (over-ceiling): input 1 has 602 tokens" in error_line(over)
 
 
+def test_truncate_cuts_long_inputs_and_names_them_across_batches() -> None:
+    """The refusal says "ask for truncation explicitly": ``--truncate`` is how,
+    and each input cut is named by its place in the whole input."""
+    long = "word " * 600
+    texts = ["short"] * (BATCH + 6)
+    texts[3] = texts[BATCH + 4] = long
+    cut = invoke(["embed", "mini-a", "--truncate", "end", "--json", *texts])
+    assert cut.exit_code == 0, cut.stderr
+    doc = json.loads(cut.stdout)
+    assert doc["truncated"] == [3, BATCH + 4] and len(doc["vectors"]) == len(texts)
+    human = invoke(["embed", "mini-a", "--truncate", "start", "short", long])
+    assert human.stdout.splitlines()[-1] == "cut to the model's ceiling (--truncate): input 1"
+    ranked = invoke(["rerank", "rr", "-q", "q", "--truncate", "end", "--json", long, "d"])
+    assert json.loads(ranked.stdout)["truncated"] == [0]
+    near = invoke(["similarity", "mini-a", "--truncate", "end", "a", "b", long])
+    assert near.stdout.splitlines()[-1] == "cut to the model's ceiling (--truncate): text 2"
+    assert json.loads(invoke(["embed", "mini-a", "--json", "a"]).stdout)["truncated"] == []
+
+
 def test_usage_errors_exit_2_with_one_line() -> None:
     missing = invoke(["embed"], plugins="")
     assert missing.exit_code == 2
@@ -430,6 +450,36 @@ def test_catalog_shows_buckets_effective_ceilings_and_availability(tmp_path: Pat
     assert lines["plain"][4:7] == ["2", "512", "16,32,64,128,256,512"]
     assert lines["elsewhere"][6] == "-"
     assert lines["elsewhere"][7] == "unavailable:"
+
+
+def test_catalog_lists_only_buckets_a_call_can_use(tmp_path: Path) -> None:
+    path = write_catalog(
+        tmp_path / "c.toml",
+        {**model("low", buckets=[16, 64, 256, 512]), "ceiling": 256},
+        {**model("between", buckets=[16, 64, 256, 512]), "ceiling": 100},
+    )
+    doc = json.loads(invoke(["catalog", "--json", "--catalog", str(path)]).stdout)
+    rows = {m["name"]: m for m in doc["models"]}
+    assert rows["low"]["buckets"] == [16, 64, 256]
+    assert rows["between"]["buckets"] == [16, 64, 256]  # 256 holds sequences of 65-100
+
+
+def test_catalog_says_which_models_a_transport_shipped(tmp_path: Path) -> None:
+    class Shipping(FakeTransport):
+        def catalog_models(self) -> Sequence[ModelSpec]:
+            return [
+                ModelSpec(name=name, task="embed", transport="mock", package="p", ceiling=64)
+                for name in ("shipped-one", "mine")
+            ]
+
+    path = write_catalog(tmp_path / "c.toml", model("mine"))
+    load = functools.partial(PluginHost, [transport_plugin(Shipping("mock"))])
+    doc = json.loads(invoke(["catalog", "--json", "--catalog", str(path)], load=load).stdout)
+    shipped = {m["name"]: m["shipped_by"] for m in doc["models"]}
+    assert shipped == {"mine": None, "shipped-one": "mock"}  # the file's own entry wins
+    human = invoke(["catalog", "--catalog", str(path)], load=load).stdout
+    assert f"  shipped-one: not in {path}: shipped by the installed transport 'mock'" in human
+    assert "  mine: not in" not in human
 
 
 # -- embed and rerank through the real subprocess worker ----------------------------------

@@ -4,13 +4,21 @@ from __future__ import annotations
 
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
+import attrs
+import cattrs
 import pytest
 
 from synapse_core import DEFAULT_CATALOG_SOURCE, default_catalog_text
 from synapse_core.catalog import Catalog, default_config
-from synapse_core.config import HostConfig, LaneConfig, ModelSpec, RestartBudget
+from synapse_core.config import (
+    HostConfig,
+    LaneConfig,
+    ModelSpec,
+    RestartBudget,
+    structuring_problems,
+)
 from synapse_core.errors import ConfigError
 from synapse_core.plugins import PluginHost
 from synapse_core.testing import catalog_toml, host_config, model_entry, transport_plugin
@@ -158,6 +166,28 @@ def test_bad_task_literal_lists_the_choices() -> None:
     assert problems_of(catalog_toml(model(task="classify"))) == [
         "models[0].task: expected one of 'embed', 'rerank'"
     ]
+
+
+@attrs.frozen
+class _Choices:
+    mode: Literal["fast", "exact"] | None = None
+    level: Literal["int8"] | None = None
+
+
+@pytest.mark.parametrize(
+    ("given", "said"),
+    [
+        ({"mode": "slow"}, "mode: expected one of 'fast', 'exact', or leave the key out"),
+        ({"level": "int4"}, "level: expected 'int8', or leave the key out"),
+    ],
+)
+def test_an_optional_literal_says_its_values_as_a_user_writes_them(
+    given: dict[str, str], said: str
+) -> None:
+    converter = cattrs.Converter(forbid_extra_keys=True)
+    with pytest.raises(Exception) as info:
+        converter.structure(given, _Choices)
+    assert structuring_problems(info.value) == [said]
 
 
 @pytest.mark.parametrize(

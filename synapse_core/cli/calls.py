@@ -17,12 +17,13 @@ import anyio
 import anyio.abc
 import attrs
 
+from ..bounds import planned
 from ..call import EmbedResult, RerankResult
 from ..config import HostConfig, Task
 from ..deadline import Deadline
 from ..errors import IdentityChanged, Refused
 from ..host import Host, open_host
-from ..plan import plan_call
+from ..plan import Truncate
 from ..plugins import PluginHost
 from ..prompts import prompted
 from .inputs import Inputs
@@ -70,10 +71,12 @@ def located(inputs: Inputs, offset: int) -> Iterator[None]:
         raise relocate(exc, inputs, offset) from None
 
 
-def check_all(host: Host, model: str, task: Task, inputs: Inputs, query: str | None) -> None:
+def check_all(
+    host: Host, model: str, task: Task, inputs: Inputs, query: str | None, truncate: Truncate
+) -> None:
     """Refuse the whole call up front (pure: spawns nothing)."""
     with located(inputs, 0):
-        plan_call(host.catalog.entry(model, task), inputs.items, query)
+        planned(host.catalog.entry(model, task), inputs.items, query, truncate)
 
 
 def same_identity(previous: str, current: str, model: str) -> str:
@@ -92,38 +95,50 @@ async def embed_all(
     deadline: Deadline,
     on_batch: OnBatch,
     prompt_name: str | None = None,
+    truncate: Truncate = False,
 ) -> EmbedResult:
     if prompt_name is not None:
         entry = host.catalog.entry(model, "embed")
         inputs = attrs.evolve(inputs, items=prompted(entry, prompt_name, inputs.items))
-    check_all(host, model, "embed", inputs, None)
+    check_all(host, model, "embed", inputs, None, truncate)
     vectors: list[list[float]] = []
     identity = ""
+    cut: list[int] = []
     for span in spans(len(inputs.items)):
         with located(inputs, span.start):
             batch = inputs.items[span.start : span.stop]
-            result = await host.embed(model, batch, deadline=deadline)
+            result = await host.embed(model, batch, deadline=deadline, truncate=truncate)
         identity = same_identity(identity, result.identity, model)
         vectors.extend(result.vectors)
+        cut.extend(span.start + index for index in result.truncated)
         on_batch(len(span))
-    return EmbedResult(model, vectors, identity)
+    return EmbedResult(model, vectors, identity, tuple(cut))
 
 
 async def rerank_all(
-    host: Host, model: str, query: str, inputs: Inputs, deadline: Deadline, on_batch: OnBatch
+    host: Host,
+    model: str,
+    query: str,
+    inputs: Inputs,
+    deadline: Deadline,
+    on_batch: OnBatch,
+    truncate: Truncate = False,
 ) -> RerankResult:
-    check_all(host, model, "rerank", inputs, query)
+    check_all(host, model, "rerank", inputs, query, truncate)
     scores: list[float] = []
     identity = ""
+    cut: list[int] = []
     for span in spans(len(inputs.items)):
         with located(inputs, span.start):
+            documents = inputs.items[span.start : span.stop]
             result = await host.rerank(
-                model, query, inputs.items[span.start : span.stop], deadline=deadline
+                model, query, documents, deadline=deadline, truncate=truncate
             )
         identity = same_identity(identity, result.identity, model)
         scores.extend(result.scores)
+        cut.extend(span.start + index for index in result.truncated)
         on_batch(len(span))
-    return RerankResult(model, scores, identity)
+    return RerankResult(model, scores, identity, tuple(cut))
 
 
 #: how long a one-shot command lets a late reply drain after its deadline
@@ -198,12 +213,15 @@ def run_embed(
     deadline_s: float | None,
     on_batch: OnBatch,
     prompt_name: str | None = None,
+    truncate: Truncate = False,
 ) -> EmbedResult:
     return serve(
         config,
         plugins,
         deadline_s,
-        lambda host, deadline: embed_all(host, model, inputs, deadline, on_batch, prompt_name),
+        lambda host, deadline: embed_all(
+            host, model, inputs, deadline, on_batch, prompt_name, truncate
+        ),
     )
 
 
@@ -215,10 +233,11 @@ def run_rerank(
     inputs: Inputs,
     deadline_s: float | None,
     on_batch: OnBatch,
+    truncate: Truncate = False,
 ) -> RerankResult:
     return serve(
         config,
         plugins,
         deadline_s,
-        lambda host, deadline: rerank_all(host, model, query, inputs, deadline, on_batch),
+        lambda host, deadline: rerank_all(host, model, query, inputs, deadline, on_batch, truncate),
     )

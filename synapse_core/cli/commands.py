@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import BinaryIO, Literal
 
 import attrs
 import click
@@ -19,7 +19,7 @@ from ..plugins import PluginHost, selected_names
 from . import render
 from .calls import OnBatch, run_embed, run_rerank, show_progress, spans
 from .inputs import Field, Inputs, from_arguments, read_jsonl
-from .options import catalog_option, deadline_option, json_option, load_config
+from .options import catalog_option, deadline_option, json_option, load_config, truncate_option
 from .report import PROG
 
 
@@ -104,6 +104,7 @@ def catalog_command(state: AppState, catalog: Path | None, as_json: bool) -> Non
     metavar="NAME",
     help="Put the model's prompt NAME in front of each text (synapse catalog lists them).",
 )
+@truncate_option
 @deadline_option
 @json_option
 @catalog_option
@@ -114,6 +115,7 @@ def embed_command(
     texts: tuple[str, ...],
     file: BinaryIO | None,
     prompt_name: str | None,
+    truncate: Literal["end", "start"] | None,
     deadline: float | None,
     as_json: bool,
     catalog: Path | None,
@@ -126,7 +128,9 @@ def embed_command(
     config = load_config(catalog)
     inputs = gather(texts, file, "text")
     with progress(len(inputs.items), "embedding", "texts") as on_batch:
-        result = run_embed(config, state.plugins, model, inputs, deadline, on_batch, prompt_name)
+        result = run_embed(
+            config, state.plugins, model, inputs, deadline, on_batch, prompt_name, truncate or False
+        )
     emit(render.embed_doc(result), as_json, lambda: render.embed_lines(result, inputs))
 
 
@@ -135,6 +139,7 @@ def embed_command(
 @click.argument("documents", nargs=-1)
 @click.option("--query", "-q", required=True, help="The query to score the documents against.")
 @file_option("document")
+@truncate_option
 @deadline_option
 @json_option
 @catalog_option
@@ -145,6 +150,7 @@ def rerank_command(
     documents: tuple[str, ...],
     query: str,
     file: BinaryIO | None,
+    truncate: Literal["end", "start"] | None,
     deadline: float | None,
     as_json: bool,
     catalog: Path | None,
@@ -157,7 +163,9 @@ def rerank_command(
     config = load_config(catalog)
     inputs = gather(documents, file, "document")
     with progress(len(inputs.items), "reranking", "documents") as on_batch:
-        result = run_rerank(config, state.plugins, model, query, inputs, deadline, on_batch)
+        result = run_rerank(
+            config, state.plugins, model, query, inputs, deadline, on_batch, truncate or False
+        )
     emit(
         render.rerank_doc(result, query),
         as_json,
@@ -169,6 +177,7 @@ def rerank_command(
 @click.argument("model")
 @click.argument("first")
 @click.argument("others", nargs=-1, required=True)
+@truncate_option
 @deadline_option
 @json_option
 @catalog_option
@@ -178,6 +187,7 @@ def similarity_command(
     model: str,
     first: str,
     others: tuple[str, ...],
+    truncate: Literal["end", "start"] | None,
     deadline: float | None,
     as_json: bool,
     catalog: Path | None,
@@ -187,7 +197,9 @@ def similarity_command(
     config = load_config(catalog)
     inputs = gather((first, *others), None, "text")
     with progress(len(inputs.items), "embedding", "texts") as on_batch:
-        result = run_embed(config, state.plugins, model, inputs, deadline, on_batch)
+        result = run_embed(
+            config, state.plugins, model, inputs, deadline, on_batch, None, truncate or False
+        )
     emit(
         render.similarity_doc(result, inputs),
         as_json,

@@ -64,6 +64,15 @@ deadline_option: Callable[[F], F] = click.option(
 )
 
 
+truncate_option: Callable[[F], F] = click.option(
+    "--truncate",
+    type=click.Choice(["end", "start"]),
+    default=None,
+    help="Cut a text longer than the model's ceiling at its end (or start) to fit, "
+    "instead of refusing it; the output lists the inputs cut.",
+)
+
+
 def load_config(catalog: Path | None) -> HostConfig:
     """The catalog file's configuration, or the shipped default catalog.
 

@@ -53,6 +53,7 @@ def embed_doc(result: EmbedResult) -> Doc:
         "identity": result.identity,
         "dims": len(result.vectors[0]) if result.vectors else 0,
         "vectors": result.vectors,
+        "truncated": list(result.truncated),
     }
 
 
@@ -65,7 +66,16 @@ def embed_lines(result: EmbedResult, inputs: Inputs) -> list[str]:
         text = clip(inputs.items[index])
         rows.append([str(index), str(len(vector)), f"{norm:.4f}", f"[{head}{more}]", text])
     title = f"{result.model}: {count(len(rows), 'vector')}, identity {result.identity}"
-    return [title, *table(["index", "dims", "norm", "first values", "text"], rows)]
+    header = ["index", "dims", "norm", "first values", "text"]
+    return [title, *table(header, rows), *cut_lines(result.truncated, "input")]
+
+
+def cut_lines(truncated: Sequence[int], noun: str) -> list[str]:
+    """The line naming the inputs ``--truncate`` cut, if it cut any."""
+    if not truncated:
+        return []
+    indexes = ", ".join(str(i) for i in truncated)
+    return [f"cut to the model's ceiling (--truncate): {noun} {indexes}"]
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
@@ -84,6 +94,7 @@ def similarity_doc(result: EmbedResult, inputs: Inputs) -> Doc:
             {"text": text, "cosine": cosine(first, vector)}
             for text, vector in zip(inputs.items[1:], others, strict=True)
         ],
+        "truncated": list(result.truncated),
     }
 
 
@@ -91,7 +102,12 @@ def similarity_lines(result: EmbedResult, inputs: Inputs) -> list[str]:
     doc = similarity_doc(result, inputs)
     rows = [[f"{s['cosine']:+.4f}", clip(s["text"])] for s in doc["similarities"]]
     title = f"{result.model}: cosine similarity with {clip(inputs.items[0])!r}"
-    return [title, *table(["cosine", "text"], rows), f"identity {result.identity}"]
+    return [
+        title,
+        *table(["cosine", "text"], rows),
+        f"identity {result.identity}",
+        *cut_lines(result.truncated, "text"),
+    ]
 
 
 def rerank_doc(result: RerankResult, query: str) -> Doc:
@@ -100,6 +116,7 @@ def rerank_doc(result: RerankResult, query: str) -> Doc:
         "identity": result.identity,
         "query": query,
         "scores": result.scores,
+        "truncated": list(result.truncated),
     }
 
 
@@ -112,7 +129,8 @@ def rerank_lines(result: RerankResult, query: str, inputs: Inputs) -> list[str]:
     ]
     documents = count(len(rows), "document")
     title = f"{result.model}: {documents} for {clip(query)!r}, identity {result.identity}"
-    return [title, *table(["rank", "index", "score", "document"], rows)]
+    header = ["rank", "index", "score", "document"]
+    return [title, *table(header, rows), *cut_lines(result.truncated, "document")]
 
 
 # -- catalog ----------------------------------------------------------------------------
@@ -134,16 +152,26 @@ def catalog_doc(catalog: Catalog) -> Doc:
                 # transport declares its buckets before a worker starts.
                 "ceiling": entry.ceiling,
                 "catalog_ceiling": spec.ceiling,
-                "buckets": list(entry.buckets) if entry.buckets is not None else None,
+                "buckets": _usable(entry.buckets, entry.ceiling),
                 "available": entry.available,
                 "problem": entry.problem,
                 "description": spec.description,
                 "note": _model_note(entry),
                 "prompts": dict(spec.prompts),
                 "scorer": entry.traits.scorer,
+                "shipped_by": catalog.shipped.get(name),
             }
         )
     return {"source": catalog.source, "models": models}
+
+
+def _usable(buckets: tuple[int, ...] | None, ceiling: int) -> list[int] | None:
+    """The buckets a call can use: none past the first that holds the ceiling
+    (a longer sequence is refused, a shorter one takes the smallest that fits)."""
+    if buckets is None:
+        return None
+    reach = next((i for i, bucket in enumerate(buckets) if bucket >= ceiling), len(buckets) - 1)
+    return list(buckets[: reach + 1])
 
 
 def catalog_lines(doc: Doc) -> list[str]:
@@ -172,8 +200,9 @@ def catalog_lines(doc: Doc) -> list[str]:
         for note in (
             m["description"],
             m["note"],
-            _scorer_note(m.get("scorer")),
+            _scorer_note(m.get("scorer"), m["description"]),
             _prompts_note(m["prompts"]),
+            _shipped_note(m.get("shipped_by"), doc["source"]),
         )
         if note
     ]
@@ -200,8 +229,17 @@ _SCORERS = {
 }
 
 
-def _scorer_note(scorer: str | None) -> str:
-    return _SCORERS.get(scorer or "", "")
+def _scorer_note(scorer: str | None, description: str) -> str:
+    """What the model's scores are, unless its description says so already."""
+    if not scorer or scorer in description:
+        return ""
+    return _SCORERS.get(scorer, "")
+
+
+def _shipped_note(transport: str | None, source: str) -> str:
+    if transport is None:
+        return ""
+    return f"not in {source}: shipped by the installed transport {transport!r}"
 
 
 def _prompts_note(prompts: dict[str, str]) -> str:

@@ -26,8 +26,9 @@ def probe(
     if system != "darwin":
         return (
             f"the direct Neural Engine path needs macOS on Apple silicon with the private "
-            f"AppleNeuralEngine framework; this system is {system!r}. Use a mock-transport "
-            "model here (SYNAPSE_ANE_DEVICE=simulated runs a simulated device, for tests)"
+            f"AppleNeuralEngine framework; this system is {system!r}. Serve the model on the CPU "
+            "lane here (minilm, with synapse-cpu) or a mock-transport model; "
+            "SYNAPSE_ANE_DEVICE=simulated runs a simulated device, for tests"
         )
     machine = platform.machine() if machine is None else machine
     if machine != "arm64":

@@ -77,6 +77,21 @@ def _fallback_notice(problem: str) -> None:
     log.warning("synapse-cpu: %s; serving on numpy, about 3x slower", problem.split(" (")[0])
 
 
+def package_problem(package: str) -> str:
+    """Why ``package`` cannot stand alone (no ``model_dir`` nor ``hf``), and what to set."""
+    if package.startswith(("/", ".", "~")) or "\\" in package:
+        where = f'options.model_dir = "{package}"'
+    elif package.count("/") == 1:
+        where = f'options.hf = "{package}" (then `synapse pull`)'
+    else:
+        where = 'options.model_dir = "<its folder>" or options.hf = "<hub id>"'
+    return (
+        f"package: {package!r} is only a label to the cpu transport, which serves "
+        f"{files.MINILM_NAME} unless told where the model is: set {where}, or "
+        f'package = "{files.MINILM_NAME}" for MiniLM'
+    )
+
+
 def model_files(options: CpuOptions) -> files.ModelFiles:
     return files.locate(options.folder(), options.sha256)
 
@@ -131,6 +146,15 @@ class CpuTransport(Transport):
     name = "cpu"
     worker = WORKER
     options_type = CpuOptions
+
+    def validate_model(self, model: ModelSpec) -> None:
+        """The options, and a ``package`` that names no other model than the one
+        served: with neither ``model_dir`` nor ``hf`` that is MiniLM's wheel,
+        and a catalog saying otherwise would get MiniLM's vectors unawares."""
+        super().validate_model(model)
+        options: CpuOptions = self.model_options(model)
+        if options.model_dir is None and options.hf is None and model.package != files.MINILM_NAME:
+            raise ConfigError(model.name, [package_problem(model.package)])
 
     def describe(self) -> str:
         problem = onnxruntime_problem()

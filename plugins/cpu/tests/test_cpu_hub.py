@@ -16,8 +16,10 @@ from click.testing import CliRunner
 
 import synapse_core as synapse
 import synapse_cpu.plugin
+from synapse_core.catalog import Catalog
 from synapse_core.cli import make_cli
 from synapse_core.plugin import ConfigError
+from synapse_core.plugins import PluginHost
 from synapse_core.testing import catalog_toml, host_config, model_entry
 from synapse_cpu.errors import ModelFilesError
 from synapse_cpu.hub import cached_folder
@@ -94,6 +96,30 @@ def test_hub_options_are_checked(options: dict[str, Any], problem: str) -> None:
     with pytest.raises(ConfigError) as caught:
         parse_options(options)
     assert any(problem in line for line in caught.value.problems), caught.value.problems
+
+
+@pytest.mark.parametrize(
+    ("package", "advice"),
+    [
+        ("/models/bge", 'set options.model_dir = "/models/bge"'),
+        ("BAAI/bge-small-en-v1.5", 'set options.hf = "BAAI/bge-small-en-v1.5"'),
+        ("my-bge", 'set options.model_dir = "<its folder>" or options.hf = "<hub id>"'),
+    ],
+)
+def test_a_package_naming_another_model_with_no_folder_or_hub_id_is_refused(
+    package: str, advice: str
+) -> None:
+    """Without model_dir or hf the lane serves MiniLM's wheel: a catalog
+    naming another model there would get MiniLM's vectors unawares."""
+    config = host_config(model_entry("m", transport="cpu", package=package, ceiling=256))
+    with pytest.raises(ConfigError) as caught:
+        Catalog(config, PluginHost([synapse_cpu.plugin]))
+    (problem,) = caught.value.problems
+    assert problem.startswith(f"models[0].package: {package!r} is only a label"), problem
+    assert advice in problem
+    labelled = model_entry("m", transport="cpu", package="my-bge", ceiling=256)
+    labelled["options"] = {"model_dir": str(TINY / "bert-cls")}
+    Catalog(host_config(labelled), PluginHost([synapse_cpu.plugin]))
 
 
 def entry(name: str, **options: Any) -> dict[str, Any]:
