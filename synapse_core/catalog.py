@@ -129,13 +129,17 @@ class Catalog:
                 if info.availability.available
                 else (f"transport {spec.transport!r} cannot run here: {info.availability.reason}")
             )
+            lane: object = info.transport.lane_for(spec)  # a plugin's: checked
+            if not isinstance(lane, LaneInfo):
+                problem = f"transport {spec.transport!r}: lane_for returned {lane!r:.80}"
+                lane, problem = None, f"{problem}, not a LaneInfo"
             traits = _traits(info, spec) if not problem else ModelTraits()
             if traits.prompts:
                 spec = attrs.evolve(spec, prompts={**traits.prompts, **spec.prompts})
             self.entries[spec.name] = Entry(
                 spec,
                 info,
-                info.transport.lane_for(spec),
+                lane,
                 info.transport.tokenizer(spec),
                 problem,
                 buckets,

@@ -29,6 +29,12 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUP = "synapse"
 ENV_SELECT = "SYNAPSE_PLUGINS"
+#: groups an author may put a plugin in by mistake (lower-cased, ``-`` as ``_``);
+#: ``synapse.apps`` and ``synapse.references`` are groups of their own, read elsewhere
+_NEAR_GROUPS = frozenset(
+    f"{ENTRY_POINT_GROUP}{suffix}"
+    for suffix in ("_core", "_plugins", ".plugins", ".plugin", ".transports", ".transport")
+)
 
 
 def _fitting(bucket: Any, length: int, buckets: Sequence[int]) -> int:
@@ -39,6 +45,36 @@ def _fitting(bucket: Any, length: int, buckets: Sequence[int]) -> int:
             f"expected one of {list(buckets)} that fits"
         )
     return int(bucket)
+
+
+def _misplaced(allowed: set[str] | None, found: set[str]) -> list[str]:
+    """Entry points that look meant for Synapse but sit in another group
+    (``synapse.transports``, say), so they were never loaded: those of a
+    group in :data:`_NEAR_GROUPS`, and any named in ``SYNAPSE_PLUGINS``."""
+    misplaced = []
+    for dist in md.distributions():
+        for ep in dist.entry_points:
+            group = ep.group.lower().replace("-", "_")
+            if ep.group == ENTRY_POINT_GROUP or ep.name in found:
+                continue
+            if (allowed is not None and ep.name in allowed) or group in _NEAR_GROUPS:
+                misplaced.append(
+                    f"entry point {ep.name!r} ({ep.value}) is in group {ep.group!r}, not "
+                    f"{ENTRY_POINT_GROUP!r}, the group Synapse loads plugins from"
+                )
+    return misplaced
+
+
+def _not_a_transport(registered: object) -> str:
+    """Why what a plugin registered cannot serve as a transport, or ``""``."""
+    if isinstance(registered, type) and issubclass(registered, Transport):
+        name = registered.__name__
+        return f"registered the class {name}, not an instance: register({name}())"
+    if not isinstance(registered, Transport):
+        return f"registered {registered!r:.80}, which is not a synapse_core.plugin.Transport"
+    if not isinstance(registered.name, str) or not registered.name.strip():
+        return f"{type(registered).__name__} has no name: set its class attribute name"
+    return ""
 
 
 @attrs.define
@@ -104,10 +140,24 @@ class PluginHost:
                     if isinstance(caller, pluggy.HookCaller)
                     and any(i.plugin is plugin for i in caller.get_hookimpls())
                 )
+                self.problems.extend(f"plugin {name!r}: {p}" for p in self._unmarked(plugin))
         if info.error:
             self.problems.append(f"plugin {name!r}: {info.error}")
         self.infos.append(info)
         self._transports = None
+
+    def _unmarked(self, plugin: object) -> list[str]:
+        """Functions named as hooks but not marked as implementations: pluggy
+        passes over them without a word, and the plugin would do nothing."""
+        return [
+            f"{attr} is not marked with @hookimpl (synapse_core.plugin.hookimpl), "
+            "so it is never called"
+            for attr in dir(plugin)
+            if attr.startswith(f"{hookspecs.PROJECT}_")
+            and hasattr(self.pm.hook, attr)
+            and callable(getattr(plugin, attr, None))
+            and self.pm.parse_hookimpl_opts(plugin, attr) is None
+        ]
 
     def _unknown_hooks(self, plugin: object) -> list[str]:
         unknown = []
@@ -138,6 +188,7 @@ class PluginHost:
                 self.infos.append(info)
                 continue
             self.add(plugin, name=ep.name, info=info)
+        self.problems.extend(_misplaced(allowed, seen))
 
     def _each_impl(
         self, hook_name: str, before: Callable[[], None] = lambda: None, **kwargs: Any
@@ -170,6 +221,9 @@ class PluginHost:
             found: dict[str, TransportInfo] = {}
             for plugin_name, transports in self._collect("synapse_register_transports"):
                 for transport in transports:
+                    if problem := _not_a_transport(transport):
+                        self.problems.append(f"plugin {plugin_name!r}: {problem}; ignored")
+                        continue
                     if transport.name in found:
                         self.problems.append(
                             f"plugin {plugin_name!r}: transport {transport.name!r} is already "
@@ -186,14 +240,25 @@ class PluginHost:
         """Call a ``register``-style hook per plugin; yield what each registered."""
         bag: list[Any] = []
         # Cleared before each plugin: what one registered before it raised is dropped.
-        for plugin_name, _ in self._each_impl(hook_name, bag.clear, register=bag.append):
+        for plugin_name, returned in self._each_impl(hook_name, bag.clear, register=bag.append):
+            if isinstance(returned, list) and returned:  # pluggy's non-None results
+                self.problems.append(
+                    f"plugin {plugin_name!r}: {hook_name} returned {returned[0]!r:.200}; "
+                    "call register(...) with each instead (what a hook returns is not registered)"
+                )
             yield plugin_name, list(bag)
 
     def _availability(self, transport: Transport) -> Availability:
         try:
-            return transport.availability()
+            availability: object = transport.availability()  # a plugin's: checked
         except Exception as exc:
             return Availability.no(f"availability probe failed: {exc!r}")
+        if not isinstance(availability, Availability):
+            return Availability.no(
+                f"availability() returned {availability!r:.80}, not an Availability "
+                "(Availability.yes() or Availability.no(reason))"
+            )
+        return availability
 
     def transport(self, name: str) -> TransportInfo | None:
         return self.transports().get(name)

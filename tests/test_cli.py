@@ -629,3 +629,25 @@ def test_a_deadline_bounds_the_exchanges_of_a_one_shot_command() -> None:
     assert bounded(config, None).exchange_timeout_s == 30.0
     assert bounded(config, 0.5).exchange_timeout_s == 0.5 + DRAIN_GRACE_S
     assert bounded(config, 100.0).exchange_timeout_s == 30.0
+
+
+class _BrokenRegistrar:
+    __name__ = "broken-registrar"
+
+    @hookimpl
+    def synapse_register_transports(self, register: Callable[[object], None]) -> None:
+        raise OSError("no device")
+
+
+def test_a_registration_hook_that_fails_is_warned_about_by_every_command() -> None:
+    """Its transport is missing from the call that needs it: the warning says why,
+    not only the refusal (the hook runs when transports are first asked for)."""
+    load = functools.partial(
+        PluginHost, [_BrokenRegistrar(), transport_plugin(FakeTransport("mock"))]
+    )
+    result = invoke(["embed", "mini-a", "x"], load=load)
+    assert result.exit_code == 0, result.stderr
+    assert (
+        "plugin 'broken-registrar': synapse_register_transports failed: OSError('no device')"
+        in (result.stderr)
+    )

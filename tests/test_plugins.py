@@ -11,6 +11,7 @@ import importlib.metadata as md
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -312,3 +313,125 @@ def test_an_invalid_plugin_object_is_recorded_not_raised() -> None:
     plugin_host = PluginHost([Typo()])
     assert plugin_host.infos[0].error == "unknown hooks (misspelled?): synapse_observe_event"
     assert not plugin_host.observing
+
+
+# -- an author's mistakes, each named --------------------------------------------
+
+
+class _Unmarked:
+    __name__ = "unmarked"
+
+    def synapse_register_transports(self, register: Callable[[Transport], None]) -> None:
+        register(InProcessFakeTransport())
+
+
+class _Returning:
+    __name__ = "returning"
+
+    @hookimpl
+    def synapse_register_transports(self, register: Callable[[Transport], None]) -> list[object]:
+        return [InProcessFakeTransport()]
+
+
+class _Nameless(Transport):
+    pass
+
+
+class _Registering:
+    """Registers whatever it is given, as a plugin with a mistake would."""
+
+    __name__ = "registering"
+
+    def __init__(self, *registered: object) -> None:
+        self.registered = registered
+
+    @hookimpl
+    def synapse_register_transports(self, register: Callable[[object], None]) -> None:
+        for item in self.registered:
+            register(item)
+
+
+def test_a_hook_function_not_marked_as_an_implementation_is_reported() -> None:
+    plugin_host = PluginHost([_Unmarked()])
+    assert plugin_host.transports() == {}
+    assert plugin_host.problems == [
+        "plugin 'unmarked': synapse_register_transports is not marked with @hookimpl "
+        "(synapse_core.plugin.hookimpl), so it is never called"
+    ]
+
+
+def test_a_registration_hook_that_returns_its_transports_is_told_to_register_them() -> None:
+    plugin_host = PluginHost([_Returning()])
+    assert plugin_host.transports() == {}
+    [problem] = plugin_host.problems
+    assert problem.startswith("plugin 'returning': synapse_register_transports returned [<")
+    assert problem.endswith(
+        "; call register(...) with each instead (what a hook returns is not registered)"
+    )
+
+
+@pytest.mark.parametrize(
+    ("registered", "said"),
+    [
+        (
+            InProcessFakeTransport,
+            "registered the class InProcessFakeTransport, not an instance: "
+            "register(InProcessFakeTransport())",
+        ),
+        ("fake", "registered 'fake', which is not a synapse_core.plugin.Transport"),
+        (_Nameless(), "_Nameless has no name: set its class attribute name"),
+    ],
+)
+def test_what_is_not_a_named_transport_instance_is_reported_and_ignored(
+    registered: object, said: str
+) -> None:
+    plugin_host = PluginHost([_Registering(registered, InProcessFakeTransport())])
+    assert list(plugin_host.transports()) == ["fake"]
+    assert plugin_host.problems == [f"plugin 'registering': {said}; ignored"]
+
+
+class _Answers(Transport):
+    """A transport whose probe and lane are whatever it is given."""
+
+    def __init__(self, name: str, availability: object = None, lane: object = None) -> None:
+        self.name = name
+        self._availability, self._lane = availability, lane
+
+    def availability(self) -> Availability:
+        return self._availability if self._availability is not None else Availability.yes()  # type: ignore[return-value]
+
+    def lane_for(self, model: ModelSpec) -> Any:
+        return self._lane if self._lane is not None else super().lane_for(model)
+
+
+def test_a_probe_or_lane_of_the_wrong_type_makes_the_model_unavailable_not_the_host() -> None:
+    probe, lane = _Answers("probe", availability=True), _Answers("lane", lane="lane-0")
+    plugin_host = PluginHost([transport_plugin(probe, lane, InProcessFakeTransport())])
+    reason = plugin_host.transports()["probe"].availability.reason
+    assert reason.startswith("availability() returned True, not an Availability")
+    catalog = Catalog(_config("probe", "lane", "fake"), plugin_host)
+    assert "returned True, not an Availability" in catalog.entries["m-probe"].problem
+    assert catalog.entries["m-lane"].problem == (
+        "transport 'lane': lane_for returned 'lane-0', not a LaneInfo"
+    )
+    assert catalog.entries["m-fake"].available
+
+
+def test_an_entry_point_in_a_group_synapse_does_not_read_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    class Dist:
+        entry_points = (
+            md.EntryPoint(name="digest", value="digest.plugin", group="synapse.transports"),
+            md.EntryPoint(name="refs", value="digest.refs", group="synapse.references"),
+            md.EntryPoint(name="chosen", value="other.plugin", group="elsewhere"),
+        )
+
+    monkeypatch.setattr(md, "distributions", lambda: [Dist()])
+    assert plugins_module._misplaced({"chosen"}, set()) == [
+        "entry point 'digest' (digest.plugin) is in group 'synapse.transports', not 'synapse', "
+        "the group Synapse loads plugins from",
+        "entry point 'chosen' (other.plugin) is in group 'elsewhere', not 'synapse', "
+        "the group Synapse loads plugins from",
+    ]
+    assert plugins_module._misplaced(None, {"digest"}) == []

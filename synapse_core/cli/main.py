@@ -86,6 +86,7 @@ def _start(ctx: click.Context) -> None:
     # ``synapse plugins`` lists problems itself; elsewhere a broken plugin is
     # worth one warning per problem, since its transport or commands are missing.
     if state is not None and ctx.invoked_subcommand != "plugins":
+        state.plugins.transports()  # its problems too: a registration that failed
         for problem in state.plugins.problems:
             warn(f"{problem} (see '{PROG} plugins')")
 
