@@ -372,3 +372,26 @@ def test_a_host_already_gone_ends_the_worker_at_once() -> None:
     statuses: list[int] = []
     assert lifeline.watch_host(host.pid, exit=statuses.append) is None
     assert statuses == [lifeline.HOST_GONE]
+
+
+# -- a worker that never says hello -------------------------------------------------------
+
+
+class MistypedWorker(Transport):
+    """A transport whose ``worker`` names a module that does not exist: the
+    worker process fails to import it and exits before its hello."""
+
+    name = "kit"
+    worker = "synapse_core.no_such_worker_module:Worker"
+
+
+@pytest.mark.subprocess
+@pytest.mark.anyio
+async def test_a_worker_that_exits_before_its_hello_is_reported_with_its_status() -> None:
+    cfg = config(model(), restart_budget={"max_restarts": 0})
+    async with synapse.open_host(cfg, plugins=[transport_plugin(MistypedWorker())]) as host:
+        with anyio.fail_after(BOUND_S), pytest.raises(synapse.WorkerFault) as fault:
+            await host.embed("m", ["one two"])
+    message = str(fault.value)
+    assert "worker for 'm' did not start: it exited with status 1 before its hello" in message
+    assert "the worker's own error is on the host's standard error" in message

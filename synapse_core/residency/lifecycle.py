@@ -34,6 +34,9 @@ from .lane import Lane
 from .worker import Phase, Worker
 
 CHANNEL_FAULTS = (ChannelClosed, ExchangeTimeout, WireError)
+#: how long a worker that closed its channel before its hello is given to
+#: exit by itself (printing its traceback) before it is stopped
+EXITING_WAIT_S = 1.0
 
 
 class Readiness(Protocol):
@@ -146,11 +149,14 @@ class Lifecycle:
             self._check_hello(worker, hello, generation)
         except (TimeoutError, *CHANNEL_FAULTS, ProtocolError) as exc:
             await channel.aclose()
+            if isinstance(exc, ChannelClosed):  # most likely exiting: let its status tell why
+                with anyio.move_on_after(EXITING_WAIT_S):
+                    await launched.process.wait()
             await self._exits.confirm_or_flag(worker, launched.process)
             reason = (
                 "no hello within the exchange timeout"
                 if isinstance(exc, TimeoutError)
-                else str(exc)
+                else _gone_before_hello(launched.process.returncode, exc)
             )
             raise WorkerFault(f"worker for {worker.spec.name!r} did not start: {reason}") from None
         if worker.is_retiring():
@@ -279,3 +285,16 @@ class Lifecycle:
         elif worker.phase in (Phase.NEW, Phase.FAILED):
             worker.exited()
         worker.notify()
+
+
+def _gone_before_hello(status: int | None, exc: Exception) -> str:
+    """Why a worker's start failed: a worker that closed its channel has most
+    likely exited (a failed import, an exception in ``load``), and then its
+    status says so and its own traceback is on the host's stderr."""
+    if not isinstance(exc, ChannelClosed) or status is None:
+        return str(exc)
+    how = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
+    return (
+        f"it {how} before its hello ({exc}); the worker's own error is on the host's "
+        "standard error (the terminal, or the server's log)"
+    )
