@@ -231,13 +231,18 @@ def check_rows(output: Output) -> None:
             f"output carries {len(data)} bytes; {output.rows} rows x {output.dims} dims "
             f"needs {expected}"
         )
+    if not all_finite(data):
+        raise WireError("output contains NaN or infinite values")
+
+
+def all_finite(data: bytes) -> bool:
+    """Whether little-endian float32 ``data`` holds no NaN and no infinity."""
     # A float32 is NaN or infinite only if its exponent bits are all ones, so
     # its high byte (the last, little-endian) is 0x7F or 0xFF; only then look
     # closer. A float32 sum in double precision cannot overflow, so a
     # non-finite sum means a NaN or infinity among the values.
     high = data[3::4]
-    if (b"\x7f" in high or b"\xff" in high) and not math.isfinite(sum(_floats(data))):
-        raise WireError("output contains NaN or infinite values")
+    return not (b"\x7f" in high or b"\xff" in high) or math.isfinite(sum(_floats(data)))
 
 
 def rows_of(output: Output) -> list[list[float]]:

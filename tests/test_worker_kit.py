@@ -314,6 +314,27 @@ def test_an_output_that_is_not_rows_is_a_bad_output() -> None:
         assert isinstance(frame, Failure) and frame.code == "bad-output"
 
 
+@pytest.mark.parametrize("bad", [math.nan, math.inf, -math.inf])
+def test_a_nan_or_infinite_output_is_a_bad_output_and_the_worker_keeps_serving(
+    bad: float,
+) -> None:
+    """Said by the kit as the worker's failure, not found by the host as a
+    malformed reply (which would restart the worker and read as "may have run")."""
+
+    class Unstable(SumWorker):
+        def embed(self, batch: list[list[int]]) -> Any:
+            return [[bad, 1.0] if s == [9] else [1.0, 1.0] for s in batch]
+
+        def rerank(self, query: list[int], batch: list[list[int]]) -> Any:
+            return [bad for _ in batch]
+
+    worker = ready(build_logic(Unstable, spec()))
+    for frame in (infer(worker, [[1], [9]]), infer(worker, [[1]], query=[1])):
+        assert isinstance(frame, Failure) and frame.code == "bad-output"
+        assert frame.message.endswith("returned NaN or infinite values")
+    assert isinstance(infer(worker, [[1]]), Output)  # still serving
+
+
 def test_a_model_without_rerank_declines_it() -> None:
     class EmbedOnly(SumWorker):
         rerank = ModelWorker.rerank

@@ -40,6 +40,7 @@ from ..wire import (
     Output,
     Shape,
     Shutdown,
+    all_finite,
     bucket_problem,
     pack_rows,
 )
@@ -281,6 +282,8 @@ class ModelLogic:
             return out.failure(rid)
         try:
             data = packed(out, len(batch), width, frame.task)
+            if not all_finite(data):  # said here, the worker is not taken for broken
+                raise ValueError("returned NaN or infinite values")
         except (TypeError, ValueError) as exc:
             return Failure(rid, "bad-output", f"{type(worker).__name__}.{frame.task}: {exc}")
         return Output(rid, shape, len(batch), width, data)
