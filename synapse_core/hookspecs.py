@@ -1,12 +1,26 @@
 """Hook specifications: everything a Synapse plugin can provide.
 
 A plugin is a module (or object) with functions decorated by
-``synapse_core.hookimpl`` and named after the hooks below. It is found through
-the ``synapse`` entry-point group::
+``@hookimpl`` (``synapse_core.plugin.hookimpl``, the same marker as
+``synapse_core.hookimpl``) and named after the hooks below. The decorator is
+what makes a function a hook: a function with a hook's name but without it is
+never called (``synapse plugins`` reports it as not marked with
+``@hookimpl``). A plugin is found through the ``synapse`` entry-point group::
 
     # pyproject.toml of your distribution
     [project.entry-points.synapse]
     my_transport = "my_package.plugin"
+
+    # my_package/plugin.py
+    from synapse_core.plugin import hookimpl
+
+    @hookimpl
+    def synapse_register_transports(register):
+        register(MyTransport())  # call register for each; return nothing
+
+``synapse_register_transports`` hands its transports to ``register``, one
+call per transport instance; what the hook returns is not registered
+(``synapse plugins`` reports a returned value).
 
 Hook implementations may accept any subset of a hook's arguments, by name.
 Hooks marked *firstresult* stop at the first implementation that returns
@@ -77,14 +91,27 @@ def synapse_register_transports(register: Callable[[Transport], None]) -> None:
       :class:`~synapse_core.plugin.Launched`: the host's ends of a byte
       channel (speaking Synapse's worker protocol, the worker sends ``Hello``
       first) and a process whose ``wait()`` returns only once the process is
-      reaped; a process that leads a process group also subclasses
-      :class:`~synapse_core.plugin.ProcessGroup`, so its exit is confirmed
-      only once the whole group is gone.
-      :func:`synapse_core.plugin.spawn_worker` does all of this for a
-      :class:`~synapse_core.plugin.ModelWorker` subclass.
+      reaped. The default ``launch`` does all of this with
+      :func:`synapse_core.plugin.spawn_worker` for the transport's
+      ``worker``, a :class:`~synapse_core.plugin.ModelWorker` subclass, so
+      a transport normally sets ``worker`` (and ``options_type``) and keeps
+      it; one that starts something else overrides ``launch``. Then a
+      process class of its own whose worker leads its own process group
+      (started in a new session, as ``spawn_worker``'s are) also subclasses
+      :class:`~synapse_core.plugin.ProcessGroup` and answers
+      ``group_alive()``, so the host confirms the worker's exit only once
+      every process of that group is gone (a child cannot keep the device or
+      a lane lock), and its ``terminate()`` and ``kill()`` signal the group.
 
-    Two registered transports with the same name are an error reported by
-    ``synapse plugins``; the first one wins.
+    Call ``register`` once per transport instance; return nothing (a
+    returned value is not registered, and ``synapse plugins`` reports it).
+    When two plugins register a transport of the same name, the transport
+    of the plugin registered *last* is kept (pluggy calls the latest
+    registered plugin first) and the other is ignored, reported by
+    ``synapse plugins`` as "plugin 'a': transport 'x' is already provided by
+    'b'; ignored". Installed entry points are registered in an order you
+    cannot count on, so give every transport a distinct name. Within one
+    plugin, the first ``register`` of a name wins.
 
     :param register: call with each transport instance.
     """

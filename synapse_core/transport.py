@@ -1,8 +1,14 @@
 """What a transport gives the host: the types a transport author implements.
 
 A transport is registered through the ``synapse_register_transports`` hook
-(see :mod:`synapse_core.hookspecs`). It subclasses :class:`Transport` and
-overrides at least :attr:`Transport.name` and :meth:`Transport.launch`.
+(see :mod:`synapse_core.hookspecs`). It subclasses :class:`Transport`, sets
+:attr:`Transport.name` and :attr:`Transport.worker` (the
+``"package.module:WorkerClass"`` of a :class:`~synapse_core.plugin.ModelWorker`
+subclass), optionally :attr:`Transport.options_type`, and keeps the default
+:meth:`Transport.launch`, which starts that worker with ``spawn_worker``.
+Only a transport whose workers are not such a class overrides
+:meth:`Transport.launch` instead. Transport authors import all of this from
+:mod:`synapse_core.plugin` (see ``docs/writing-a-transport.md``).
 """
 
 from __future__ import annotations
