@@ -190,7 +190,7 @@ def test_a_plugin_cannot_replace_a_built_in_command() -> None:
 
 def test_plugins_reports_a_broken_plugin_by_name() -> None:
     result = invoke(["plugins"], load=lambda: PluginHost([_Misspelled()]))
-    assert result.exit_code == 0, result.stderr
+    assert result.exit_code == 1, result.stderr  # listed, and a failing status for CI
     assert "misspelled" in result.stdout
     assert "error: unknown hooks (misspelled?): synapse_register_transport" in result.stdout
 
@@ -210,7 +210,7 @@ def test_plugin_commands_are_added_and_a_failing_hook_is_only_a_warning() -> Non
     assert "warning" in line and "broken-commands" in line and "cannot add my commands" in line
 
     listing = invoke(["plugins"], load=load)
-    assert listing.exit_code == 0
+    assert listing.exit_code == 1
     assert "synapse_register_commands failed" in listing.stdout
     assert listing.stderr == ""  # listed, not warned about twice
 
@@ -370,7 +370,7 @@ def test_plugins_lists_a_bad_catalog_as_a_problem(tmp_path: Path) -> None:
     bad = tmp_path / "bad.toml"
     bad.write_text("max_waiting = 0\n", encoding="utf-8")
     result = invoke(["plugins", "--json"], plugins="", env={"SYNAPSE_CATALOG": str(bad)})
-    assert result.exit_code == 0
+    assert result.exit_code == 1
     (problem,) = json.loads(result.stdout)["problems"]
     assert "max_waiting: must be greater than 0" in problem
 

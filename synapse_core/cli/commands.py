@@ -20,7 +20,7 @@ from . import render
 from .calls import OnBatch, run_embed, run_rerank, show_progress, spans
 from .inputs import Field, Inputs, from_arguments, read_jsonl
 from .options import catalog_option, deadline_option, json_option, load_config, truncate_option
-from .report import PROG
+from .report import EXIT_FAILED, EXIT_OK, PROG
 
 
 @attrs.define
@@ -71,8 +71,12 @@ def file_option(field: Field) -> Callable[[Callable[..., None]], Callable[..., N
 @catalog_option
 @json_option
 @click.pass_obj
-def plugins_command(state: AppState, catalog: Path | None, as_json: bool) -> None:
-    """List installed plugins, the hooks they implement, and their transports."""
+def plugins_command(state: AppState, catalog: Path | None, as_json: bool) -> int:
+    """List installed plugins, the hooks they implement, and their transports.
+
+    Exits 1 when it lists a problem (a plugin that failed to load, a hook
+    that failed, a broken catalog), as ``pip check`` does, so a CI step or a
+    nox session stops on a broken plugin."""
     # A diagnostic command: a broken catalog is one more problem to list.
     try:
         config, problem = load_config(catalog), ""
@@ -82,6 +86,8 @@ def plugins_command(state: AppState, catalog: Path | None, as_json: bool) -> Non
     if problem:
         doc["problems"].append(problem)
     emit(doc, as_json, lambda: render.plugins_lines(doc))
+    broken = doc["problems"] or any(p["error"] for p in doc["plugins"])
+    return EXIT_FAILED if broken else EXIT_OK
 
 
 @click.command("catalog")
