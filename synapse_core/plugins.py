@@ -230,6 +230,11 @@ class PluginHost:
                             f"provided by {found[transport.name].plugin!r}; ignored"
                         )
                         continue
+                    if not transport.worker and type(transport).launch is Transport.launch:
+                        self.problems.append(
+                            f"plugin {plugin_name!r}: transport {transport.name!r} sets no "
+                            "worker and does not override launch: its models cannot start"
+                        )
                     found[transport.name] = TransportInfo(
                         transport, plugin_name, self._availability(transport)
                     )

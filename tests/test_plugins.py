@@ -435,3 +435,13 @@ def test_an_entry_point_in_a_group_synapse_does_not_read_is_named(
         "the group Synapse loads plugins from",
     ]
     assert plugins_module._misplaced(None, {"digest"}) == []
+
+
+def test_a_transport_that_cannot_start_a_worker_is_reported_when_registered() -> None:
+    """Found by ``synapse plugins``, not at a model's first call."""
+    plugin_host = PluginHost([transport_plugin(NotHere(), InProcessFakeTransport())])
+    assert set(plugin_host.transports()) == {"elsewhere", "fake"}  # still listed
+    assert plugin_host.problems == [
+        "plugin 'test-transports:elsewhere,fake': transport 'elsewhere' sets no worker and "
+        "does not override launch: its models cannot start"
+    ]
