@@ -76,7 +76,7 @@ def _outside_plugins() -> list[str]:
     plugins of this repository with the path handed to their pytest.
     """
     args = sys.argv[sys.argv.index("--") + 1 :] if "--" in sys.argv else []
-    if not args or args[0].startswith("-"):
+    if not args or args[0].startswith("-") or "::" in args[0]:  # pytest's options, node ids
         return []
     start = Path(os.environ.get("PWD", os.getcwd()))
     path = (start / Path(args[0]).expanduser()).resolve()
@@ -85,8 +85,7 @@ def _outside_plugins() -> list[str]:
         # ``-s "plugin-3.12(target='cpu')" -- plugins/cpu/tests/test_x.py``),
         # unless it is a distribution of its own (the example plugin).
         return [str(path)] if (path / "pyproject.toml").is_file() and path != HERE else []
-    looks = os.sep in args[0] or args[0].startswith((".", "~")) or path.exists()
-    return [str(path)] if looks else []
+    return [str(path)]
 
 
 PLUGIN_TARGETS = _outside_plugins() or PLUGINS
