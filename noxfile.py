@@ -129,7 +129,9 @@ def plugin(session: nox.Session, target: str) -> None:
     name = _distribution(session, path)
     session.install("-e", ".[test]", str(path))
     session.run("synapse", "plugins")
-    session.run("python", "-c", REGISTERS_A_PLUGIN, name)
+    check = Path(session.create_tmp(), "registers_a_plugin.py")
+    check.write_text(REGISTERS_A_PLUGIN, encoding="utf-8")
+    session.run("python", str(check), name)
     session.chdir(path)
     session.run(*PYTEST, *session.posargs[1:])  # the path came first; the rest is pytest's
 
