@@ -150,7 +150,8 @@ class Lifecycle:
         except (TimeoutError, *CHANNEL_FAULTS, ProtocolError) as exc:
             await channel.aclose()
             if isinstance(exc, ChannelClosed):  # most likely exiting: let its status tell why
-                with anyio.move_on_after(EXITING_WAIT_S):
+                # Shielded as confirm_exit is: a closing host must not skip the confirmation.
+                with anyio.move_on_after(EXITING_WAIT_S, shield=True):
                     await launched.process.wait()
             await self._exits.confirm_or_flag(worker, launched.process)
             reason = (
