@@ -77,6 +77,11 @@ def _fallback_notice(problem: str) -> None:
     log.warning("synapse-cpu: %s; serving on numpy, about 3x slower", problem.split(" (")[0])
 
 
+def _names_minilm(package: str) -> bool:
+    """Whether ``package`` names the wheel's model: its name or its hub id, in any case."""
+    return package.lower().removeprefix("sentence-transformers/") == files.MINILM_NAME.lower()
+
+
 def package_problem(package: str) -> str:
     """Why ``package`` cannot stand alone (no ``model_dir`` nor ``hf``), and what to set."""
     if package.startswith(("/", ".", "~")) or "\\" in package:
@@ -147,15 +152,6 @@ class CpuTransport(Transport):
     worker = WORKER
     options_type = CpuOptions
 
-    def validate_model(self, model: ModelSpec) -> None:
-        """The options, and a ``package`` that names no other model than the one
-        served: with neither ``model_dir`` nor ``hf`` that is MiniLM's wheel,
-        and a catalog saying otherwise would get MiniLM's vectors unawares."""
-        super().validate_model(model)
-        options: CpuOptions = self.model_options(model)
-        if options.model_dir is None and options.hf is None and model.package != files.MINILM_NAME:
-            raise ConfigError(model.name, [package_problem(model.package)])
-
     def describe(self) -> str:
         problem = onnxruntime_problem()
         wheel = files.wheel_model_dir()
@@ -203,6 +199,10 @@ class CpuTransport(Transport):
 
     def model_availability(self, model: ModelSpec) -> Availability:
         options: CpuOptions = self.model_options(model)
+        if options.model_dir is None and options.hf is None and not _names_minilm(model.package):
+            # MiniLM's wheel would serve it: a catalog naming another model
+            # there would get MiniLM's vectors unawares.
+            return Availability.no(package_problem(model.package))
         wants_onnx = options.runtime == "onnxruntime" or options.quantize is not None
         if wants_onnx and (problem := onnxruntime_problem()):
             return Availability.no(problem)

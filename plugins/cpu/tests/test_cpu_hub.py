@@ -106,20 +106,26 @@ def test_hub_options_are_checked(options: dict[str, Any], problem: str) -> None:
         ("my-bge", 'set options.model_dir = "<its folder>" or options.hf = "<hub id>"'),
     ],
 )
-def test_a_package_naming_another_model_with_no_folder_or_hub_id_is_refused(
+def test_a_package_naming_another_model_with_no_folder_or_hub_id_is_unavailable(
     package: str, advice: str
 ) -> None:
     """Without model_dir or hf the lane serves MiniLM's wheel: a catalog
-    naming another model there would get MiniLM's vectors unawares."""
-    config = host_config(model_entry("m", transport="cpu", package=package, ceiling=256))
-    with pytest.raises(ConfigError) as caught:
-        Catalog(config, PluginHost([synapse_cpu.plugin]))
-    (problem,) = caught.value.problems
-    assert problem.startswith(f"models[0].package: {package!r} is only a label"), problem
-    assert advice in problem
-    labelled = model_entry("m", transport="cpu", package="my-bge", ceiling=256)
+    naming another model there would get MiniLM's vectors unawares. The
+    model is unavailable, saying what to set; the catalog's others serve."""
+    wrong = model_entry("m", transport="cpu", package=package, ceiling=256)
+    labelled = model_entry("mine", transport="cpu", package="my-bge", ceiling=256)
     labelled["options"] = {"model_dir": str(TINY / "bert-cls")}
-    Catalog(host_config(labelled), PluginHost([synapse_cpu.plugin]))
+    names = ("all-MiniLM-L6-v2", "sentence-transformers/all-MiniLM-L6-v2", "ALL-minilm-l6-v2")
+    minilm = [
+        model_entry(f"w{i}", transport="cpu", package=p, ceiling=256) for i, p in enumerate(names)
+    ]
+    config = host_config(wrong, labelled, *minilm)
+    entries = Catalog(config, PluginHost([synapse_cpu.plugin])).entries
+    problem = entries["m"].problem
+    assert f"cannot run here: package: {package!r} is only a label" in problem, problem
+    assert advice in problem
+    assert entries["mine"].available
+    assert not any("only a label" in entries[f"w{i}"].problem for i in range(len(names)))
 
 
 def entry(name: str, **options: Any) -> dict[str, Any]:
