@@ -129,10 +129,9 @@ class Catalog:
                 if info.availability.available
                 else (f"transport {spec.transport!r} cannot run here: {info.availability.reason}")
             )
-            lane: object = info.transport.lane_for(spec)  # a plugin's: checked
-            if not isinstance(lane, LaneInfo):
-                problem = f"transport {spec.transport!r}: lane_for returned {lane!r:.80}"
-                lane, problem = None, f"{problem}, not a LaneInfo"
+            lane, lane_problem = _lane(info, spec)
+            tokenizer, tokenizer_problem = _tokenizer(info, spec)
+            problem = problem or lane_problem or tokenizer_problem
             traits = _traits(info, spec) if not problem else ModelTraits()
             if traits.prompts:
                 spec = attrs.evolve(spec, prompts={**traits.prompts, **spec.prompts})
@@ -140,7 +139,7 @@ class Catalog:
                 spec,
                 info,
                 lane,
-                info.transport.tokenizer(spec),
+                tokenizer,
                 problem,
                 buckets,
                 traits,
@@ -181,6 +180,26 @@ class Catalog:
         if entry.problem:
             raise Refused("transport-unavailable", entry.problem, model=name)
         return entry
+
+
+def _lane(info: TransportInfo, spec: ModelSpec) -> tuple[LaneInfo | None, str]:
+    """The transport's lane for ``spec``, or ``None`` and why there is none
+    (a plugin's ``lane_for`` that raised or answered something else)."""
+    try:
+        lane: object = info.transport.lane_for(spec)
+    except Exception as exc:
+        return None, f"transport {spec.transport!r}: lane_for failed: {exc!r}"
+    if not isinstance(lane, LaneInfo):
+        return None, f"transport {spec.transport!r}: lane_for returned {lane!r:.80}, not a LaneInfo"
+    return lane, ""
+
+
+def _tokenizer(info: TransportInfo, spec: ModelSpec) -> tuple[Tokenizer, str]:
+    """The transport's tokenizer for ``spec``, or a stand-in and why (it raised)."""
+    try:
+        return info.transport.tokenizer(spec), ""
+    except Exception as exc:
+        return BasicTokenizer(), f"transport {spec.transport!r}: tokenizer failed: {exc!r}"
 
 
 def _listed(names: list[str]) -> str:

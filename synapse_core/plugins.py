@@ -33,7 +33,7 @@ ENV_SELECT = "SYNAPSE_PLUGINS"
 #: ``synapse.apps`` and ``synapse.references`` are groups of their own, read elsewhere
 _NEAR_GROUPS = frozenset(
     f"{ENTRY_POINT_GROUP}{suffix}"
-    for suffix in ("_core", "_plugins", ".plugins", ".plugin", ".transports", ".transport")
+    for suffix in ("", "_core", "_plugins", ".plugins", ".plugin", ".transports", ".transport")
 )
 
 
@@ -50,19 +50,22 @@ def _fitting(bucket: Any, length: int, buckets: Sequence[int]) -> int:
 def _misplaced(allowed: set[str] | None, found: set[str]) -> list[str]:
     """Entry points that look meant for Synapse but sit in another group
     (``synapse.transports``, say), so they were never loaded: those of a
-    group in :data:`_NEAR_GROUPS`, and any named in ``SYNAPSE_PLUGINS``."""
-    misplaced = []
+    group in :data:`_NEAR_GROUPS`, and those named in ``SYNAPSE_PLUGINS`` in
+    any other ``synapse``-like group (not ``console_scripts``: a plugin's
+    name may well be some other tool's too)."""
+    misplaced: dict[tuple[str, str, str], str] = {}  # editable installs list one twice
     for dist in md.distributions():
         for ep in dist.entry_points:
             group = ep.group.lower().replace("-", "_")
             if ep.group == ENTRY_POINT_GROUP or ep.name in found:
                 continue
-            if (allowed is not None and ep.name in allowed) or group in _NEAR_GROUPS:
-                misplaced.append(
+            named = allowed is not None and ep.name in allowed
+            if group in _NEAR_GROUPS or (named and group.startswith(ENTRY_POINT_GROUP)):
+                misplaced[(ep.name, ep.value, ep.group)] = (
                     f"entry point {ep.name!r} ({ep.value}) is in group {ep.group!r}, not "
                     f"{ENTRY_POINT_GROUP!r}, the group Synapse loads plugins from"
                 )
-    return misplaced
+    return list(misplaced.values())
 
 
 def _not_a_transport(registered: object) -> str:

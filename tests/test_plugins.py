@@ -424,17 +424,20 @@ def test_an_entry_point_in_a_group_synapse_does_not_read_is_named(
         entry_points = (
             md.EntryPoint(name="digest", value="digest.plugin", group="synapse.transports"),
             md.EntryPoint(name="refs", value="digest.refs", group="synapse.references"),
-            md.EntryPoint(name="chosen", value="other.plugin", group="elsewhere"),
+            md.EntryPoint(name="chosen", value="other.plugin", group="synapse.extras"),
+            md.EntryPoint(name="Big", value="big.plugin", group="Synapse"),
+            md.EntryPoint(name="pip", value="pip._internal.cli.main:main", group="console_scripts"),
         )
 
-    monkeypatch.setattr(md, "distributions", lambda: [Dist()])
-    assert plugins_module._misplaced({"chosen"}, set()) == [
-        "entry point 'digest' (digest.plugin) is in group 'synapse.transports', not 'synapse', "
-        "the group Synapse loads plugins from",
-        "entry point 'chosen' (other.plugin) is in group 'elsewhere', not 'synapse', "
-        "the group Synapse loads plugins from",
+    # An editable install can list a distribution twice: each entry point is named once.
+    monkeypatch.setattr(md, "distributions", lambda: [Dist(), Dist()])
+    where = "not 'synapse', the group Synapse loads plugins from"
+    assert plugins_module._misplaced({"chosen", "pip"}, set()) == [
+        f"entry point 'digest' (digest.plugin) is in group 'synapse.transports', {where}",
+        f"entry point 'chosen' (other.plugin) is in group 'synapse.extras', {where}",
+        f"entry point 'Big' (big.plugin) is in group 'Synapse', {where}",
     ]
-    assert plugins_module._misplaced(None, {"digest"}) == []
+    assert plugins_module._misplaced(None, {"digest", "Big"}) == []
 
 
 def test_a_transport_that_cannot_start_a_worker_is_reported_when_registered() -> None:
@@ -445,3 +448,35 @@ def test_a_transport_that_cannot_start_a_worker_is_reported_when_registered() ->
         "plugin 'test-transports:elsewhere,fake': transport 'elsewhere' sets no worker and "
         "does not override launch: its models cannot start"
     ]
+
+
+class _Raises(Transport):
+    """A transport whose ``lane_for`` or ``tokenizer`` raises."""
+
+    worker = "unused:Worker"
+
+    def __init__(self, name: str, method: str) -> None:
+        self.name, self.method = name, method
+
+    def lane_for(self, model: ModelSpec) -> Any:
+        if self.method == "lane_for":
+            raise RuntimeError("no lane today")
+        return super().lane_for(model)
+
+    def tokenizer(self, model: ModelSpec) -> Any:
+        if self.method == "tokenizer":
+            raise RuntimeError("no vocabulary")
+        return super().tokenizer(model)
+
+
+def test_a_lane_or_tokenizer_that_raises_makes_the_model_unavailable_not_the_catalog() -> None:
+    plugin_host = PluginHost(
+        [transport_plugin(_Raises("lane", "lane_for"), _Raises("tok", "tokenizer"))]
+    )
+    catalog = Catalog(_config("lane", "tok"), plugin_host)
+    assert catalog.entries["m-lane"].problem == (
+        "transport 'lane': lane_for failed: RuntimeError('no lane today')"
+    )
+    assert catalog.entries["m-tok"].problem == (
+        "transport 'tok': tokenizer failed: RuntimeError('no vocabulary')"
+    )
