@@ -395,3 +395,15 @@ async def test_a_worker_that_exits_before_its_hello_is_reported_with_its_status(
     message = str(fault.value)
     assert "worker for 'm' did not start: it exited with status 1 before its hello" in message
     assert "the worker's own error is on the host's standard error" in message
+
+
+@pytest.mark.subprocess
+@pytest.mark.anyio
+async def test_a_worker_that_closes_its_channel_and_stays_is_stopped_and_said_to_be() -> None:
+    transport = FixtureTransport("kit_workers:closes_and_lingers")
+    cfg = config(model(), restart_budget={"max_restarts": 0})
+    async with synapse.open_host(cfg, plugins=[transport_plugin(transport)]) as host:
+        with anyio.fail_after(BOUND_S), pytest.raises(synapse.WorkerFault) as fault:
+            await host.embed("m", ["one two"])
+    assert "it closed its channel before its hello" in str(fault.value)
+    assert "had not exited 1 s later, so the host stopped it" in str(fault.value)

@@ -149,16 +149,18 @@ class Lifecycle:
             self._check_hello(worker, hello, generation)
         except (TimeoutError, *CHANNEL_FAULTS, ProtocolError) as exc:
             await channel.aclose()
+            status = None
             if isinstance(exc, ChannelClosed):  # most likely exiting: let its status tell why
                 # Shielded as confirm_exit is: a closing host must not skip the confirmation.
                 with anyio.move_on_after(EXITING_WAIT_S, shield=True):
-                    await launched.process.wait()
+                    status = await launched.process.wait()
             await self._exits.confirm_or_flag(worker, launched.process)
-            reason = (
-                "no hello within the exchange timeout"
-                if isinstance(exc, TimeoutError)
-                else _gone_before_hello(launched.process.returncode, exc)
-            )
+            if isinstance(exc, TimeoutError):
+                reason = "no hello within the exchange timeout"
+            elif isinstance(exc, ChannelClosed):
+                reason = _closed_before_hello(exc, status)
+            else:
+                reason = str(exc)
             raise WorkerFault(f"worker for {worker.spec.name!r} did not start: {reason}") from None
         if worker.is_retiring():
             # Recovery re-checks retirement before connecting a replacement.
@@ -288,12 +290,18 @@ class Lifecycle:
         worker.notify()
 
 
-def _gone_before_hello(status: int | None, exc: Exception) -> str:
-    """Why a worker's start failed: a worker that closed its channel has most
-    likely exited (a failed import, an exception in ``load``), and then its
-    status says so and its own traceback is on the host's stderr."""
-    if not isinstance(exc, ChannelClosed) or status is None:
-        return str(exc)
+def _closed_before_hello(exc: ChannelClosed, status: int | None) -> str:
+    """Why a worker that closed its channel before its hello did not start.
+
+    ``status`` is its exit status if it exited by itself within
+    :data:`EXITING_WAIT_S` (a failed import, an exception in ``load``): its
+    own traceback is then on the host's stderr. ``None``: the host stopped it.
+    """
+    if status is None:
+        return (
+            f"it closed its channel before its hello ({exc}) and had not exited "
+            f"{EXITING_WAIT_S:g} s later, so the host stopped it"
+        )
     how = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
     return (
         f"it {how} before its hello ({exc}); the worker's own error is on the host's "

@@ -56,3 +56,14 @@ class CountWorker(ModelWorker):
 
 if __name__ == "__main__":
     sys.exit(worker_main(CountWorker))
+
+
+def closes_and_lingers(spec: object) -> object:
+    """A worker that closes its channel before its hello and does not exit."""
+    import time
+
+    from synapse_core.worker.entry import take_pipes
+
+    take_pipes()[1].close()
+    time.sleep(60)  # the host stops it long before
+    raise SystemExit(0)
