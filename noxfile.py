@@ -78,14 +78,17 @@ def _outside_plugins() -> list[str]:
     args = sys.argv[sys.argv.index("--") + 1 :] if "--" in sys.argv else []
     if not args or args[0].startswith("-") or "::" in args[0]:  # pytest's options, node ids
         return []
+    # Where nox was started (nox imports this file from its own directory):
+    # only to tell a test path from a plugin here; the session resolves the
+    # path it is given from ``session.invoked_from``.
     start = Path(os.environ.get("PWD", os.getcwd()))
     path = (start / Path(args[0]).expanduser()).resolve()
     if path.is_file() or (path.is_dir() and path.is_relative_to(HERE)):
         # A test file or folder of this repository, for pytest (as in
         # ``-s "plugin-3.12(target='cpu')" -- plugins/cpu/tests/test_x.py``),
         # unless it is a distribution of its own (the example plugin).
-        return [str(path)] if (path / "pyproject.toml").is_file() and path != HERE else []
-    return [str(path)]
+        return [args[0]] if (path / "pyproject.toml").is_file() and path != HERE else []
+    return [args[0]]
 
 
 PLUGIN_TARGETS = _outside_plugins() or PLUGINS
@@ -125,27 +128,32 @@ def plugin(session: nox.Session, target: str) -> None:
         session.run("synapse", "plugins")
         session.run(*PYTEST, f"plugins/{target}/tests", *session.posargs)
         return
-    path = Path(target)
+    path = (Path(session.invoked_from) / Path(target).expanduser()).resolve()
     name = _distribution(session, path)
     session.install("-e", ".[test]", str(path))
     session.run("synapse", "plugins")
-    check = Path(session.create_tmp(), "registers_a_plugin.py")
-    check.write_text(REGISTERS_A_PLUGIN, encoding="utf-8")
-    session.run("python", str(check), name)
+    if name is None:
+        session.warn(f"{path}: no [project] name in pyproject.toml; its entry points go unchecked")
+    else:
+        check = Path(session.create_tmp(), "registers_a_plugin.py")
+        check.write_text(REGISTERS_A_PLUGIN, encoding="utf-8")
+        session.run("python", str(check), name)
     session.chdir(path)
     session.run(*PYTEST, *session.posargs[1:])  # the path came first; the rest is pytest's
 
 
-def _distribution(session: nox.Session, path: Path) -> str:
-    """The distribution name of the plugin at ``path``, or the session's error."""
+def _distribution(session: nox.Session, path: Path) -> str | None:
+    """The distribution name of the plugin at ``path`` (``None`` when its
+    pyproject.toml or setup.py does not say it in ``[project]``), or the
+    session's error when ``path`` holds no distribution at all."""
     pyproject = path / "pyproject.toml"
     if not pyproject.is_file():
-        what = "does not exist" if not path.exists() else "has no pyproject.toml"
+        if (path / "setup.py").is_file():
+            return None
+        what = "does not exist" if not path.exists() else "has no pyproject.toml nor setup.py"
         session.error(f"{path} {what}: give the directory of a plugin distribution")
     name = tomllib.loads(pyproject.read_text(encoding="utf-8")).get("project", {}).get("name")
-    if not name:
-        session.error(f"{pyproject} names no [project] name: it is not a distribution")
-    return str(name)
+    return str(name) if name else None
 
 
 #: fails the session when the distribution registers no ``synapse`` entry

@@ -24,6 +24,7 @@ from click.testing import CliRunner, Result
 
 from synapse_core.cli import make_cli
 from synapse_core.cli.calls import BATCH, MANY_BATCHES, show_progress
+from synapse_core.cli.render import CUT_SHOWN
 from synapse_core.config import ModelSpec
 from synapse_core.hookspecs import hookimpl
 from synapse_core.plugins import PluginHost
@@ -274,8 +275,20 @@ def test_truncate_cuts_long_inputs_and_names_them_across_batches() -> None:
     ranked = invoke(["rerank", "rr", "-q", "q", "--truncate", "end", "--json", long, "d"])
     assert json.loads(ranked.stdout)["truncated"] == [0]
     near = invoke(["similarity", "mini-a", "--truncate", "end", "a", "b", long])
-    assert near.stdout.splitlines()[-1] == "cut to the model's ceiling (--truncate): text 2"
+    assert near.stdout.splitlines()[-1] == (
+        "cut to the model's ceiling (--truncate): 'word word word word word word word wo...'"
+    )
+    assert json.loads(  # indexes into the whole input, FIRST being 0
+        invoke(["similarity", "mini-a", "--json", "--truncate", "end", "a", "b", long]).stdout
+    )["truncated"] == [2]
+    many = invoke(["embed", "mini-a", "--truncate", "end", *[long] * (CUT_SHOWN + 2)])
+    assert many.stdout.splitlines()[-1].endswith(
+        f"input 0, 1, {', '.join(map(str, range(2, CUT_SHOWN)))} and 2 more"
+    )
     assert json.loads(invoke(["embed", "mini-a", "--json", "a"]).stdout)["truncated"] == []
+    prompted = invoke(["embed", "mini-a", "--prompt", "query", "--truncate", "start", "a"])
+    assert prompted.exit_code == 2
+    assert "--truncate start would cut off the prompt; use --truncate end" in error_line(prompted)
 
 
 def test_usage_errors_exit_2_with_one_line() -> None:

@@ -131,6 +131,9 @@ def embed_command(
     Prints each vector's index, dimensions, norm and first values; --json
     prints every vector in input order with the model's vector-space identity.
     """
+    if prompt_name is not None and truncate == "start":
+        # Cut at its start, a long text would lose the prompt put in front of it.
+        raise click.UsageError("--truncate start would cut off the prompt; use --truncate end")
     config = load_config(catalog)
     inputs = gather(texts, file, "text")
     with progress(len(inputs.items), "embedding", "texts") as on_batch:

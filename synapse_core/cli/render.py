@@ -7,7 +7,7 @@ that data, so the two never disagree.
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..call import EmbedResult, RerankResult
@@ -70,12 +70,19 @@ def embed_lines(result: EmbedResult, inputs: Inputs) -> list[str]:
     return [title, *table(header, rows), *cut_lines(result.truncated, "input")]
 
 
-def cut_lines(truncated: Sequence[int], noun: str) -> list[str]:
-    """The line naming the inputs ``--truncate`` cut, if it cut any."""
+#: inputs a "cut" line names before it counts the rest
+CUT_SHOWN = 20
+
+
+def cut_lines(truncated: Sequence[int], noun: str, name: Callable[[int], str] = str) -> list[str]:
+    """The line naming the inputs ``--truncate`` cut (``name`` of each index),
+    if it cut any: the first :data:`CUT_SHOWN`, then how many more."""
     if not truncated:
         return []
-    indexes = ", ".join(str(i) for i in truncated)
-    return [f"cut to the model's ceiling (--truncate): {noun} {indexes}"]
+    named = ", ".join(name(i) for i in truncated[:CUT_SHOWN])
+    more = f" and {len(truncated) - CUT_SHOWN} more" if len(truncated) > CUT_SHOWN else ""
+    what = f"{noun} {named}" if noun else named
+    return [f"cut to the model's ceiling (--truncate): {what}{more}"]
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
@@ -106,7 +113,8 @@ def similarity_lines(result: EmbedResult, inputs: Inputs) -> list[str]:
         title,
         *table(["cosine", "text"], rows),
         f"identity {result.identity}",
-        *cut_lines(result.truncated, "text"),
+        # No index column here: each text cut is named by its words.
+        *cut_lines(result.truncated, "", lambda i: repr(clip(inputs.items[i]))),
     ]
 
 
