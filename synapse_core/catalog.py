@@ -14,7 +14,7 @@ import msgspec
 
 from .config import HostConfig, ModelSpec, Task
 from .errors import ConfigError, Refused
-from .naming import shown
+from .naming import listed, shown
 from .plugins import PluginHost, TransportInfo
 from .tokenizer import BasicTokenizer, Tokenizer
 from .transport import Conversion, LaneInfo, ModelTraits
@@ -96,11 +96,11 @@ class Catalog:
             spec for info in transports.values() for spec in _safe_models(info, plugins)
         )
         self.config = config.with_models(contributed)
-        taken = {spec.name for spec in config.models}
         #: the models a transport shipped (``catalog_models``), by name, with
-        #: its name: not in the catalog file, so listings say where they came from
+        #: its name: not in the catalog file, so listings say where they came
+        #: from (``with_models`` appends those whose names are not taken)
         self.shipped: dict[str, str] = {
-            spec.name: spec.transport for spec in contributed if spec.name not in taken
+            spec.name: spec.transport for spec in self.config.models[len(config.models) :]
         }
         self.entries: dict[str, Entry] = {}
         problems: list[str] = []
@@ -152,12 +152,13 @@ class Catalog:
         """The models a refusal points to instead: those that can run here (of
         ``task``). Named, not a command to run, so the words suit every
         surface (the command line, HTTP, the API)."""
-        return _listed(
+        return listed(
             [
                 e.spec.name
                 for e in self.entries.values()
                 if e.available and (task is None or e.spec.task == task)
-            ]
+            ],
+            NAMES_SHOWN,
         )
 
     def entry(self, name: str, task: Task) -> Entry:
@@ -200,13 +201,6 @@ def _tokenizer(info: TransportInfo, spec: ModelSpec) -> tuple[Tokenizer, str]:
         return info.transport.tokenizer(spec), ""
     except Exception as exc:
         return BasicTokenizer(), f"transport {spec.transport!r}: tokenizer failed: {exc!r}"
-
-
-def _listed(names: list[str]) -> str:
-    """At most :data:`NAMES_SHOWN` names, and how many more there are."""
-    shown_names = ", ".join(names[:NAMES_SHOWN])
-    more = len(names) - NAMES_SHOWN
-    return f"{shown_names} and {more} more" if more > 0 else shown_names or "none"
 
 
 def _model_problem(info: TransportInfo, spec: ModelSpec) -> str:

@@ -6,6 +6,8 @@ characters of it back in an error body and a log line helps nobody.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 #: characters of a name shown before it is cut
 SHOWN_CHARS = 200
 
@@ -18,3 +20,11 @@ def shown(name: str, limit: int = SHOWN_CHARS) -> str:
         return repr(name)
     quoted = repr(name[:limit])
     return f"{quoted[:-1]}…{quoted[-1]} ({len(name)} characters)"
+
+
+def listed(names: Sequence[str], limit: int) -> str:
+    """The first ``limit`` of ``names``, comma-separated, then how many more
+    there are; ``"none"`` for no names."""
+    head = ", ".join(names[:limit]) or "none"
+    more = len(names) - limit
+    return f"{head} and {more} more" if more > 0 else head

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO, Literal
+from typing import BinaryIO
 
 import attrs
 import click
@@ -15,6 +15,7 @@ import click
 from ..catalog import Catalog
 from ..config import HostConfig
 from ..errors import ConfigError
+from ..plan import Truncate
 from ..plugins import PluginHost, selected_names
 from . import render
 from .calls import OnBatch, run_embed, run_rerank, show_progress, spans
@@ -121,7 +122,7 @@ def embed_command(
     texts: tuple[str, ...],
     file: BinaryIO | None,
     prompt_name: str | None,
-    truncate: Literal["end", "start"] | None,
+    truncate: Truncate,
     deadline: float | None,
     as_json: bool,
     catalog: Path | None,
@@ -138,7 +139,7 @@ def embed_command(
     inputs = gather(texts, file, "text")
     with progress(len(inputs.items), "embedding", "texts") as on_batch:
         result = run_embed(
-            config, state.plugins, model, inputs, deadline, on_batch, prompt_name, truncate or False
+            config, state.plugins, model, inputs, deadline, on_batch, prompt_name, truncate
         )
     emit(render.embed_doc(result), as_json, lambda: render.embed_lines(result, inputs))
 
@@ -159,7 +160,7 @@ def rerank_command(
     documents: tuple[str, ...],
     query: str,
     file: BinaryIO | None,
-    truncate: Literal["end", "start"] | None,
+    truncate: Truncate,
     deadline: float | None,
     as_json: bool,
     catalog: Path | None,
@@ -173,7 +174,7 @@ def rerank_command(
     inputs = gather(documents, file, "document")
     with progress(len(inputs.items), "reranking", "documents") as on_batch:
         result = run_rerank(
-            config, state.plugins, model, query, inputs, deadline, on_batch, truncate or False
+            config, state.plugins, model, query, inputs, deadline, on_batch, truncate
         )
     emit(
         render.rerank_doc(result, query),
@@ -196,7 +197,7 @@ def similarity_command(
     model: str,
     first: str,
     others: tuple[str, ...],
-    truncate: Literal["end", "start"] | None,
+    truncate: Truncate,
     deadline: float | None,
     as_json: bool,
     catalog: Path | None,
@@ -206,9 +207,7 @@ def similarity_command(
     config = load_config(catalog)
     inputs = gather((first, *others), None, "text")
     with progress(len(inputs.items), "embedding", "texts") as on_batch:
-        result = run_embed(
-            config, state.plugins, model, inputs, deadline, on_batch, None, truncate or False
-        )
+        result = run_embed(config, state.plugins, model, inputs, deadline, on_batch, None, truncate)
     emit(
         render.similarity_doc(result, inputs),
         as_json,

@@ -68,6 +68,8 @@ truncate_option: Callable[[F], F] = click.option(
     "--truncate",
     type=click.Choice(["end", "start"]),
     default=None,
+    # The host's ``truncate``: False (refuse) unless given.
+    callback=lambda ctx, param, value: value or False,
     help="Cut a text longer than the model's ceiling at its end (or start) to fit, "
     "instead of refusing it; the output lists the inputs cut.",
 )

@@ -6,6 +6,7 @@ that data, so the two never disagree.
 
 from __future__ import annotations
 
+import bisect
 import math
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -13,6 +14,7 @@ from typing import Any
 from ..call import EmbedResult, RerankResult
 from ..catalog import Catalog, Entry
 from ..config import HostConfig, ModelSpec
+from ..naming import listed
 from ..plugins import PluginHost
 from ..transport import Transport
 from .inputs import Inputs
@@ -79,10 +81,8 @@ def cut_lines(truncated: Sequence[int], noun: str, name: Callable[[int], str] = 
     if it cut any: the first :data:`CUT_SHOWN`, then how many more."""
     if not truncated:
         return []
-    named = ", ".join(name(i) for i in truncated[:CUT_SHOWN])
-    more = f" and {len(truncated) - CUT_SHOWN} more" if len(truncated) > CUT_SHOWN else ""
-    what = f"{noun} {named}" if noun else named
-    return [f"cut to the model's ceiling (--truncate): {what}{more}"]
+    named = listed([name(i) for i in truncated], CUT_SHOWN)
+    return [f"cut to the model's ceiling (--truncate): {f'{noun} ' if noun else ''}{named}"]
 
 
 def cosine(a: Sequence[float], b: Sequence[float]) -> float:
@@ -178,8 +178,7 @@ def _usable(buckets: tuple[int, ...] | None, ceiling: int) -> list[int] | None:
     (a longer sequence is refused, a shorter one takes the smallest that fits)."""
     if buckets is None:
         return None
-    reach = next((i for i, bucket in enumerate(buckets) if bucket >= ceiling), len(buckets) - 1)
-    return list(buckets[: reach + 1])
+    return list(buckets[: bisect.bisect_left(buckets, ceiling) + 1])  # increasing, none twice
 
 
 def catalog_lines(doc: Doc) -> list[str]:
