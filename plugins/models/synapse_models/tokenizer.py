@@ -15,8 +15,8 @@ from typing import Any
 
 from synapse_core.plugin import TokenPiece
 
-from .bert import Framing
 from .errors import ModelFilesError
+from .packing import Framing
 
 #: texts this long or longer are tokenised with the GIL released (the cost of
 #: letting go of it is tens of microseconds, a small part of theirs)
@@ -129,10 +129,13 @@ class HFTokenizer:
         return count + pair + (framing.pair if self.pairs else framing.single)
 
 
-def check_fits(tokenizer: HFTokenizer, vocab_rows: int) -> None:
-    """Refuse a tokenizer whose ids the weights cannot embed (another model's)."""
+def check_fits(tokenizer: HFTokenizer, vocab_rows: int, padded: bool = False) -> None:
+    """Refuse a tokenizer whose ids the weights cannot embed (another model's).
+
+    ``padded``: the family pads its embedding table past the vocabulary (to a
+    multiple of 64, say), so the tokenizer may have fewer tokens than rows."""
     size = tokenizer.load().get_vocab_size()  # type: ignore[attr-defined]
-    if size != vocab_rows:
+    if size > vocab_rows or (size < vocab_rows and not padded):
         raise ModelFilesError(
             str(tokenizer.path),
             f"has {size} tokens but the weights embed {vocab_rows}: it belongs to another "

@@ -13,22 +13,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, cast
 
 import attrs
 
 from .errors import ModelFilesError
+from .families import Family, cross_encoders, family_for
+from .heads import POOLINGS as POOLINGS
+from .heads import Activation, Pooling
 
-Architecture = Literal["bert", "xlm-roberta", "mpnet"]
-Pooling = Literal["cls", "mean", "max", "lasttoken"]
-ARCHITECTURES: dict[str, Architecture] = {
-    "bert": "bert",
-    "xlm-roberta": "xlm-roberta",
-    "mpnet": "mpnet",
-}
-#: architectures (config.json ``architectures``) served as cross-encoders
-CROSS_ENCODERS = ("BertForSequenceClassification", "XLMRobertaForSequenceClassification")
-POOLINGS: tuple[Pooling, ...] = ("cls", "mean", "max", "lasttoken")
 _POOLING_KEYS: dict[str, Pooling | None] = {
     "pooling_mode_cls_token": "cls",
     "pooling_mode_mean_tokens": "mean",
@@ -38,7 +31,14 @@ _POOLING_KEYS: dict[str, Pooling | None] = {
     "pooling_mode_weightedmean_tokens": None,
 }
 _MODULE = "sentence_transformers.models."
-MODULES = (_MODULE + "Transformer", _MODULE + "Pooling", _MODULE + "Normalize")
+TRANSFORMER, POOLING, DENSE, NORMALIZE = (
+    _MODULE + name for name in ("Transformer", "Pooling", "Dense", "Normalize")
+)
+#: a Dense module's activation, by the class name its config gives
+_ACTIVATIONS: dict[str, Activation] = {
+    "torch.nn.modules.linear.Identity": "identity",
+    "torch.nn.modules.activation.Tanh": "tanh",
+}
 
 CONFIG = "config.json"
 MODULES_FILE = "modules.json"
@@ -53,10 +53,22 @@ BUCKET_STEPS = (32, 64, 128, 256, 512, 1024, 2048, 4096)
 
 
 @attrs.frozen
+class DenseModule:
+    """A sentence-transformers ``Dense`` module's folder and config."""
+
+    folder: str
+    in_features: int
+    out_features: int
+    bias: bool
+    activation: Activation
+
+
+@attrs.frozen
 class Layout:
     """A model folder's model: what is computed, and the longest input served."""
 
-    architecture: Architecture
+    #: the family's name (``bert``, ``xlm-roberta``, ``modernbert``, ...)
+    architecture: str
     #: a ``*ForSequenceClassification`` head with one label: scores pairs
     cross_encoder: bool
     #: how token vectors become one vector (a cross-encoder's head reads the first token)
@@ -75,6 +87,20 @@ class Layout:
     #: sentence-transformers' prompts by name, and the one used when none is named
     prompts: dict[str, str] = attrs.field(factory=dict)
     default_prompt: str | None = None
+    #: sentence-transformers ``Dense`` modules after the pooling, in order
+    dense: tuple[DenseModule, ...] = ()
+
+    @property
+    def family(self) -> Family:
+        """The family module that computes this model."""
+        from .families import FAMILIES
+
+        return next(f for f in FAMILIES.values() if f.name == self.architecture)
+
+    @property
+    def dims(self) -> int:
+        """An embedder's vector size: the last Dense module's, else the hidden size."""
+        return self.dense[-1].out_features if self.dense else self.hidden
 
     @property
     def kind(self) -> str:
@@ -82,7 +108,8 @@ class Layout:
         ``xlm-roberta-cls-raw``, ``bert-cross-encoder``."""
         if self.cross_encoder:
             return f"{self.architecture}-cross-encoder"
-        return f"{self.architecture}-{self.pooling}-{'norm' if self.normalize else 'raw'}"
+        dense = f"-dense{len(self.dense)}" if self.dense else ""
+        return f"{self.architecture}-{self.pooling}{dense}-{'norm' if self.normalize else 'raw'}"
 
     def buckets(self) -> tuple[int, ...]:
         """The default buckets: powers of two below the ceiling, and the ceiling."""
@@ -104,25 +131,18 @@ def read_layout(root: Path) -> Layout:
     file at fault and says what is supported."""
     config_path = root / CONFIG
     config = read_json(config_path)
-    architecture, cross = _architecture(config, config_path)
-    _check_encoder(config, config_path)
-    try:
-        hidden = int(config["hidden_size"])
-        table = int(config["max_position_embeddings"])
-        pad = config.get("pad_token_id")
-        offset = 0 if architecture == "bert" else int(1 if pad is None else pad) + 1
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ModelFilesError(str(config_path), f"missing or bad {exc}") from None
-    positions = table - offset
+    family = family_for(config, str(config_path))
+    cross = _cross_encoder(config, config_path, family)
+    sizes = family.sizes(config, str(config_path))
+    name, hidden, positions, offset = family.name, sizes.hidden, sizes.positions, sizes.offset
     if cross:
-        limit = _tokenizer_limit(root)
-        ceiling = _ceiling(limit, positions)
-        return Layout(architecture, True, "cls", False, positions, ceiling, hidden, offset)
-    pooling, normalize = _modules(root)
+        ceiling = _ceiling(_tokenizer_limit(root), positions)
+        return Layout(name, True, "cls", False, positions, ceiling, hidden, offset)
+    pooling, dense, normalize = _modules(root)
     limit = _max_seq_length(root)
     prompts, default = _prompts(root)
     return Layout(
-        architecture,
+        name,
         False,
         pooling,
         normalize,
@@ -132,6 +152,7 @@ def read_layout(root: Path) -> Layout:
         offset,
         prompts,
         default,
+        dense,
     )
 
 
@@ -139,24 +160,18 @@ def _ceiling(limit: int | None, positions: int) -> int:
     return positions if limit is None else min(limit, positions)
 
 
-def _architecture(config: dict[str, Any], path: Path) -> tuple[Architecture, bool]:
-    model_type = config.get("model_type")
-    architecture = ARCHITECTURES.get(model_type) if isinstance(model_type, str) else None
-    if architecture is None:
-        raise ModelFilesError(
-            str(path),
-            f"model_type {model_type!r} is not supported; supported: "
-            f"{', '.join(ARCHITECTURES)} (BERT, XLM-RoBERTa, MPNet encoders)",
-        )
+def _cross_encoder(config: dict[str, Any], path: Path, family: Family) -> bool:
+    """Whether ``config.json`` names a one-label ``*ForSequenceClassification``
+    head that ``family`` serves as a cross-encoder."""
     named = config.get("architectures") or []
     heads = [a for a in named if isinstance(a, str) and a.endswith("ForSequenceClassification")]
     if not heads:
-        return architecture, False
-    if heads[0] not in CROSS_ENCODERS:
+        return False
+    if heads[0] not in family.cross_encoders:
         raise ModelFilesError(
             str(path),
             f"architecture {heads[0]} is not supported; cross-encoders supported: "
-            f"{', '.join(CROSS_ENCODERS)}",
+            f"{', '.join(cross_encoders())}",
         )
     labels = config.get("id2label")
     count = len(labels) if isinstance(labels, dict) else config.get("num_labels", 2)
@@ -165,45 +180,64 @@ def _architecture(config: dict[str, Any], path: Path) -> tuple[Architecture, boo
             str(path),
             f"{heads[0]} has {count} labels; a cross-encoder (rerank) model has one label",
         )
-    return architecture, True
+    return True
 
 
-def _check_encoder(config: dict[str, Any], path: Path) -> None:
-    act = config.get("hidden_act", "gelu")
-    if act != "gelu":
-        raise ModelFilesError(str(path), f"hidden_act {act!r} is not supported; supported: gelu")
-    kind = config.get("position_embedding_type", "absolute")
-    if kind != "absolute":
-        raise ModelFilesError(
-            str(path), f"position_embedding_type {kind!r} is not supported; supported: absolute"
-        )
-
-
-def _modules(root: Path) -> tuple[Pooling, bool]:
-    """The pooling and whether a Normalize module follows, from ``modules.json``
-    (a folder without one: a Transformer, then ``1_Pooling``, then Normalize,
-    as sentence-transformers' early exports such as the MiniLM wheel's are)."""
+def _modules(root: Path) -> tuple[Pooling, tuple[DenseModule, ...], bool]:
+    """The pooling, the Dense modules and whether a Normalize module follows,
+    from ``modules.json`` (a folder without one: a Transformer, then
+    ``1_Pooling``, then Normalize, as sentence-transformers' early exports
+    such as the MiniLM wheel's are)."""
     path = root / MODULES_FILE
     pooling_path = root / POOLING_CONFIG
     if not path.is_file():
-        return _pooling(pooling_path), True
+        return _pooling(pooling_path), (), True
     try:
         raw = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ModelFilesError(str(path), f"cannot read it as JSON: {exc}") from None
     if not isinstance(raw, list) or not all(isinstance(m, dict) for m in raw):
         raise ModelFilesError(str(path), "expected a JSON list of modules")
-    types = [str(cast(dict[str, Any], m).get("type", "")) for m in raw]
-    known = list(MODULES)
-    ok = len(types) in (2, 3) and types == known[: len(types)]
+    modules = [cast(dict[str, Any], m) for m in raw]
+    types = [str(m.get("type", "")) for m in modules]
+    middle = types[2:-1] if types[-1:] == [NORMALIZE] else types[2:]
+    ok = types[:2] == [TRANSFORMER, POOLING] and all(t == DENSE for t in middle)
     if not ok:
         raise ModelFilesError(
             str(path),
-            f"modules {types} are not supported; supported: Transformer, Pooling and an "
-            "optional Normalize, in that order (no Dense or other modules)",
+            f"modules {types} are not supported; supported: Transformer, Pooling, any "
+            "Dense modules and an optional Normalize, in that order",
         )
-    folder = str(cast(dict[str, Any], raw[1]).get("path") or "1_Pooling")
-    return _pooling(root / folder / "config.json"), len(types) == 3
+    folder = str(modules[1].get("path") or "1_Pooling")
+    dense = tuple(
+        _dense(root, str(m.get("path") or f"{i + 2}_Dense"))
+        for i, m in enumerate(modules[2 : 2 + len(middle)])
+    )
+    return _pooling(root / folder / "config.json"), dense, types[-1] == NORMALIZE
+
+
+def _dense(root: Path, folder: str) -> DenseModule:
+    path = root / folder / "config.json"
+    if not path.is_file():
+        raise ModelFilesError(str(path), "missing the Dense module's config")
+    config = read_json(path)
+    name = str(config.get("activation_function", "torch.nn.modules.linear.Identity"))
+    activation = _ACTIVATIONS.get(name)
+    if activation is None:
+        raise ModelFilesError(
+            str(path),
+            f"activation_function {name!r} is not supported; supported: {', '.join(_ACTIVATIONS)}",
+        )
+    try:
+        sizes = int(config["in_features"]), int(config["out_features"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelFilesError(str(path), f"missing or bad {exc}") from None
+    if not (root / folder / "model.safetensors").is_file():
+        raise ModelFilesError(
+            str(root / folder / "model.safetensors"),
+            "missing the Dense module's weights (safetensors; pytorch_model.bin is not read)",
+        )
+    return DenseModule(folder, *sizes, bool(config.get("bias", True)), activation)
 
 
 def _pooling(path: Path) -> Pooling:

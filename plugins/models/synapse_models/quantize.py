@@ -39,6 +39,7 @@ RECIPE = {
     "float32": "layer 1 FFN down-projection, layer 3 FFN up-projection",
 }
 #: (layer, projection) of the feed-forward matrix products kept in float32
+#: (MiniLM's, measured; a family may name its own)
 KEPT_FLOAT = ((0, "down"), (2, "up"))
 
 _SENTENCES = (
@@ -115,15 +116,22 @@ def read_loss(cache_root: Path, sha256: str) -> Loss | None:
         return None
 
 
-def cached_int8(graph: Path, encode: Encode, cache_root: Path, sha256: str) -> tuple[Path, Loss]:
+def cached_int8(
+    graph: Path,
+    encode: Encode,
+    cache_root: Path,
+    sha256: str,
+    kept: Sequence[tuple[int, str]] = KEPT_FLOAT,
+) -> tuple[Path, Loss]:
     """The int8 graph of the float32 ``graph`` and its loss, built and measured
-    if either is not cached yet."""
+    if either is not cached yet; ``kept``: the family's feed-forward products
+    kept in float32 (:attr:`synapse_models.families.Family.kept_float`)."""
     import onnxruntime as ort
 
     target = int8_path(graph)
     built = not target.is_file()
     if built:
-        _atomic(target, lambda tmp: quantize(graph, tmp))
+        _atomic(target, lambda tmp: quantize(graph, tmp, kept))
     loss = read_loss(cache_root, sha256)
     if built or loss is None or loss.onnxruntime != ort.__version__:
         loss = measure(graph, target, encode(TEXTS))
@@ -136,7 +144,7 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def quantize(source: Path, target: Path) -> None:
+def quantize(source: Path, target: Path, kept: Sequence[tuple[int, str]] = KEPT_FLOAT) -> None:
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -155,14 +163,14 @@ def quantize(source: Path, target: Path) -> None:
             per_channel=True,
             reduce_range=True,
             weight_type=QuantType.QInt8,
-            nodes_to_exclude=kept_float(model),
+            nodes_to_exclude=kept_float(model, kept),
         )
     finally:
         root.setLevel(level)
 
 
-def kept_float(model: Any) -> list[str]:
-    """Names of the :data:`KEPT_FLOAT` matrix products of ``model``'s graph.
+def kept_float(model: Any, kept: Sequence[tuple[int, str]] = KEPT_FLOAT) -> list[str]:
+    """Names of the ``kept`` matrix products of ``model``'s graph.
 
     A layer's feed-forward block is an up-projection (hidden to intermediate)
     followed by the one product of constant weights that narrows (intermediate
@@ -180,15 +188,14 @@ def kept_float(model: Any) -> list[str]:
     for index, (name, (rows, cols)) in enumerate(products):
         if rows > cols and index > 0:
             layers.append({"up": products[index - 1][0], "down": name})
-    return [layers[n][part] for n, part in KEPT_FLOAT if n < len(layers)]
+    return [layers[n][part] for n, part in kept if n < len(layers)]
 
 
 def measure(graph: Path, quantized: Path, sequences: Sequence[Packed]) -> Loss:
     """Cosines of each sequence's int8 vector with its float32 vector."""
     import onnxruntime as ort
 
-    from .cores import usable_cores
-    from .sessions import onnx_session
+    from .sessions import onnx_session, usable_cores
 
     sessions = [onnx_session(path, usable_cores()) for path in (graph, quantized)]
     cosines = []
