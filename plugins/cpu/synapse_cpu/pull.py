@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
-from synapse_models.hub import pull
 
 from synapse_core.cli import catalog_option, load_config
+from synapse_models.hub import pull
 
 
 @click.command("pull")

@@ -14,10 +14,6 @@ from pathlib import Path
 
 import anyio
 import attrs
-from synapse_models import files
-from synapse_models.errors import ModelFilesError
-from synapse_models.folder import Layout
-from synapse_models.tokenizer import HFTokenizer, check_fits
 
 from synapse_core.plugin import (
     Availability,
@@ -34,6 +30,10 @@ from synapse_core.plugin import (
     Transport,
     spawn_worker,
 )
+from synapse_models import files
+from synapse_models.errors import ModelFilesError
+from synapse_models.folder import Layout
+from synapse_models.tokenizer import HFTokenizer, check_fits
 
 from .cores import LANE_ID, usable_cores
 from .costs import HIDDEN, default_capacity_mib, request_budget, weights_mib

@@ -13,9 +13,6 @@ from typing import Any
 import huggingface_hub.constants
 import pytest
 from click.testing import CliRunner
-from synapse_models.errors import ModelFilesError
-from synapse_models.hub import cached_folder
-from synapse_models.testing import TINY
 
 import synapse_core as synapse
 import synapse_cpu.plugin
@@ -25,6 +22,9 @@ from synapse_core.plugin import ConfigError
 from synapse_core.plugins import PluginHost
 from synapse_core.testing import catalog_toml, host_config, model_entry
 from synapse_cpu.options import parse_options
+from synapse_models.errors import ModelFilesError
+from synapse_models.hub import cached_folder
+from synapse_models.testing import TINY
 
 REPO = "org/tiny-bert"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"

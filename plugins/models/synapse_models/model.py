@@ -20,6 +20,7 @@ import attrs
 import numpy as np
 
 from . import files, packing
+from .errors import ModelFilesError
 from .families import Family
 from .folder import Layout, read_json
 from .heads import Dense, Embedding, Ending, finish
@@ -322,7 +323,7 @@ def _dense(folder: Path, module: Any) -> Dense:
     tensors = Tensors(LazyTensors(path), str(path), "sentence-transformers Dense")
     weight = tensors.matrix("linear.weight")
     if weight.shape != (module.in_features, module.out_features):
-        raise files.ModelFilesError(
+        raise ModelFilesError(
             str(path),
             f"linear.weight is {weight.shape[::-1]}, but its config says "
             f"{module.out_features} x {module.in_features}",

@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from synapse_models import model as runtime
 from synapse_models import numerics, packing
 

@@ -46,21 +46,41 @@ class Family(Protocol):
     vector: mask padding keys out of attention.
     """
 
-    #: the family's part of a model's identity and kind (``bert-mean-norm``)
-    name: str
-    #: ``config.json`` ``model_type`` values this family reads
-    model_types: tuple[str, ...]
-    #: ``config.json`` architectures served as cross-encoders (rerank models)
-    cross_encoders: tuple[str, ...]
-    #: what a task head's checkpoint puts before the body's tensor names
-    prefixes: tuple[str, ...]
-    #: the word-embedding table's name (its rows: the vocabulary size)
-    word_embeddings: str
-    #: int8: (layer, "up" | "down") feed-forward products kept in float32
-    kept_float: tuple[tuple[int, str], ...]
-    #: the embedding table has more rows than the tokenizer has tokens
-    #: (padded to a multiple of 64, say), so a smaller tokenizer still fits
-    vocab_padded: bool
+    @property
+    def name(self) -> str:
+        """The family's part of a model's identity and kind (``bert-mean-norm``)."""
+        ...
+
+    @property
+    def model_types(self) -> tuple[str, ...]:
+        """``config.json`` ``model_type`` values this family reads."""
+        ...
+
+    @property
+    def cross_encoders(self) -> tuple[str, ...]:
+        """``config.json`` architectures served as cross-encoders (rerank models)."""
+        ...
+
+    @property
+    def prefixes(self) -> tuple[str, ...]:
+        """What a task head's checkpoint puts before the body's tensor names."""
+        ...
+
+    @property
+    def word_embeddings(self) -> str:
+        """The word-embedding table's name (its rows: the vocabulary size)."""
+        ...
+
+    @property
+    def kept_float(self) -> tuple[tuple[int, str], ...]:
+        """Int8: (layer, "up" | "down") feed-forward products kept in float32."""
+        ...
+
+    @property
+    def vocab_padded(self) -> bool:
+        """The embedding table has more rows than the tokenizer has tokens
+        (padded to a multiple of 64, say), so a smaller tokenizer still fits."""
+        ...
 
     def sizes(self, config: Mapping[str, Any], source: str) -> Sizes:
         """Check ``config.json`` (raise :class:`ModelFilesError` naming ``source``
