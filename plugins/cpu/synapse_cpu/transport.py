@@ -184,7 +184,7 @@ class CpuTransport(Transport):
         if options.quantize is None:
             return None
         from synapse_models import quantize
-        from synapse_models.graph import default_cache_dir
+        from synapse_models.onnx_file import default_cache_dir
 
         located = model_files(options)
         root = Path(options.cache_dir) if options.cache_dir else default_cache_dir()
