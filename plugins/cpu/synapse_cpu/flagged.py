@@ -1,0 +1,70 @@
+"""A cpu catalog entry for a model given by ``--model`` (a folder or a hub id).
+
+The entry is what a user would write: ``options.model_dir`` or
+``options.hf``, the task read from the folder, the ceiling from the
+folder's buckets; everything else is checked as any catalog entry is.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import attrs
+
+from synapse_core.plugin import ConfigError, ModelSource, ModelSpec, Task, Transport
+
+#: a ceiling for a folder whose buckets cannot be read (the entry is then
+#: shown unavailable with the folder's problem, so it is never served)
+FALLBACK_CEILING = 512
+
+
+def task_of(folder: Path) -> Task:
+    """``"rerank"`` for a ``*ForSequenceClassification`` model (a
+    cross-encoder), else ``"embed"``: what ``config.json``'s
+    ``architectures`` say, as transformers reads them."""
+    path = folder / "config.json"
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ConfigError(str(path), [f"cannot read it as JSON: {exc}"]) from None
+    named = config.get("architectures") if isinstance(config, dict) else None
+    if not isinstance(named, list):
+        named = []
+    heads = [a for a in named if isinstance(a, str) and a.endswith("ForSequenceClassification")]
+    return "rerank" if heads else "embed"
+
+
+def model_from_source(transport: Transport, source: ModelSource) -> ModelSpec:
+    """The cpu entry serving ``source`` (see :meth:`Transport.model_from_source`)."""
+    from .errors import ModelFilesError
+    from .options import CpuOptions
+
+    if source.folder is not None:
+        options = {"model_dir": str(source.folder)}
+        folder = source.folder
+    else:
+        options = {"hf": str(source.hub_id)}
+        try:
+            folder = Path(str(CpuOptions(hf=source.hub_id).folder()))
+        except ModelFilesError:
+            raise ConfigError(
+                f"--model {source.given}",
+                [
+                    f"no folder {source.given} here, and {source.given} is not in the local "
+                    f"Hugging Face cache; download it with `synapse pull {source.given}`"
+                ],
+            ) from None
+    spec = ModelSpec(
+        name=source.name,
+        task=task_of(folder),
+        transport=transport.name,
+        package=source.name,
+        ceiling=FALLBACK_CEILING,
+        options=options,
+        description=f"--model {source.given}",
+    )
+    # The folder's own ceiling (its max_seq_length), so the catalog shows it
+    # as it is rather than capped by an arbitrary number.
+    buckets = transport.buckets(spec)
+    return attrs.evolve(spec, ceiling=max(buckets)) if buckets else spec
