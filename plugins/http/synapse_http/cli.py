@@ -12,8 +12,7 @@ import anyio
 import attrs
 import click
 
-from synapse_core.cli import catalog_option, load_config, model_options
-from synapse_core.plugin import ModelSource
+from synapse_core.cli import ModelSource, catalog_option, load_config, model_options
 
 from .logs import LOG_FORMATS, configure_logging
 from .settings import MIB, ServeSettings
