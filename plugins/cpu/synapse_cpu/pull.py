@@ -7,11 +7,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import click
+from synapse_models.hub import pull
 
 from synapse_core.cli import catalog_option, load_config
 from synapse_core.plugin import ModelSpec
-
-from .hub import pull
 
 
 @click.command("pull")

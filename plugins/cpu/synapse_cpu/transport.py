@@ -1,4 +1,4 @@
-"""The ``cpu`` transport: BERT-family encoders and cross-encoders, lane ``cpu:0``.
+"""The ``cpu`` transport: every family of :mod:`synapse_models` on lane ``cpu:0``.
 
 Host side only: it checks a model's files (cheaply when a catalog is built,
 the weights' sha256 before a launch), gives the host the model's own
@@ -14,6 +14,10 @@ from pathlib import Path
 
 import anyio
 import attrs
+from synapse_models import files
+from synapse_models.errors import ModelFilesError
+from synapse_models.folder import Layout
+from synapse_models.tokenizer import HFTokenizer, check_fits
 
 from synapse_core.plugin import (
     Availability,
@@ -32,13 +36,9 @@ from synapse_core.plugin import (
     spawn_worker,
 )
 
-from . import files
 from .cores import LANE_ID, usable_cores
 from .costs import HIDDEN, default_capacity_mib, request_budget, weights_mib
-from .errors import ModelFilesError
-from .folder import Layout
 from .options import CpuOptions, parse_options
-from .tokenizer import HFTokenizer, check_fits
 
 WORKER = "synapse_cpu.worker:CpuWorker"
 log = logging.getLogger(__name__)
@@ -120,7 +120,7 @@ def verify_before_launch(located: files.ModelFiles) -> None:
     stat = located.weights.stat()
     _verified(located.weights, stat.st_size, stat.st_mtime_ns, located.sha256)
     tokenizer = _tokenizer(located.tokenizer, layout.cross_encoder)
-    check_fits(tokenizer, files.vocab_rows(located.weights))
+    check_fits(tokenizer, files.vocab_rows(located.weights, layout), layout.family.vocab_padded)
 
 
 @attrs.frozen
@@ -181,7 +181,7 @@ class CpuTransport(Transport):
                 f"{conversion.name} (dynamic quantization, lossy): worst cosine to float32 "
                 "measured when its graph is first built"
             )
-        from . import quantize
+        from synapse_models import quantize
 
         return quantize.describe(conversion.min_cosine, conversion.mean_cosine)
 
@@ -190,8 +190,8 @@ class CpuTransport(Transport):
         options: CpuOptions = self.model_options(model)
         if options.quantize is None:
             return None
-        from . import quantize
-        from .onnx_graph import default_cache_dir
+        from synapse_models import quantize
+        from synapse_models.graph import default_cache_dir
 
         located = model_files(options)
         root = Path(options.cache_dir) if options.cache_dir else default_cache_dir()

@@ -14,6 +14,9 @@ from typing import Any
 import huggingface_hub.constants
 import pytest
 from click.testing import CliRunner
+from synapse_models.errors import ModelFilesError
+from synapse_models.hub import cached_folder
+from synapse_models.testing import TINY
 
 import synapse_core as synapse
 import synapse_cpu.plugin
@@ -22,11 +25,8 @@ from synapse_core.cli import make_cli
 from synapse_core.plugin import ConfigError
 from synapse_core.plugins import PluginHost
 from synapse_core.testing import catalog_toml, host_config, model_entry
-from synapse_cpu.errors import ModelFilesError
-from synapse_cpu.hub import cached_folder
 from synapse_cpu.options import parse_options
 
-TINY = Path(__file__).parent / "data" / "tiny-models"
 REPO = "org/tiny-bert"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
 DEADLINE_S = 60.0  # bounds a broken worker; not a timing claim
