@@ -37,7 +37,8 @@ def task_of(folder: Path) -> Task:
 
 def model_from_source(transport: Transport, source: ModelSource) -> ModelSpec:
     """The cpu entry serving ``source`` (see :meth:`Transport.model_from_source`)."""
-    from .errors import ModelFilesError
+    from synapse_models.errors import ModelFilesError
+
     from .options import CpuOptions
 
     if source.folder is not None:

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 from click.testing import CliRunner, Result
+from synapse_models.testing import TINY
 
 import synapse_core as synapse
 import synapse_cpu.plugin
@@ -17,8 +18,6 @@ from synapse_core.cli import make_cli
 from synapse_core.plugin import ConfigError
 from synapse_core.testing import catalog_toml, model_entry
 from synapse_cpu.flagged import task_of
-
-TINY = Path(__file__).parent / "data" / "tiny-models"
 
 
 def invoke(*args: str) -> Result:
