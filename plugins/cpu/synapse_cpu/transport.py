@@ -23,6 +23,7 @@ from synapse_core.plugin import (
     LaneInfo,
     Launched,
     LaunchRequest,
+    ModelSource,
     ModelSpec,
     ModelTraits,
     Scorer,
@@ -151,6 +152,12 @@ class CpuTransport(Transport):
     name = "cpu"
     worker = WORKER
     options_type = CpuOptions
+
+    def model_from_source(self, source: ModelSource) -> ModelSpec:
+        """A folder's or a hub id's entry, its task read from the folder (``--model``)."""
+        from .flagged import model_from_source
+
+        return model_from_source(self, source)
 
     def describe(self) -> str:
         problem = onnxruntime_problem()
