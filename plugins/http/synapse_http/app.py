@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from synapse_core import ConfigError, Host, HostConfig, PluginHost, SynapseError
 
-from . import openapi, routes_openai, routes_rerank, routes_tei
+from . import openapi, routes_cohere, routes_openai, routes_rerank, routes_tei
 from .errors import HTTPError, unexpected
 from .metrics import CONTENT_TYPE
 from .openapi import Answer, answers
@@ -50,6 +50,7 @@ ROUTES = [
     Route("/v1/models", routes_openai.models, methods=["GET"]),
     Route("/v1/rerank", routes_rerank.rerank, methods=["POST"]),
     Route("/v2/rerank", routes_rerank.rerank_v2, methods=["POST"]),
+    Route("/v2/embed", routes_cohere.embed_v2, methods=["POST"]),
     Route("/", routes_tei.served, methods=["POST"]),
     Route("/embed", routes_tei.embed, methods=["POST"]),
     Route("/rerank", routes_tei.rerank, methods=["POST"]),

@@ -59,6 +59,7 @@ TASKS = {
     "/rerank": "rerank",
     "/v1/rerank": "rerank",
     "/v2/rerank": "rerank",
+    "/v2/embed": "embed",
 }
 #: how a request names its model besides its body (see ``pipeline.model_of``)
 MODEL_PARAMETERS = [
