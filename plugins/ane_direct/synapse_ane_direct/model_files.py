@@ -18,6 +18,7 @@ from typing import Any
 import attrs
 import numpy as np
 import numpy.typing as npt
+
 from synapse_models import errors, files
 from synapse_models.families import encoder
 from synapse_models.folder import Layout, read_json

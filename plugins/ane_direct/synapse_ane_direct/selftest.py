@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-from synapse_models.errors import ModelFilesError
 
 from synapse_core.plugin import LaneLocked
+from synapse_models.errors import ModelFilesError
 
 from .availability import probe
 from .lanelock import RuntimeDirError, acquire

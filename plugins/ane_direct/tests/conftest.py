@@ -12,10 +12,10 @@ from typing import Any
 import attrs
 import numpy as np
 import pytest
-from synapse_models.packing import Framing
 
 from synapse_ane_direct.model_files import BertConfig, MiniLM, ModelFilesError
 from synapse_ane_direct.selftest import reference_items
+from synapse_models.packing import Framing
 
 DATA = Path(__file__).parent / "data"
 #: A BERT small enough to run in a blink, for structural tests.
