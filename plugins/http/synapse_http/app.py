@@ -175,17 +175,33 @@ class SynapseApp(Starlette):
 
 class Key:
     """The API key check: with a key set, every route but ``/health`` needs
-    ``Authorization: Bearer <key>``, compared in constant time."""
+    ``Authorization: Bearer <key>``, the key compared in constant time and the
+    scheme in any case (RFC 7235); more than one ``Authorization`` header is
+    a 400, whichever of them holds the key."""
 
     def __init__(self, key: str | None) -> None:
-        self.expected = None if key is None else f"Bearer {key}".encode()
+        self.expected = None if key is None else key.encode()
 
     def refusal(self, scope: Scope) -> Response | None:
-        """The 401 answer for a request without the key, or None."""
+        """The 401 (or 400) answer for a request without the key, or None."""
         if self.expected is None or scope["path"] in OPEN_PATHS:
             return None
-        given = dict(scope["headers"]).get(b"authorization", b"")
-        if hmac.compare_digest(given, self.expected):
+        given = [value for name, value in scope["headers"] if name == b"authorization"]
+        if len(given) > 1:
+            return error_response(
+                HTTPError(
+                    400,
+                    ErrorBody(
+                        error=f"{len(given)} Authorization headers; send exactly one, "
+                        "'Authorization: Bearer <key>'",
+                        error_type="invalid-header",
+                        field="Authorization",
+                    ),
+                ),
+                scope["path"],
+            )
+        scheme, _, credentials = (given[0] if given else b"").strip().partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), self.expected):
             return None
         problem = "missing" if not given else "wrong"
         return error_response(

@@ -1,0 +1,71 @@
+"""What the app checks of a request before it reads the body, in-process on
+both anyio backends: the ``Authorization`` header (its scheme in any case, one
+header only) and the body's media type and encoding."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import httpx
+import pytest
+
+import synapse_core as synapse
+from synapse_core.testing import host_config, transport_plugin
+from synapse_http import ServeSettings, create_app
+from synapse_http.testing import model
+from synapse_mock_transport.inprocess import InProcessTransport
+
+pytestmark = pytest.mark.anyio
+
+KEY = "k-123"
+
+
+@asynccontextmanager
+async def serving(api_key: str | None = KEY) -> AsyncIterator[httpx.AsyncClient]:
+    config = host_config(model("e"), model("r", task="rerank"))
+    plugins = [transport_plugin(InProcessTransport())]
+    async with synapse.open_host(config, plugins=plugins) as host:
+        app = create_app(host, ServeSettings(api_key=api_key))
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://synapse") as http:
+            yield http
+
+
+@pytest.mark.parametrize("scheme", ["Bearer", "bearer", "BEARER", "bEaReR"])
+@pytest.mark.parametrize("path", ["/embed", "/v1/models"])
+async def test_the_auth_scheme_is_case_insensitive(scheme: str, path: str) -> None:
+    async with serving() as http:
+        headers = {"Authorization": f"{scheme} {KEY}"}
+        if path == "/embed":
+            answer = await http.post(path, json={"inputs": "a"}, headers=headers)
+        else:
+            answer = await http.get(path, headers=headers)
+    assert answer.status_code == 200, answer.text
+
+
+@pytest.mark.parametrize(
+    "values", [["Bearer nope", f"Bearer {KEY}"], [f"Bearer {KEY}", f"Bearer {KEY}"]]
+)
+@pytest.mark.parametrize("path", ["/embed", "/v1/models"])
+async def test_more_than_one_authorization_header_is_a_400(values: list[str], path: str) -> None:
+    headers = [("Authorization", value) for value in values]
+    async with serving() as http:
+        if path == "/embed":
+            answer = await http.post(path, json={"inputs": "a"}, headers=headers)
+        else:
+            answer = await http.get(path, headers=headers)
+    assert answer.status_code == 400, answer.text
+    body = answer.json()
+    error = body.get("error")
+    error_type = error["error_type"] if isinstance(error, dict) else body["error_type"]
+    assert error_type == "invalid-header"
+
+
+async def test_a_wrong_key_or_scheme_is_still_a_401() -> None:
+    async with serving() as http:
+        for value in ["Bearer nope", f"Basic {KEY}", KEY, f"Bearer{KEY}", f"bearer {KEY}x"]:
+            answer = await http.post(
+                "/embed", json={"inputs": "a"}, headers={"Authorization": value}
+            )
+            assert answer.status_code == 401, value
