@@ -4,6 +4,7 @@ header only) and the body's media type and encoding."""
 
 from __future__ import annotations
 
+import gzip
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -69,3 +70,49 @@ async def test_a_wrong_key_or_scheme_is_still_a_401() -> None:
                 "/embed", json={"inputs": "a"}, headers={"Authorization": value}
             )
             assert answer.status_code == 401, value
+
+
+def error_type_of(answer: httpx.Response) -> str:
+    body = answer.json()
+    error = body.get("error")
+    return str(error["error_type"] if isinstance(error, dict) else body["error_type"])
+
+
+@pytest.mark.parametrize("path", ["/embed", "/v1/embeddings", "/rerank", "/tokenize", "/"])
+async def test_a_gzip_body_is_a_415_saying_the_encoding_is_unsupported(path: str) -> None:
+    headers = {"Content-Type": "application/json", "Content-Encoding": "gzip"}
+    async with serving(api_key=None) as http:
+        answer = await http.post(path, content=gzip.compress(b'{"inputs": "a"}'), headers=headers)
+        assert answer.status_code == 415, answer.text
+        assert error_type_of(answer) == "unsupported-encoding"
+        assert "'gzip'" in answer.text and "malformed" not in answer.text
+        # identity is no encoding at all
+        headers["Content-Encoding"] = "identity"
+        plain = await http.post("/embed", content=b'{"inputs": "a"}', headers=headers)
+        assert plain.status_code == 200, plain.text
+
+
+@pytest.mark.parametrize(
+    "media",
+    [
+        "text/plain",
+        "text/plain;charset=UTF-8",
+        "application/x-www-form-urlencoded",
+        "multipart/form-data; boundary=x",
+        None,
+    ],
+)
+async def test_a_body_that_is_not_sent_as_json_is_a_415(media: str | None) -> None:
+    headers = {} if media is None else {"Content-Type": media}
+    async with serving(api_key=None) as http:
+        for path in ("/embed", "/v1/embeddings", "/tokenize"):
+            answer = await http.post(
+                path, content=b'{"inputs": "a", "input": "a", "model": "e"}', headers=headers
+            )
+            assert answer.status_code == 415, (path, answer.text)
+            assert error_type_of(answer) == "unsupported-media-type"
+        for fine in ("application/json", "Application/JSON; charset=utf-8", "application/x+json"):
+            answer = await http.post(
+                "/embed", content=b'{"inputs": "a"}', headers={"Content-Type": fine}
+            )
+            assert answer.status_code == 200, (fine, answer.text)
