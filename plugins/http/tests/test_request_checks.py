@@ -116,3 +116,24 @@ async def test_a_body_that_is_not_sent_as_json_is_a_415(media: str | None) -> No
                 "/embed", content=b'{"inputs": "a"}', headers={"Content-Type": fine}
             )
             assert answer.status_code == 200, (fine, answer.text)
+
+
+@pytest.mark.parametrize("ids", [[9906, -1], [-5], [9906, 2**32]])
+async def test_token_ids_no_encoding_has_are_invalid_token_before_tiktoken_loads(
+    ids: list[int],
+) -> None:
+    config = host_config({**model("e"), "tiktoken_encoding": "no-such-encoding"})
+    async with synapse.open_host(config, plugins=[transport_plugin(InProcessTransport())]) as host:
+        app = create_app(host, ServeSettings())
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://synapse") as http:
+            answer = await http.post("/v1/embeddings", json={"model": "e", "input": [ids]})
+            assert answer.status_code == 422, answer.text
+            error = answer.json()["error"]
+            assert error["error_type"] == "invalid-token", error
+            position = next(i for i, token in enumerate(ids) if not 0 <= token < 2**32)
+            assert error["field"] == f"$.input[0][{position}]"
+            # ids that could be valid still need the encoding, which is unavailable
+            fine = await http.post("/v1/embeddings", json={"model": "e", "input": [[9906]]})
+            assert fine.json()["error"]["error_type"] == "tiktoken-unavailable"
+            assert len(fine.json()["error"]["message"]) < 600
