@@ -46,7 +46,7 @@ from .schemas import (
     Token,
     TokenizeRequest,
 )
-from .service import Service
+from .service import Service, unavailable
 from .settings import VERSION
 
 #: an input as a route holds it: a text, or token ids where the route takes them
@@ -231,6 +231,7 @@ async def info(request: Request) -> Response:
     settings = service.settings
     # the transport may read a file for it: off the event loop
     conversion = await anyio.to_thread.run_sync(entry.conversion)
+    reason = unavailable(service.host).get(spec.name)
     answer = Info(
         model_id=spec.name,
         served_model_name=spec.name,
@@ -247,24 +248,27 @@ async def info(request: Request) -> Response:
         quantize=conversion.name if conversion else None,
         min_cosine_to_float32=conversion.min_cosine if conversion else None,
         mean_cosine_to_float32=conversion.mean_cosine if conversion else None,
+        available=reason is None,
+        reason=UNSET if reason is None else reason,
     )
     return json_response(answer)
 
 
 @answers(Answer(errors=(503,), summary="200 while serving, 503 when not (no key needed)."))
 async def health(request: Request) -> Response:
-    """200 while serving; 503 when stopping, or when a worker has failed for
-    good (its restart budget is spent: load it again to serve it)."""
+    """200 while serving; 503 only when the server is not (starting, or
+    stopping). It reflects the server, not each model: a model whose worker
+    failed is shown unavailable, with its reason, on ``/v1/models`` and
+    ``/info`` (behind the key), and the others keep serving. It names no
+    model and no file: it answers without a key."""
     service = service_of(request)
-    host = service.open
-    problem = "the server is stopping" if service.stopping or host is None else ""
-    if host is not None and not problem:
-        for lane in host.snapshot().lanes.values():
-            for worker in lane.workers:
-                if worker.state == "failed":
-                    problem = f"the worker of model {worker.model!r} failed: {worker.reason}"
-    if problem:
-        return json_response(ErrorBody(error=problem, error_type="unhealthy"), 503)
+    if service.stopping or service.open is None:
+        return json_response(
+            ErrorBody(
+                error="the server is not serving (starting or stopping)", error_type="unhealthy"
+            ),
+            503,
+        )
     return Response(status_code=200)
 
 

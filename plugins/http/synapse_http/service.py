@@ -7,7 +7,7 @@ from contextlib import asynccontextmanager
 
 from synapse_core import Deadline, Host, HostConfig, PluginHost, Refused, Task, open_host
 
-from .errors import HTTPError
+from .errors import HTTPError, public
 from .metrics import Metrics
 from .schemas import ErrorBody
 from .settings import ServeSettings
@@ -78,6 +78,25 @@ class Service:
             f"the catalog has no {task} model that can run here; add one or name a model",
             model="",
         )
+
+
+def unavailable(host: Host) -> dict[str, str]:
+    """The catalog's models that cannot serve now, each with why, paths in
+    it shortened (:func:`~.errors.public`): those the catalog refuses, and
+    those whose worker failed for good or could not be confirmed gone.
+    For authenticated routes only: ``/health`` says nothing of models."""
+    reasons = {
+        name: public(entry.problem)
+        for name, entry in host.catalog.entries.items()
+        if not entry.available
+    }
+    for lane in host.snapshot().lanes.values():
+        for worker in lane.workers:
+            if worker.state in ("failed", "exit_unconfirmed") and worker.model not in reasons:
+                reasons[worker.model] = public(
+                    f"the worker of model {worker.model!r} cannot serve: {worker.reason}"
+                )
+    return reasons
 
 
 #: how long a preloaded worker may take to start
