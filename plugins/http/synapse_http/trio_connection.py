@@ -79,4 +79,4 @@ def install() -> None:
     import hypercorn.trio.run
 
     hypercorn.trio.run.TCPServer = Connection  # type: ignore[attr-defined]
-    hypercorn.protocol.H11Protocol = Strict  # type: ignore[misc]
+    hypercorn.protocol.H11Protocol = Strict  # type: ignore[attr-defined]
