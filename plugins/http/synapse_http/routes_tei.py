@@ -61,6 +61,7 @@ async def embed(request: Incoming, service: Service, body: EmbedRequest) -> Resp
     model = model_of(request, None, service, "embed")
     flat = len(inputs) == 1 and inputs[0] is body.inputs  # one input given as bare ids
     inputs = _prompted(service, model, body.prompt_name, inputs, flat)
+    inputs = _unframed(service, model, inputs)
     check_dimensions(host, model, body.dimensions, None)
     result = await host.embed(
         model,
@@ -270,6 +271,30 @@ async def health(request: Request) -> Response:
             503,
         )
     return Response(status_code=200)
+
+
+def _unframed(service: Service, model: str, inputs: list[str | list[int]]) -> list[str | list[int]]:
+    """``inputs`` with the special tokens taken off each list of ids that
+    begins and ends with the model's (``[CLS] ... [SEP]``), as ``/tokenize``
+    gives them by default: the host frames every sequence itself, so ids sent
+    framed would be framed twice. Ids sent without them are left as they are."""
+    if all(isinstance(given, str) for given in inputs):
+        return inputs
+    framing = service.framing(model)
+    if framing is None:
+        return inputs
+    head, tail = framing
+    out: list[str | list[int]] = []
+    for given in inputs:
+        if (
+            not isinstance(given, str)
+            and len(given) >= len(head) + len(tail)
+            and tuple(given[: len(head)]) == head
+            and tuple(given[len(given) - len(tail) :]) == tail
+        ):
+            given = given[len(head) : len(given) - len(tail)]
+        out.append(given)
+    return out
 
 
 def _entry(service: Service, model: str) -> Entry:
