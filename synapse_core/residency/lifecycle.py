@@ -261,15 +261,31 @@ class Lifecycle:
         """
         if not worker.fault(generation, reason):
             return False
-        logbook.fault(worker, generation, reason)
         self._context.emit(
             lambda: WorkerFaulted(self._lane.lane_id, worker.worker_id, generation, reason)
         )
         worker.notify()
         self._context.tg.start_soon(
-            self.recover, worker, generation, reason, name=f"recover {worker.worker_id}"
+            self._recover_fault, worker, generation, reason, name=f"recover {worker.worker_id}"
         )
         return True
+
+    async def _recover_fault(self, worker: Worker, generation: int, reason: str) -> None:
+        """Log the fault, with the worker's exit status when its channel
+        closed because it exited (a worker killed mid-exchange: its status,
+        not ``ChannelClosed``, says what happened), then recover it."""
+        process = worker.process
+        if process is not None and reason.startswith(ChannelClosed.__name__):
+            status = process.returncode
+            if status is None:
+                # Shielded as confirm_exit is; most likely exiting already.
+                with anyio.move_on_after(EXITING_WAIT_S, shield=True):
+                    status = await process.wait()
+            if status is not None:
+                reason = f"worker {_exit_how(status)} ({reason})"
+                worker.explain(generation, reason)
+        logbook.fault(worker, generation, reason)
+        await self.recover(worker, generation, reason)
 
     async def recover(
         self, worker: Worker, generation: int, reason: str, *, stopped: bool = False
@@ -339,8 +355,13 @@ def _closed_before_hello(exc: ChannelClosed, status: int | None) -> str:
             f"it closed its channel before its hello ({exc}) and had not exited "
             f"{EXITING_WAIT_S:g} s later, so the host stopped it"
         )
-    how = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
+    how = _exit_how(status)
     return (
         f"it {how} before its hello ({exc}); the worker's own error is on the host's "
         "standard error (the terminal, or the server's log)"
     )
+
+
+def _exit_how(status: int) -> str:
+    """How a process with exit ``status`` ended, in words."""
+    return f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"

@@ -207,6 +207,11 @@ class Worker:
         self.reason = reason
         return True
 
+    def explain(self, generation: int, reason: str) -> None:
+        """A better reason for the fault of ``generation`` (its exit status)."""
+        if generation == self.generation and self.phase is Phase.RECOVERING:
+            self.reason = reason
+
     def resumes_recovery(self) -> None:
         """A recovery that stopped at an unconfirmed exit carries on."""
         self.phase = Phase.RECOVERING
