@@ -105,6 +105,15 @@ ENV_API_KEY = "SYNAPSE_API_KEY"
     "batches (overrides the catalog's 'coalesce').",
 )
 @click.option(
+    "--idle-unload-s",
+    type=click.FloatRange(min=0, min_open=True, max=1e9),
+    default=None,
+    metavar="S",
+    help="Let go of (retire) the workers of a model with no call for S seconds; its next "
+    "call starts them again. The default of the catalog's per-model 'idle_unload_s' "
+    "(overrides the catalog's top-level one). Default: never.",
+)
+@click.option(
     "--backend",
     type=click.Choice(["asyncio", "trio"]),
     default="asyncio",
@@ -127,6 +136,7 @@ def serve_command(
     keep_alive_timeout: float,
     preload: tuple[str, ...],
     coalesce: bool,
+    idle_unload_s: float | None,
     backend: str,
 ) -> None:
     """Serve the catalog's models over HTTP (OpenAI and TEI-compatible routes).
@@ -148,6 +158,8 @@ def serve_command(
             param_hint=f"'--api-key' / {ENV_API_KEY}",
         )
     config = attrs.evolve(load_config(catalog), coalesce=coalesce)
+    if idle_unload_s is not None:
+        config = attrs.evolve(config, idle_unload_s=idle_unload_s)
     settings = ServeSettings(
         api_key=api_key,
         request_timeout_s=request_timeout,

@@ -197,6 +197,9 @@ class Info(Body):
     #: and why not
     available: bool = True
     reason: str | msgspec.UnsetType = UNSET
+    #: Synapse's own: whether the model has a worker process now (false
+    #: before its first call, and once let go when idle: ``idle_unload_s``)
+    resident: bool = False
 
 
 # -- Cohere / Jina rerank ---------------------------------------------------------------
