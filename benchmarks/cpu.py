@@ -310,7 +310,8 @@ def backend_figures(
 
 
 async def _measure(plan: Plan) -> Series:
-    from synapse_cpu import quantize, runtime
+    from synapse_models import model as runtime
+    from synapse_models import quantize
 
     model = runtime.load(runtime="numpy", threads=1)
     fp32 = runtime.load()  # the default: builds the graph the workers then load
@@ -418,7 +419,7 @@ def own_lane() -> Iterator[None]:
 
 
 def _cache_root() -> Path:
-    from synapse_cpu.onnx_graph import default_cache_dir
+    from synapse_models.onnx_file import default_cache_dir
 
     return default_cache_dir()
 
@@ -427,8 +428,7 @@ class OrtLimit:
     """onnxruntime by hand on the default entry's graph: every core, the best plain loop."""
 
     def __init__(self, model: Any) -> None:
-        from synapse_cpu.cores import usable_cores
-        from synapse_cpu.sessions import onnx_session
+        from synapse_models.sessions import onnx_session, usable_cores
 
         self.model = model
         self.session = onnx_session(model.graph, usable_cores())
@@ -436,9 +436,9 @@ class OrtLimit:
 
     def run(self, sequences: list[list[int]]) -> Any:
         """The vectors (an array, one row per sequence)."""
-        from synapse_cpu import bert
+        from synapse_models import packing
 
-        ids, types, mask = bert.pack(sequences, self.model.framing)
+        ids, types, mask = packing.pack(sequences, self.model.framing)
         feed = {"input_ids": ids, "attention_mask": mask}
         if self.typed:
             feed["token_type_ids"] = types

@@ -32,7 +32,7 @@ def read_exactly(fd: int, n: int) -> bytes:
 
 
 def main() -> int:
-    from synapse_cpu import runtime
+    from synapse_models import model as runtime
 
     from .cpu import OrtLimit
 

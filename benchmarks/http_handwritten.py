@@ -24,7 +24,7 @@ from .http_server import serve_until_signal
 
 
 def create_app() -> Starlette:
-    from synapse_cpu import runtime
+    from synapse_models import model as runtime
 
     model = runtime.load(runtime="numpy", threads=1)
 

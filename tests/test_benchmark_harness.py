@@ -99,7 +99,7 @@ async def test_the_process_floor_computes_the_vector_the_in_process_side_does() 
     import numpy as np
 
     from benchmarks.cpu import SHORT, OrtLimit, ProcessFloor
-    from synapse_cpu import runtime
+    from synapse_models import model as runtime
 
     model = runtime.load()
     with ProcessFloor(model.tokenizer) as floor:

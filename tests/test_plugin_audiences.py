@@ -18,6 +18,7 @@ import ast
 import importlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -46,6 +47,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     # a transport that charges its lane in MiB (synapse_admission_cost) and
     # adds `synapse pull` (hub models)
     "cpu": frozenset({HOST, TRANSPORT, POLICY, CLI}),
+    # the model home, a library: its error is a SynapseError, its tokenizer
+    # the plugin API's
+    "models": frozenset({TRANSPORT}),
     # an observer with commands
     "certify": frozenset({HOST, EVENTS, CLI}),
     # the host API, `synapse serve`, and a front end's names and bounds
@@ -56,6 +60,11 @@ ALLOWED: dict[str, frozenset[str]] = {
     "ray": frozenset({HOST, FRONTEND}),
 }
 PLUGINS = sorted(p.name for p in (ROOT / "plugins").iterdir() if (p / "pyproject.toml").is_file())
+#: distributions under plugins/ that are libraries, not plugins: every lane
+#: may import them (and they import no plugin)
+LIBRARIES = frozenset({"synapse_models"})
+#: the plugins that read models through the model home
+MODEL_LANES = frozenset({"cpu", "ane_direct"})
 EXAMPLE = ROOT / "docs" / "examples" / "hash_transport"
 
 
@@ -111,6 +120,39 @@ def test_every_shipped_plugin_has_an_audience() -> None:
     assert set(PLUGINS) == set(ALLOWED)
 
 
+def test_the_model_home_is_a_library_not_a_plugin() -> None:
+    """It registers no entry point: lanes import it, Synapse never loads it."""
+    pyproject = (ROOT / "plugins" / "models" / "pyproject.toml").read_text(encoding="utf-8")
+    assert "entry-points" not in pyproject
+
+
+def test_no_module_outside_the_families_compares_a_family_name() -> None:
+    """Architecture and model-type names live in ``synapse_models/families``:
+    no other module of any plugin branches on one."""
+    names = {"bert", "xlm-roberta", "mpnet", "modernbert", "roberta", "xlm_roberta"}
+    names |= {n for f in _families() for n in (f.name, *f.model_types)}
+    found = []
+    for plugin in PLUGINS:
+        package = plugin_package(plugin)
+        for path in sorted(package.rglob("*.py")):
+            if "families" in path.relative_to(package).parts:
+                continue
+            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+                if isinstance(node, ast.Compare):
+                    for side in (node.left, *node.comparators):
+                        if isinstance(side, ast.Constant) and side.value in names:
+                            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {side.value!r}")
+    assert found == []
+
+
+def _families() -> list[Any]:
+    try:
+        from synapse_models.families import FAMILIES
+    except ImportError:  # the core alone: the names above are checked
+        return []
+    return list(FAMILIES.values())
+
+
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_each_plugin_imports_only_its_audiences_modules(plugin: str) -> None:
     assert audience_problems(plugin_package(plugin), ALLOWED[plugin]) == []
@@ -124,8 +166,10 @@ def plugin_modules() -> dict[str, str]:
 @pytest.mark.parametrize("plugin", PLUGINS)
 def test_no_plugin_imports_another(plugin: str) -> None:
     """A plugin that needs another's work finds it through an entry point or
-    a hook (synapse-ray finds synapse-http's app in ``synapse.apps``)."""
-    others = set(plugin_modules()) - {f"synapse_{plugin}"}
+    a hook (synapse-ray finds synapse-http's app in ``synapse.apps``); the
+    model home is a library the model lanes import, and it imports none."""
+    allowed = {f"synapse_{plugin}"} | (LIBRARIES if plugin in MODEL_LANES else set())
+    others = set(plugin_modules()) - allowed
     found = {
         f"{path.relative_to(ROOT)}:{line} imports {module}"
         for path in plugin_package(plugin).rglob("*.py")

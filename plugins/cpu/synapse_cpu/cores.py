@@ -44,6 +44,8 @@ import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+from synapse_models.sessions import usable_cores as usable_cores
+
 #: the transport's one lane
 LANE_ID = "cpu:0"
 #: requests of at most this many positions (rows x padded length) compute
@@ -66,13 +68,6 @@ RELIST_S = 1.0
 STAT_S = 0.02
 _BUSY, _IDLE = 1, 0
 _marks = itertools.count()
-
-
-def usable_cores() -> int:
-    """The cores this process may run on (its affinity mask, else all)."""
-    if hasattr(os, "sched_getaffinity"):
-        return max(1, len(os.sched_getaffinity(0)))
-    return os.cpu_count() or 1  # pragma: no cover - Linux has affinity masks
 
 
 def lane_dir(lane_id: str) -> Path:

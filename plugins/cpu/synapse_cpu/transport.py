@@ -1,4 +1,4 @@
-"""The ``cpu`` transport: BERT-family encoders and cross-encoders, lane ``cpu:0``.
+"""The ``cpu`` transport: every family of :mod:`synapse_models` on lane ``cpu:0``.
 
 Host side only: it checks a model's files (cheaply when a catalog is built,
 the weights' sha256 before a launch), gives the host the model's own
@@ -23,6 +23,7 @@ from synapse_core.plugin import (
     LaneInfo,
     Launched,
     LaunchRequest,
+    ModelSource,
     ModelSpec,
     ModelTraits,
     Scorer,
@@ -30,14 +31,14 @@ from synapse_core.plugin import (
     Transport,
     spawn_worker,
 )
+from synapse_models import files
+from synapse_models.errors import ModelFilesError
+from synapse_models.folder import Layout
+from synapse_models.tokenizer import HFTokenizer, check_fits
 
-from . import files
 from .cores import LANE_ID, usable_cores
 from .costs import HIDDEN, default_capacity_mib, request_budget, weights_mib
-from .errors import ModelFilesError
-from .folder import Layout
 from .options import CpuOptions, parse_options
-from .tokenizer import HFTokenizer, check_fits
 
 WORKER = "synapse_cpu.worker:CpuWorker"
 log = logging.getLogger(__name__)
@@ -119,7 +120,7 @@ def verify_before_launch(located: files.ModelFiles) -> None:
     stat = located.weights.stat()
     _verified(located.weights, stat.st_size, stat.st_mtime_ns, located.sha256)
     tokenizer = _tokenizer(located.tokenizer, layout.cross_encoder)
-    check_fits(tokenizer, files.vocab_rows(located.weights))
+    check_fits(tokenizer, files.vocab_rows(located.weights, layout), layout.family.vocab_padded)
 
 
 @attrs.frozen
@@ -152,6 +153,12 @@ class CpuTransport(Transport):
     worker = WORKER
     options_type = CpuOptions
 
+    def model_from_source(self, source: ModelSource) -> ModelSpec:
+        """A folder's or a hub id's entry, its task read from the folder (``--model``)."""
+        from .flagged import model_from_source
+
+        return model_from_source(self, source)
+
     def describe(self) -> str:
         problem = onnxruntime_problem()
         wheel = files.wheel_model_dir()
@@ -174,7 +181,7 @@ class CpuTransport(Transport):
                 f"{conversion.name} (dynamic quantization, lossy): worst cosine to float32 "
                 "measured when its graph is first built"
             )
-        from . import quantize
+        from synapse_models import quantize
 
         return quantize.describe(conversion.min_cosine, conversion.mean_cosine)
 
@@ -183,8 +190,8 @@ class CpuTransport(Transport):
         options: CpuOptions = self.model_options(model)
         if options.quantize is None:
             return None
-        from . import quantize
-        from .onnx_graph import default_cache_dir
+        from synapse_models import quantize
+        from synapse_models.onnx_file import default_cache_dir
 
         located = model_files(options)
         root = Path(options.cache_dir) if options.cache_dir else default_cache_dir()

@@ -1,4 +1,4 @@
-"""The CPU worker: a :class:`~synapse_core.plugin.ModelWorker` over :mod:`synapse_cpu.runtime`.
+"""The CPU worker: a :class:`~synapse_core.plugin.ModelWorker` over :mod:`synapse_models`.
 
 The transport starts it as ``synapse_cpu.worker:CpuWorker``. It loads and
 checks the model once, then embeds each request's token ids (or scores each
@@ -11,8 +11,9 @@ from __future__ import annotations
 import sys
 
 from synapse_core.plugin import ModelWorker, worker_main
+from synapse_models import model as runtime
 
-from . import __version__, runtime
+from . import __version__
 from .cores import LANE_ID, CoreShare, lane_dir
 from .options import CpuOptions
 

@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from synapse_cpu import cores, runtime
+from synapse_cpu import cores
 from synapse_cpu.options import parse_options
+from synapse_models import model as runtime
 
 HOLDER = """
 import sys
@@ -242,3 +243,11 @@ def test_quantize_needs_onnxruntime() -> None:
     assert parse_options({"quantize": "int8"}).quantize == "int8"
     with pytest.raises(Exception, match=r"options\.quantize: int8 needs runtime"):
         parse_options({"quantize": "int8", "runtime": "numpy"})
+
+
+def test_spin_wait_is_an_option_that_defaults_to_spinning() -> None:
+    """``options.spin_wait`` is what the worker passes to the model's sessions."""
+    assert parse_options({}).spin_wait is True
+    assert parse_options({"spin_wait": False}).spin_wait is False
+    with pytest.raises(Exception, match=r"options\.spin_wait"):
+        parse_options({"spin_wait": "sometimes"})

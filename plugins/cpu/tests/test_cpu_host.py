@@ -19,11 +19,13 @@ import pytest
 
 import synapse_core as synapse
 import synapse_cpu.plugin
-import synapse_cpu.tokenizer
+import synapse_models.tokenizer
 from synapse_core.plugin import Conversion, Shape
 from synapse_core.testing import host_config, model_entry
-from synapse_cpu import costs, files, runtime
-from synapse_cpu.tokenizer import HFTokenizer
+from synapse_cpu import costs
+from synapse_models import files
+from synapse_models import model as runtime
+from synapse_models.tokenizer import HFTokenizer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.subprocess]
 asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])
@@ -85,7 +87,7 @@ async def test_the_int8_worker_serves_its_own_identity_within_its_tolerance(
     onnx_cache: Path,
     int8_model: runtime.Model,
 ) -> None:
-    from synapse_cpu import quantize
+    from synapse_models import quantize
 
     # int8_model built the graph in onnx_cache: the worker loads it (building
     # it would pass the hello's timeout on a busy machine).
@@ -105,7 +107,7 @@ async def test_the_int8_worker_serves_its_own_identity_within_its_tolerance(
 def test_the_catalog_notes_int8_as_lossy_with_its_measured_cosine(
     int8_model: runtime.Model, onnx_cache: Path
 ) -> None:
-    from synapse_cpu import quantize
+    from synapse_models import quantize
 
     transport = synapse_cpu.transport.CpuTransport()
     spec = host_config(entry("m", quantize="int8", cache_dir=str(onnx_cache))).models[0]
@@ -353,13 +355,13 @@ def test_a_long_text_is_tokenised_as_the_tokenizers_own_encode_does() -> None:
     tokenizer = HFTokenizer(files.locate(None, None).tokenizer)
     inner: Any = tokenizer.load()
     text = "  Unaffable café, naïve İstanbul; " * 40 + "end "
-    assert len(text) >= synapse_cpu.tokenizer.RELEASE_GIL_CHARS
+    assert len(text) >= synapse_models.tokenizer.RELEASE_GIL_CHARS
     own = inner.encode(text.strip(), add_special_tokens=False)
     assert tokenizer.encode(text) == own.ids
     pieces = tokenizer.pieces(text)
     assert [p.id for p in pieces] == own.ids
     assert all(text[p.start : p.stop] == p.text and not p.special for p in pieces)
-    short = text[: synapse_cpu.tokenizer.RELEASE_GIL_CHARS // 2]
+    short = text[: synapse_models.tokenizer.RELEASE_GIL_CHARS // 2]
     assert [p.id for p in tokenizer.pieces(short)] == tokenizer.encode(short)
     assert [p.id for p in pieces[:5]] == tokenizer.encode(short)[:5]
     framed = tokenizer.pieces(text, special=True)

@@ -22,11 +22,12 @@ import synapse_core as synapse
 import synapse_cpu.plugin
 from synapse_core.frontend import OFFLOAD_CHARS
 from synapse_core.testing import host_config, model_entry
+from synapse_models import model as runtime
+from synapse_models.testing import TINY
 
 pytestmark = [pytest.mark.anyio, pytest.mark.subprocess]
 asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])
 
-TINY = Path(__file__).parent / "data" / "tiny-models"
 REFERENCE: dict[str, Any] = json.loads((TINY / "reference.json").read_text(encoding="utf-8"))[
     "models"
 ]
@@ -172,7 +173,7 @@ async def test_a_pair_over_the_ceiling_is_refused_or_its_document_cut() -> None:
     # The document was cut to fit with the whole query: [CLS] q [SEP] d [SEP] is 128.
     q, d = len(tokenizer.encode(query)), len(tokenizer.encode(long_doc))
     assert tokenizer.positions(d, q) > 128
-    runner = synapse_cpu.runtime.load(str(TINY / "bert-rerank"))
+    runner = runtime.load(str(TINY / "bert-rerank"))
     kept = runner.tokenizer.encode(long_doc)[: 128 - 3 - q]
     expected = runner.rerank(runner.tokenizer.encode(query), [kept])[0]
     assert abs(cut.raw_scores[1] - float(expected)) <= 1e-5

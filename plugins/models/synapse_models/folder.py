@@ -1,0 +1,319 @@
+"""What a model folder says about the model, read from its JSON files alone.
+
+Everything the catalog needs comes from the folder, as sentence-transformers
+and transformers read it: the architecture from ``config.json``, the
+pooling and normalisation from ``modules.json`` and ``1_Pooling/config.json``,
+the longest input from ``sentence_bert_config.json`` (``max_seq_length``),
+the prompts from ``config_sentence_transformers.json``. A ``config.json``
+naming a ``*ForSequenceClassification`` architecture with one label is a
+cross-encoder (a rerank model). Cheap: no weights are read, nothing is hashed.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal, cast
+
+import attrs
+
+from .errors import ModelFilesError
+from .families import Family, cross_encoders, family_for
+from .heads import POOLINGS as POOLINGS
+from .heads import Activation, Pooling
+
+_POOLING_KEYS: dict[str, Pooling | None] = {
+    "pooling_mode_cls_token": "cls",
+    "pooling_mode_mean_tokens": "mean",
+    "pooling_mode_max_tokens": "max",
+    "pooling_mode_lasttoken": "lasttoken",
+    "pooling_mode_mean_sqrt_len_tokens": None,
+    "pooling_mode_weightedmean_tokens": None,
+}
+_MODULE = "sentence_transformers.models."
+TRANSFORMER, POOLING, DENSE, NORMALIZE = (
+    _MODULE + name for name in ("Transformer", "Pooling", "Dense", "Normalize")
+)
+#: a Dense module's activation, by the class name its config gives
+_ACTIVATIONS: dict[str, Activation] = {
+    "torch.nn.modules.linear.Identity": "identity",
+    "torch.nn.modules.activation.Tanh": "tanh",
+}
+
+CONFIG = "config.json"
+MODULES_FILE = "modules.json"
+POOLING_CONFIG = "1_Pooling/config.json"
+ST_CONFIG = "sentence_bert_config.json"
+ST_PROMPTS = "config_sentence_transformers.json"
+TOKENIZER_CONFIG = "tokenizer_config.json"
+#: a ``model_max_length`` at least this large means "no limit" (transformers' sentinel)
+_NO_LIMIT = 1 << 24
+#: buckets a derived bucket list is cut from; the ceiling itself closes it
+BUCKET_STEPS = (32, 64, 128, 256, 512, 1024, 2048, 4096)
+
+
+@attrs.frozen
+class DenseModule:
+    """A sentence-transformers ``Dense`` module's folder and config."""
+
+    folder: str
+    in_features: int
+    out_features: int
+    bias: bool
+    activation: Activation
+
+
+@attrs.frozen
+class Layout:
+    """A model folder's model: what is computed, and the longest input served."""
+
+    #: the family's name (``bert``, ``xlm-roberta``, ``modernbert``, ...)
+    architecture: str
+    #: a ``*ForSequenceClassification`` head with one label: scores pairs
+    cross_encoder: bool
+    #: how token vectors become one vector (a cross-encoder's head reads the first token)
+    pooling: Pooling
+    #: a ``Normalize`` module follows the pooling: unit vectors
+    normalize: bool
+    #: positions the position table has room for (after XLM-R's and MPNet's offset)
+    positions: int
+    #: the longest sequence served, special tokens included: ``max_seq_length``,
+    #: never more than ``positions``
+    max_tokens: int
+    hidden: int
+    #: the position table's row of a sequence's first token (XLM-R and MPNet
+    #: skip the padding index's rows: ``pad_token_id + 1``)
+    offset: int = 0
+    #: sentence-transformers' prompts by name, and the one used when none is named
+    prompts: dict[str, str] = attrs.field(factory=dict)
+    default_prompt: str | None = None
+    #: sentence-transformers ``Dense`` modules after the pooling, in order
+    dense: tuple[DenseModule, ...] = ()
+
+    @property
+    def family(self) -> Family:
+        """The family module that computes this model."""
+        from .families import FAMILIES
+
+        return next(f for f in FAMILIES.values() if f.name == self.architecture)
+
+    @property
+    def dims(self) -> int:
+        """An embedder's vector size: the last Dense module's, else the hidden size."""
+        return self.dense[-1].out_features if self.dense else self.hidden
+
+    @property
+    def kind(self) -> str:
+        """Names what the model computes, for its identity: ``bert-mean-norm``,
+        ``xlm-roberta-cls-raw``, ``bert-cross-encoder``."""
+        if self.cross_encoder:
+            return f"{self.architecture}-cross-encoder"
+        dense = f"-dense{len(self.dense)}" if self.dense else ""
+        return f"{self.architecture}-{self.pooling}{dense}-{'norm' if self.normalize else 'raw'}"
+
+    def buckets(self) -> tuple[int, ...]:
+        """The default buckets: powers of two below the ceiling, and the ceiling."""
+        return (*(b for b in BUCKET_STEPS if b < self.max_tokens), self.max_tokens)
+
+
+def read_json(path: Path) -> dict[str, Any]:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelFilesError(str(path), f"cannot read it as JSON: {exc}") from None
+    if not isinstance(data, dict):
+        raise ModelFilesError(str(path), "expected a JSON object")
+    return data
+
+
+def read_layout(root: Path) -> Layout:
+    """The layout of the folder ``root``; :class:`ModelFilesError` names the
+    file at fault and says what is supported."""
+    config_path = root / CONFIG
+    config = read_json(config_path)
+    family = family_for(config, str(config_path))
+    cross = _cross_encoder(config, config_path, family)
+    sizes = family.sizes(config, str(config_path))
+    name, hidden, positions, offset = family.name, sizes.hidden, sizes.positions, sizes.offset
+    if cross:
+        ceiling = _ceiling(_tokenizer_limit(root), positions)
+        return Layout(name, True, "cls", False, positions, ceiling, hidden, offset)
+    pooling, dense, normalize = _modules(root)
+    limit = _max_seq_length(root)
+    prompts, default = _prompts(root)
+    return Layout(
+        name,
+        False,
+        pooling,
+        normalize,
+        positions,
+        _ceiling(limit, positions),
+        hidden,
+        offset,
+        prompts,
+        default,
+        dense,
+    )
+
+
+def _ceiling(limit: int | None, positions: int) -> int:
+    return positions if limit is None else min(limit, positions)
+
+
+def task_of(root: Path) -> Literal["embed", "rerank"]:
+    """What the folder's model does: ``"rerank"`` for a
+    ``*ForSequenceClassification`` model (a cross-encoder), else ``"embed"``,
+    as ``config.json``'s ``architectures`` say (read alone: whether the
+    family is served is for :func:`read_layout` to say)."""
+    config = read_json(root / CONFIG)
+    named = config.get("architectures")
+    names = named if isinstance(named, list) else []
+    heads = [a for a in names if isinstance(a, str) and a.endswith("ForSequenceClassification")]
+    return "rerank" if heads else "embed"
+
+
+def _cross_encoder(config: dict[str, Any], path: Path, family: Family) -> bool:
+    """Whether ``config.json`` names a one-label ``*ForSequenceClassification``
+    head that ``family`` serves as a cross-encoder."""
+    named = config.get("architectures") or []
+    heads = [a for a in named if isinstance(a, str) and a.endswith("ForSequenceClassification")]
+    if not heads:
+        return False
+    if heads[0] not in family.cross_encoders:
+        raise ModelFilesError(
+            str(path),
+            f"architecture {heads[0]} is not supported; cross-encoders supported: "
+            f"{', '.join(cross_encoders())}",
+        )
+    labels = config.get("id2label")
+    count = len(labels) if isinstance(labels, dict) else config.get("num_labels", 2)
+    if count != 1:
+        raise ModelFilesError(
+            str(path),
+            f"{heads[0]} has {count} labels; a cross-encoder (rerank) model has one label",
+        )
+    return True
+
+
+def _modules(root: Path) -> tuple[Pooling, tuple[DenseModule, ...], bool]:
+    """The pooling, the Dense modules and whether a Normalize module follows,
+    from ``modules.json`` (a folder without one: a Transformer, then
+    ``1_Pooling``, then Normalize, as sentence-transformers' early exports
+    such as the MiniLM wheel's are)."""
+    path = root / MODULES_FILE
+    pooling_path = root / POOLING_CONFIG
+    if not path.is_file():
+        return _pooling(pooling_path), (), True
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelFilesError(str(path), f"cannot read it as JSON: {exc}") from None
+    if not isinstance(raw, list) or not all(isinstance(m, dict) for m in raw):
+        raise ModelFilesError(str(path), "expected a JSON list of modules")
+    modules = [cast(dict[str, Any], m) for m in raw]
+    types = [str(m.get("type", "")) for m in modules]
+    middle = types[2:-1] if types[-1:] == [NORMALIZE] else types[2:]
+    ok = types[:2] == [TRANSFORMER, POOLING] and all(t == DENSE for t in middle)
+    if not ok:
+        raise ModelFilesError(
+            str(path),
+            f"modules {types} are not supported; supported: Transformer, Pooling, any "
+            "Dense modules and an optional Normalize, in that order",
+        )
+    folder = str(modules[1].get("path") or "1_Pooling")
+    dense = tuple(
+        _dense(root, str(m.get("path") or f"{i + 2}_Dense"))
+        for i, m in enumerate(modules[2 : 2 + len(middle)])
+    )
+    return _pooling(root / folder / "config.json"), dense, types[-1] == NORMALIZE
+
+
+def _dense(root: Path, folder: str) -> DenseModule:
+    path = root / folder / "config.json"
+    if not path.is_file():
+        raise ModelFilesError(str(path), "missing the Dense module's config")
+    config = read_json(path)
+    name = str(config.get("activation_function", "torch.nn.modules.linear.Identity"))
+    activation = _ACTIVATIONS.get(name)
+    if activation is None:
+        raise ModelFilesError(
+            str(path),
+            f"activation_function {name!r} is not supported; supported: {', '.join(_ACTIVATIONS)}",
+        )
+    try:
+        sizes = int(config["in_features"]), int(config["out_features"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ModelFilesError(str(path), f"missing or bad {exc}") from None
+    if not (root / folder / "model.safetensors").is_file():
+        raise ModelFilesError(
+            str(root / folder / "model.safetensors"),
+            "missing the Dense module's weights (safetensors; pytorch_model.bin is not read)",
+        )
+    return DenseModule(folder, *sizes, bool(config.get("bias", True)), activation)
+
+
+def _pooling(path: Path) -> Pooling:
+    if not path.is_file():
+        raise ModelFilesError(
+            str(path),
+            "missing the sentence-transformers pooling config; a sentence-transformer "
+            "folder needs it (or is this a cross-encoder without "
+            "*ForSequenceClassification in config.json?)",
+        )
+    config = read_json(path)
+    chosen = [mode for key, mode in _POOLING_KEYS.items() if config.get(key)]
+    if len(chosen) != 1 or chosen[0] is None:
+        on = [key for key in _POOLING_KEYS if config.get(key)]
+        raise ModelFilesError(
+            str(path),
+            f"pooling {on or 'none'} is not supported; supported: exactly one of "
+            "pooling_mode_cls_token, pooling_mode_mean_tokens, pooling_mode_max_tokens, "
+            "pooling_mode_lasttoken",
+        )
+    if config.get("include_prompt", True) is False:
+        raise ModelFilesError(
+            str(path), "include_prompt false is not supported; supported: prompts pooled"
+        )
+    return chosen[0]
+
+
+def _max_seq_length(root: Path) -> int | None:
+    path = root / ST_CONFIG
+    if not path.is_file():
+        return _tokenizer_limit(root)
+    value = read_json(path).get("max_seq_length")
+    if value is None:
+        return _tokenizer_limit(root)
+    if not isinstance(value, int) or value < 3:
+        raise ModelFilesError(str(path), f"max_seq_length {value!r} is not a length of 3 or more")
+    return value
+
+
+def _tokenizer_limit(root: Path) -> int | None:
+    """``model_max_length`` of ``tokenizer_config.json``, what a cross-encoder
+    (and a sentence-transformer without ``max_seq_length``) is cut at."""
+    path = root / TOKENIZER_CONFIG
+    if not path.is_file():
+        return None
+    value = read_json(path).get("model_max_length")
+    if isinstance(value, int | float) and 3 <= value < _NO_LIMIT:
+        return int(value)
+    return None
+
+
+def _prompts(root: Path) -> tuple[dict[str, str], str | None]:
+    path = root / ST_PROMPTS
+    if not path.is_file():
+        return {}, None
+    data = read_json(path)
+    prompts = data.get("prompts") or {}
+    if not isinstance(prompts, dict) or not all(
+        isinstance(k, str) and k.strip() and isinstance(v, str) for k, v in prompts.items()
+    ):
+        raise ModelFilesError(str(path), "prompts must map names to texts")
+    default = data.get("default_prompt_name")
+    if default is not None and default not in prompts:
+        raise ModelFilesError(
+            str(path), f"default_prompt_name {default!r} is none of the prompts {sorted(prompts)}"
+        )
+    return dict(prompts), default
