@@ -116,6 +116,11 @@ class ModelCard(Body):
     created: int = 0
     owned_by: str = "synapse"
     object: str = "model"
+    #: Synapse's own: whether the model can serve now (false once its worker
+    #: failed for good, or while its start backs off after a failure), and
+    #: why not, with the server's paths shortened
+    available: bool = True
+    reason: str | msgspec.UnsetType = UNSET
 
 
 class ModelList(Body):
@@ -188,6 +193,13 @@ class Info(Body):
     quantize: str | None = None
     min_cosine_to_float32: float | None = None
     mean_cosine_to_float32: float | None = None
+    #: Synapse's own, as on ``/v1/models``: whether the model can serve now,
+    #: and why not
+    available: bool = True
+    reason: str | msgspec.UnsetType = UNSET
+    #: Synapse's own: whether the model has a worker process now (false
+    #: before its first call, and once let go when idle: ``idle_unload_s``)
+    resident: bool = False
 
 
 # -- Cohere / Jina rerank ---------------------------------------------------------------
