@@ -90,12 +90,13 @@ class Family(Protocol):
 
 
 def _registry() -> dict[str, Family]:
-    from . import encoder
+    from . import deberta, encoder
 
     families: tuple[Family, ...] = (
         encoder.BERT,
         encoder.XLM_ROBERTA,
         encoder.MPNET,
+        deberta.DEBERTA_V2,
     )
     return {model_type: f for f in families for model_type in f.model_types}
 
