@@ -161,6 +161,11 @@ def deberta_config(data: Mapping[str, Any], source: str) -> DebertaConfig:
         (unknown, f"pos_att_type {unknown} is not supported; supported: c2p, p2c"),
         (hidden % heads, "hidden_size is not a multiple of num_attention_heads"),
         (
+            str(data.get("pooler_hidden_act", "gelu")) not in POOLER_ACTIVATIONS,
+            f"pooler_hidden_act {data.get('pooler_hidden_act')!r} is not supported; "
+            f"supported: {', '.join(POOLER_ACTIVATIONS)}",
+        ),
+        (
             data.get("hidden_act", "gelu") != "gelu",
             f"hidden_act {data.get('hidden_act')!r} is not supported; supported: gelu",
         ),
@@ -315,14 +320,8 @@ class Deberta:
     def classifier(self, tensors: Tensors, config: Mapping[str, Any]) -> Classifier:
         """The ``ContextPooler`` (``pooler.dense``, ``pooler_hidden_act``) on the
         first token, then ``classifier``."""
-        act = str(config.get("pooler_hidden_act", "gelu"))
-        activation = POOLER_ACTIVATIONS.get(act)
-        if activation is None:
-            raise ModelFilesError(
-                tensors.source.replace("model.safetensors", "config.json"),
-                f"pooler_hidden_act {act!r} is not supported; supported: "
-                f"{', '.join(POOLER_ACTIVATIONS)}",
-            )
+        # deberta_config checked it when the folder was read
+        activation = POOLER_ACTIVATIONS[str(config.get("pooler_hidden_act", "gelu"))]
         dense_w, dense_b = tensors.linear("pooler.dense")
         out_w, out_b = tensors.linear("classifier")
         return Classifier(dense_w, dense_b, activation, out_w, out_b)
