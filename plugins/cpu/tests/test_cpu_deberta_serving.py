@@ -11,11 +11,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from synapse_models.testing import DATA
 
 import synapse_core as synapse
 import synapse_cpu.plugin
 from synapse_core.testing import host_config, model_entry
+from synapse_models.testing import DATA
 
 pytestmark = [pytest.mark.anyio, pytest.mark.subprocess]
 

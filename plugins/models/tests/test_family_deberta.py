@@ -16,6 +16,7 @@ from typing import Any
 import numpy as np
 import pytest
 from safetensors.numpy import load_file, save_file
+
 from synapse_models import model as runtime
 from synapse_models.errors import ModelFilesError
 from synapse_models.families.deberta import log_bucket

@@ -43,7 +43,7 @@ from ..graph import Graph
 from ..heads import Activation, Classifier
 from ..numerics import gelu, key_bias, layer_norm, softmax_
 from ..weights import F32, I64, Tensors
-from . import Sizes
+from .protocol import Sizes
 
 #: ``pos_att_type`` entries served
 TERMS = ("c2p", "p2c")
