@@ -22,12 +22,13 @@ from .protocol import Sizes as Sizes
 
 
 def _registry() -> dict[str, Family]:
-    from . import encoder
+    from . import deberta, encoder
 
     families: tuple[Family, ...] = (
         encoder.BERT,
         encoder.XLM_ROBERTA,
         encoder.MPNET,
+        deberta.DEBERTA_V2,
     )
     return {model_type: f for f in families for model_type in f.model_types}
 
