@@ -90,12 +90,13 @@ class Family(Protocol):
 
 
 def _registry() -> dict[str, Family]:
-    from . import encoder
+    from . import encoder, modernbert
 
     families: tuple[Family, ...] = (
         encoder.BERT,
         encoder.XLM_ROBERTA,
         encoder.MPNET,
+        modernbert.MODERNBERT,
     )
     return {model_type: f for f in families for model_type in f.model_types}
 
