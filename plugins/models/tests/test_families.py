@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-
 from synapse_models import model as runtime
 from synapse_models.testing import DATA
 

@@ -31,6 +31,7 @@ tokens): :attr:`ModernBert.vocab_padded`.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, Literal
 
 import attrs
@@ -338,7 +339,8 @@ class ModernBert:
         )
 
     def classifier(self, tensors: Tensors, config: Mapping[str, Any]) -> Classifier:
-        source = tensors.source
+        # What is refused here is config.json's, next to the weights.
+        source = str(Path(tensors.source).with_name("config.json"))
         pooling = config.get("classifier_pooling", "cls")
         if pooling not in ("cls", "mean"):
             raise ModelFilesError(
