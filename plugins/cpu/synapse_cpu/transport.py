@@ -14,10 +14,6 @@ from pathlib import Path
 
 import anyio
 import attrs
-from synapse_models import files
-from synapse_models.errors import ModelFilesError
-from synapse_models.folder import Layout
-from synapse_models.tokenizer import HFTokenizer, check_fits
 
 from synapse_core.plugin import (
     Availability,
@@ -27,6 +23,7 @@ from synapse_core.plugin import (
     LaneInfo,
     Launched,
     LaunchRequest,
+    ModelSource,
     ModelSpec,
     ModelTraits,
     Scorer,
@@ -34,6 +31,10 @@ from synapse_core.plugin import (
     Transport,
     spawn_worker,
 )
+from synapse_models import files
+from synapse_models.errors import ModelFilesError
+from synapse_models.folder import Layout
+from synapse_models.tokenizer import HFTokenizer, check_fits
 
 from .cores import LANE_ID, usable_cores
 from .costs import HIDDEN, default_capacity_mib, request_budget, weights_mib
@@ -152,6 +153,12 @@ class CpuTransport(Transport):
     worker = WORKER
     options_type = CpuOptions
 
+    def model_from_source(self, source: ModelSource) -> ModelSpec:
+        """A folder's or a hub id's entry, its task read from the folder (``--model``)."""
+        from .flagged import model_from_source
+
+        return model_from_source(self, source)
+
     def describe(self) -> str:
         problem = onnxruntime_problem()
         wheel = files.wheel_model_dir()
@@ -184,7 +191,7 @@ class CpuTransport(Transport):
         if options.quantize is None:
             return None
         from synapse_models import quantize
-        from synapse_models.graph import default_cache_dir
+        from synapse_models.onnx_file import default_cache_dir
 
         located = model_files(options)
         root = Path(options.cache_dir) if options.cache_dir else default_cache_dir()

@@ -13,12 +13,12 @@ from typing import Any
 import numpy as np
 import pytest
 from click.testing import CliRunner
-from synapse_models.testing import DATA
 
 import synapse_core as synapse
 import synapse_cpu.plugin
 from synapse_core.cli import make_cli
 from synapse_core.testing import catalog_toml, host_config, model_entry
+from synapse_models.testing import DATA
 
 pytestmark = pytest.mark.subprocess
 

@@ -20,7 +20,8 @@ import attrs
 import numpy as np
 
 from . import files, packing
-from .families import Family
+from .arranged import Weights
+from .errors import ModelFilesError
 from .folder import Layout, read_json
 from .heads import Dense, Embedding, Ending, finish
 from .sessions import CPU, onnx_session, usable_cores
@@ -49,17 +50,6 @@ class ThreadShare(Protocol):
     def leave(self) -> None:
         """The request that entered last has finished."""
         ...
-
-
-@attrs.frozen
-class Weights:
-    """A folder's arranged weights: its family's body and what follows it."""
-
-    family: Family
-    body: Any
-    ending: Ending
-    #: the output's size: a vector's dimensions, or a head's labels
-    dims: int
 
 
 def limit_threads(threads: int) -> None:
@@ -253,7 +243,7 @@ def load(
     min_cosine = None
     graph = None
     if runtime == "onnxruntime":
-        from .graph import cached_graph, default_cache_dir
+        from .onnx_file import cached_graph, default_cache_dir
 
         root = Path(cache_dir) if cache_dir else default_cache_dir()
         graph = cached_graph(weights, digest, graph_cache(root))
@@ -322,7 +312,7 @@ def _dense(folder: Path, module: Any) -> Dense:
     tensors = Tensors(LazyTensors(path), str(path), "sentence-transformers Dense")
     weight = tensors.matrix("linear.weight")
     if weight.shape != (module.in_features, module.out_features):
-        raise files.ModelFilesError(
+        raise ModelFilesError(
             str(path),
             f"linear.weight is {weight.shape[::-1]}, but its config says "
             f"{module.out_features} x {module.in_features}",

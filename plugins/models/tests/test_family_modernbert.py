@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from synapse_models import model as runtime
 from synapse_models import quantize
 from synapse_models.errors import ModelFilesError

@@ -43,7 +43,7 @@ from ..graph import Graph
 from ..heads import Activation, Classifier
 from ..numerics import MASKED, gelu, key_bias, layer_norm, softmax_
 from ..weights import F32, I64, Tensors
-from . import Sizes
+from .protocol import Sizes
 
 GLOBAL, LOCAL = "full_attention", "sliding_attention"
 #: transformers' defaults when a config names no theta
