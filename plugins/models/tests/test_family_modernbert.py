@@ -178,3 +178,29 @@ def test_a_config_it_cannot_serve_is_refused_naming_the_file(
     message = str(refused.value)
     assert str(root / "config.json") in message
     assert refusal in message and "supported" in message
+
+
+def test_a_mean_pooling_head_reads_the_masked_mean_on_both_runtimes(tmp_path: Path) -> None:
+    """``classifier_pooling`` "mean" (no reference folder has it): numpy and
+    the graph agree, and the scores are not the CLS head's. (A cache of its
+    own: a graph is cached by the weights' sha256, which the edited
+    config.json does not change.)"""
+    onnx_cache = tmp_path / "cache"
+    pytest.importorskip("onnxruntime")
+    ref = REFERENCE["modernbert-rerank"]
+    root = copy_with(tmp_path, "modernbert-rerank", {"classifier_pooling": "mean"})
+    query = ids_of(root, ref["pairs"][0][0])
+    docs = [ids_of(root, d) for q, d in ref["pairs"][:2]]  # one query, two lengths: padding
+    scores = [
+        runtime.load(str(root), runtime=name, cache_dir=str(onnx_cache)).rerank(query, docs)
+        for name in runtime.RUNTIMES
+    ]
+    assert np.abs(scores[0] - scores[1]).max() <= 1e-5
+    assert np.abs(scores[0] - ref["raw_scores"][:2]).min() > 1e-3
+
+
+def ids_of(root: Path, text: str) -> list[int]:
+    from synapse_models.tokenizer import load_tokenizer
+
+    encoding: Any = load_tokenizer(root / "tokenizer.json").encode(text, add_special_tokens=False)  # type: ignore[attr-defined]
+    return list(encoding.ids)
