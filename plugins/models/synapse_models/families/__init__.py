@@ -22,13 +22,14 @@ from .protocol import Sizes as Sizes
 
 
 def _registry() -> dict[str, Family]:
-    from . import deberta, encoder
+    from . import deberta, encoder, modernbert
 
     families: tuple[Family, ...] = (
         encoder.BERT,
         encoder.XLM_ROBERTA,
         encoder.MPNET,
         deberta.DEBERTA_V2,
+        modernbert.MODERNBERT,
     )
     return {model_type: f for f in families for model_type in f.model_types}
 
