@@ -203,7 +203,8 @@ class CpuTransport(Transport):
         if sha256 is None:  # a folder without an expected hash: hash it (remembered)
             stat = located.weights.stat()
             sha256 = _verified(located.weights, stat.st_size, stat.st_mtime_ns, None)
-        loss = quantize.read_loss(root, sha256.lower())
+        layout = files.check_present(located)
+        loss = quantize.read_loss(root, files.int8_key(located, layout, sha256.lower()))
         if loss is None:
             return Conversion(options.quantize)
         return Conversion(

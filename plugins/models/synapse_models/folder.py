@@ -111,6 +111,16 @@ class Layout:
         dense = f"-dense{len(self.dense)}" if self.dense else ""
         return f"{self.architecture}-{self.pooling}{dense}-{'norm' if self.normalize else 'raw'}"
 
+    @property
+    def graph_end(self) -> str:
+        """What the model's graph ends in, for its cached file's name:
+        ``head``, or the pooling, its Dense modules and Normalize
+        (``mean-norm``, ``mean-dense2-norm``)."""
+        if self.cross_encoder:
+            return "head"
+        dense = f"-dense{len(self.dense)}" if self.dense else ""
+        return f"{self.pooling}{dense}{'-norm' if self.normalize else ''}"
+
     def buckets(self) -> tuple[int, ...]:
         """The default buckets: powers of two below the ceiling, and the ceiling."""
         return (*(b for b in BUCKET_STEPS if b < self.max_tokens), self.max_tokens)

@@ -131,6 +131,11 @@ class Model:
         return 1 if self.layout.cross_encoder else self.layout.dims
 
     @property
+    def int8_key(self) -> str:
+        """The name the int8 graph's measured loss is kept under (:func:`files.int8_key`)."""
+        return files.int8_key(self.files, self.layout, self.sha256)
+
+    @property
     def framing(self) -> packing.Framing:
         return self.tokenizer.framing()
 
@@ -248,7 +253,8 @@ def load(
         from .onnx_file import cached_graph, default_cache_dir
 
         root = Path(cache_dir) if cache_dir else default_cache_dir()
-        graph = cached_graph(weights, digest, graph_cache(root))
+        key = files.graph_key(located, digest)
+        graph = cached_graph(weights, key, graph_cache(root))
         typed = weights.family.token_types(weights.body)
         kept = weights.family.kept_float
         del weights  # the session holds its own copy
@@ -257,7 +263,8 @@ def load(
 
             most = min(254, layout.positions - tokenizer.framing().single)
             encode = functools.partial(_fixed_sequences, tokenizer, most)
-            graph, loss = int8.cached_int8(graph, encode, root, digest, kept)
+            loss_key = files.int8_key(located, layout, digest)
+            graph, loss = int8.cached_int8(graph, encode, root, loss_key, kept)
             min_cosine, max_score_delta = loss.min_cosine, loss.max_score_delta
         forward = OnnxSessions(graph, typed, spinning, providers).run
     else:
@@ -307,7 +314,7 @@ def read_weights(located: files.ModelFiles, layout: Layout) -> Weights:
         dense = tuple(_dense(located.root / d.folder, d) for d in layout.dense)
         ending = Embedding(layout.pooling, dense, layout.normalize)
         dims = layout.dims
-    return Weights(family, body, ending, dims)
+    return Weights(family, body, ending, dims, layout.graph_end)
 
 
 def _dense(folder: Path, module: Any) -> Dense:

@@ -113,14 +113,15 @@ def int8_path(graph: Path) -> Path:
     return graph.with_name(f"{graph.stem}-int8-r{RECIPE_VERSION}.onnx")
 
 
-def loss_path(cache_root: Path, sha256: str) -> Path:
-    """Where the measured loss of the weights' int8 graph is kept (read by the catalog)."""
-    return cache_root / "int8" / f"{sha256}-r{RECIPE_VERSION}.json"
+def loss_path(cache_root: Path, key: str) -> Path:
+    """Where the measured loss of an int8 graph is kept (read by the catalog),
+    under its model's :func:`synapse_models.files.int8_key`."""
+    return cache_root / "int8" / f"{key}-r{RECIPE_VERSION}.json"
 
 
-def read_loss(cache_root: Path, sha256: str) -> Loss | None:
+def read_loss(cache_root: Path, key: str) -> Loss | None:
     try:
-        data = json.loads(loss_path(cache_root, sha256).read_text(encoding="utf-8"))
+        data = json.loads(loss_path(cache_root, key).read_text(encoding="utf-8"))
         return Loss(
             _number(data["min_cosine"]),
             _number(data["mean_cosine"]),
@@ -137,7 +138,7 @@ def cached_int8(
     graph: Path,
     encode: Encode,
     cache_root: Path,
-    sha256: str,
+    key: str,
     kept: Sequence[tuple[int, str]] = KEPT_FLOAT,
 ) -> tuple[Path, Loss]:
     """The int8 graph of the float32 ``graph`` and its loss, built and measured
@@ -149,11 +150,11 @@ def cached_int8(
     built = not target.is_file()
     if built:
         _atomic(target, lambda tmp: quantize(graph, tmp, kept))
-    loss = read_loss(cache_root, sha256)
+    loss = read_loss(cache_root, key)
     if built or loss is None or loss.onnxruntime != ort.__version__:
         loss = measure(graph, target, encode(TEXTS))
         data = json.dumps(attrs.asdict(loss), indent=1)
-        _atomic(loss_path(cache_root, sha256), lambda tmp: _write(tmp, data))
+        _atomic(loss_path(cache_root, key), lambda tmp: _write(tmp, data))
     return target, loss
 
 
