@@ -32,7 +32,6 @@ NOT_YET = {
     "qwen3-last",
     "qwen3-rerank",
     "gemma3-dense",
-    "nomic-mean",
     "deberta-rerank",
     "modernbert-cls",
     "modernbert-rerank",

@@ -110,12 +110,13 @@ class Family(Protocol):
 
 
 def _registry() -> dict[str, Family]:
-    from . import encoder
+    from . import encoder, nomic
 
     families: tuple[Family, ...] = (
         encoder.BERT,
         encoder.XLM_ROBERTA,
         encoder.MPNET,
+        nomic.NOMIC,
     )
     return {model_type: f for f in families for model_type in f.model_types}
 
