@@ -36,7 +36,7 @@ def cosines(a: Any, b: Any) -> Any:
     return (a * b).sum(axis=1) / (np.linalg.norm(a, axis=1) * np.linalg.norm(b, axis=1))
 
 
-@pytest.mark.parametrize("name", ["nomic-mean"])
+@pytest.mark.parametrize("name", ["nomic-mean", "gemma3-dense"])
 async def test_a_folder_is_served_as_its_reference_with_its_prompts(
     name: str, onnx_cache: Path
 ) -> None:
@@ -53,7 +53,7 @@ async def test_a_folder_is_served_as_its_reference_with_its_prompts(
     deadline = synapse.Deadline.after(DEADLINE_S)
     async with synapse.open_host(config(entry), plugins=[synapse_cpu.plugin]) as h:
         assert h.catalog.entry(name, "embed").ceiling == ref["max_tokens"]
-        # The reference holds some of the folder's prompts (all of nomic's two).
+        # The reference holds some of the folder's prompts (Gemma's four of 14).
         assert ref["prompts"].items() <= h.catalog.entries[name].spec.prompts.items()
         result = await h.embed(name, ref["texts"], deadline=deadline, truncate=True)
         assert cosines(result.vectors, ref["vectors"]).min() >= 0.99999

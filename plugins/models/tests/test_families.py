@@ -31,7 +31,6 @@ RERANKERS = [name for name, m in REFERENCE.items() if m["kind"] == "rerank"]
 NOT_YET = {
     "qwen3-last",
     "qwen3-rerank",
-    "gemma3-dense",
     "deberta-rerank",
     "modernbert-cls",
     "modernbert-rerank",
