@@ -419,7 +419,7 @@ def own_lane() -> Iterator[None]:
 
 
 def _cache_root() -> Path:
-    from synapse_models.graph import default_cache_dir
+    from synapse_models.onnx_file import default_cache_dir
 
     return default_cache_dir()
 

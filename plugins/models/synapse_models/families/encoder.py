@@ -34,7 +34,7 @@ from ..graph import Graph
 from ..heads import Classifier
 from ..numerics import gelu, key_bias, layer_norm, softmax_
 from ..weights import F32, I64, Tensors
-from . import Sizes
+from .protocol import Sizes
 
 
 @attrs.frozen

@@ -37,7 +37,7 @@ from ..graph import Graph
 from ..heads import Classifier
 from ..numerics import MASKED, gelu_tanh, rms_norm, rotary, rotate, softmax_
 from ..weights import F32, I64, Tensors
-from . import Sizes
+from .protocol import Sizes
 
 SLIDING, FULL = "sliding_attention", "full_attention"
 

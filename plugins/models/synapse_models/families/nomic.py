@@ -30,7 +30,7 @@ from ..graph import Graph
 from ..heads import Classifier
 from ..numerics import key_bias, layer_norm, rotary, rotate, silu, softmax_
 from ..weights import F32, I64, Tensors
-from . import Sizes
+from .protocol import Sizes
 
 
 @attrs.frozen
