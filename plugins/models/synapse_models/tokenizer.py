@@ -9,6 +9,7 @@ tokenizer's own post-processor (:func:`framing_of`).
 
 from __future__ import annotations
 
+import json
 import threading
 from pathlib import Path
 from typing import Any
@@ -38,6 +39,10 @@ class HFTokenizer:
     (``pairs``) with the specials of a pair, ``[CLS] q [SEP] d [SEP]`` or
     ``<s> q </s></s> d </s>``, which it encodes; a bi-encoder with those of
     one sequence, although it embeds the two separately.
+
+    Texts lose their surrounding whitespace before they are encoded unless
+    the model's family keeps it (:func:`~synapse_models.families.strips_texts`
+    of the ``config.json`` beside the file).
     """
 
     def __init__(self, path: Path, pairs: bool = False) -> None:
@@ -46,6 +51,7 @@ class HFTokenizer:
         self._lock = threading.Lock()
         self._inner: object | None = None
         self._framing: Framing | None = None
+        self._strip = True
 
     def load(self) -> object:
         """The ``tokenizers.Tokenizer``; raises :class:`ModelFilesError` naming the file."""
@@ -53,6 +59,7 @@ class HFTokenizer:
             if self._inner is None:
                 inner = load_tokenizer(self.path)
                 self._framing = framing_of(inner, self.path)
+                self._strip = _strips(self.path)
                 self._inner = inner
             return self._inner
 
@@ -64,9 +71,10 @@ class HFTokenizer:
         return self._framing
 
     def encode(self, text: str) -> list[int]:
-        # Stripped first, as sentence-transformers strips every text (it
-        # matters to tokenizers that keep spaces as tokens, XLM-R's does).
-        ids: list[int] = self._encoding(text.strip(), False).ids
+        # Stripped first where the family's references strip (it matters to
+        # tokenizers that keep spaces as tokens, XLM-R's does).
+        self.load()
+        ids: list[int] = self._encoding(text.strip() if self._strip else text, False).ids
         return ids
 
     def _encoding(self, text: str, special: bool) -> Any:
@@ -83,8 +91,9 @@ class HFTokenizer:
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """:meth:`encode` of each text, with the GIL released and on every
         core (``tokenizers``' own threads)."""
-        stripped = [text.strip() for text in texts]
-        encodings = self.load().encode_batch(stripped, add_special_tokens=False)  # type: ignore[attr-defined]
+        inner = self.load()
+        stripped = [text.strip() for text in texts] if self._strip else texts
+        encodings = inner.encode_batch(stripped, add_special_tokens=False)  # type: ignore[attr-defined]
         return [e.ids for e in encodings]
 
     def vocab_size(self) -> int:
@@ -103,8 +112,10 @@ class HFTokenizer:
         """:meth:`pieces` as columns (ids, texts, special flags, starts,
         stops), made without an object per token: a long ``/tokenize``
         answer is built from them while holding the GIL as little as it can."""
-        stripped = text.strip()
-        lead = len(text) - len(text.lstrip())  # spans count from the text as given
+        self.load()
+        stripped = text.strip() if self._strip else text
+        # Spans count from the text as given.
+        lead = len(text) - len(text.lstrip()) if self._strip else 0
         encoding = self._encoding(stripped, special)
         offsets: list[tuple[int, int]] = encoding.offsets
         ids: list[int] = encoding.ids
@@ -186,6 +197,20 @@ def _slots(ids: list[int], special: list[int]) -> list[list[int]]:
     if in_text:
         slots.append([])
     return slots
+
+
+def _strips(path: Path) -> bool:
+    """Whether the family of the ``config.json`` beside ``path`` strips texts
+    (yes where there is none to read)."""
+    try:
+        config = json.loads((path.parent / "config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return True
+    from .families import FAMILIES, strips_texts
+
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    family = FAMILIES.get(model_type) if isinstance(model_type, str) else None
+    return family is None or strips_texts(family)
 
 
 def load_tokenizer(path: Path) -> object:

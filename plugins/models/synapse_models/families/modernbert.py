@@ -265,6 +265,9 @@ class ModernBert:
     # and its down-projection ``mlp.Wo``.
     kept_float: tuple[tuple[int, str], ...] = ((0, "down"), (2, "up"))
     vocab_padded: bool = True
+    #: a byte-level tokenizer keeps a text's surrounding spaces as tokens,
+    #: and sentence-transformers embeds the text as given
+    strips_texts: bool = False
 
     def sizes(self, config: Mapping[str, Any], source: str) -> Sizes:
         c = modernbert_config(config, source)
