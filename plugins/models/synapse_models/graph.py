@@ -127,7 +127,9 @@ def graph_name(weights: Weights, sha256: str) -> str:
     """The cached file's name: the same weights ending another way are another graph."""
     ending = weights.ending
     if isinstance(ending, Classifier):
-        end = "head"
+        # A head with no dense layer is an LLM reranker's, whose column comes
+        # from the tokenizer's yes/no ids as well as the weights: named by it.
+        end = "head" if ending.dense_w is not None else f"head-{_digest_head(ending)}"
     else:
         end = ending.pooling + (f"-dense-{_digest(ending)}" if ending.dense else "")
         end += "-norm" if ending.normalize else ""
@@ -143,6 +145,13 @@ def _digest(ending: Embedding) -> str:
         for array in (dense.weight, dense.bias):
             if array is not None:
                 digest.update(np.ascontiguousarray(array).tobytes())
+    return digest.hexdigest()[:8]
+
+
+def _digest_head(head: Classifier) -> str:
+    """Eight hex digits of a head's output weights."""
+    digest = hashlib.sha256(np.ascontiguousarray(head.out_w).tobytes())
+    digest.update(np.ascontiguousarray(head.out_b).tobytes())
     return digest.hexdigest()[:8]
 
 
@@ -202,8 +211,10 @@ def _finish(g: Graph, ending: Ending, x: str, dims: int) -> list[Any]:
     first = g.op("Gather", x, zero, axis=1)  # (rows, hidden): the first token
     if isinstance(ending, Classifier):
         h = ending
-        pooled = first if h.pooling == "cls" else _pooled(g, "mean", x, first, mask3)
-        dense = g.activate(g.linear(pooled, h.dense_w, h.dense_b), h.activation)
+        pooled = first if h.pooling == "cls" else _pooled(g, h.pooling, x, first, mask3)
+        dense = pooled
+        if h.dense_w is not None:
+            dense = g.activate(g.linear(pooled, h.dense_w, h.dense_b), h.activation)
         if h.norm_g is not None:
             dense = g.layer_norm(dense, h.norm_g, h.norm_b, h.norm_eps)
         logits = g.linear(dense, h.out_w, h.out_b)

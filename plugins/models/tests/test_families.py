@@ -29,8 +29,6 @@ EMBEDDERS = [name for name, m in REFERENCE.items() if m["kind"] == "embed"]
 RERANKERS = [name for name, m in REFERENCE.items() if m["kind"] == "rerank"]
 #: folders whose family is not served yet
 NOT_YET = {
-    "qwen3-last",
-    "qwen3-rerank",
     "gemma3-dense",
     "nomic-mean",
     "deberta-rerank",
