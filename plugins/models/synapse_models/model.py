@@ -24,7 +24,7 @@ from .families import Family
 from .folder import Layout, read_json
 from .heads import Classifier, Dense, Embedding, Ending, finish
 from .sessions import CPU, onnx_session, usable_cores
-from .tokenizer import HFTokenizer, check_fits
+from .tokenizer import HFTokenizer, check_fits, tokenizer_of
 from .weights import F32, I64, LazyTensors, Tensors
 
 Runtime = Literal["numpy", "onnxruntime"]
@@ -300,12 +300,8 @@ def checked_tokenizer(located: files.ModelFiles, layout: Layout) -> HFTokenizer:
 
 def layout_tokenizer(path: Path, layout: Layout) -> HFTokenizer:
     """The tokenizer at ``path`` as the model of ``layout`` frames and encodes
-    texts: pairs for a cross-encoder, an LLM reranker's prompt, a decoder's
-    framing with no start token."""
-    decoder = layout.causal
-    return HFTokenizer(
-        path, layout.cross_encoder, layout.template, start=not decoder, strip=not decoder
-    )
+    texts (:func:`~synapse_models.tokenizer.tokenizer_of`)."""
+    return tokenizer_of(path, layout.cross_encoder, layout.template, layout.causal)
 
 
 def read_weights(located: files.ModelFiles, layout: Layout) -> Weights:

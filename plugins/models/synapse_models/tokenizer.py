@@ -170,6 +170,16 @@ class HFTokenizer:
         return count + pair + (framing.pair if self.pairs else framing.single)
 
 
+def tokenizer_of(
+    path: Path, pairs: bool = False, template: PairTemplate | None = None, decoder: bool = False
+) -> HFTokenizer:
+    """The tokenizer at ``path`` as a model of a folder's layout frames and
+    encodes texts (``Layout.cross_encoder``, ``.template`` and ``.causal``):
+    pairs for a cross-encoder, an LLM reranker's prompt, and for a decoder a
+    framing with no start token and texts encoded as given."""
+    return HFTokenizer(path, pairs, template, start=not decoder, strip=not decoder)
+
+
 def check_fits(tokenizer: HFTokenizer, vocab_rows: int, padded: bool = False) -> None:
     """Refuse a tokenizer whose ids the weights cannot embed (another model's).
 
