@@ -311,7 +311,7 @@ def backend_figures(
 
 async def _measure(plan: Plan) -> Series:
     from synapse_models import model as runtime
-from synapse_models import quantize
+    from synapse_models import quantize
 
     model = runtime.load(runtime="numpy", threads=1)
     fp32 = runtime.load()  # the default: builds the graph the workers then load
@@ -419,7 +419,7 @@ def own_lane() -> Iterator[None]:
 
 
 def _cache_root() -> Path:
-    from synapse_models.graph import default_cache_dir
+    from synapse_models.onnx_file import default_cache_dir
 
     return default_cache_dir()
 
@@ -428,8 +428,7 @@ class OrtLimit:
     """onnxruntime by hand on the default entry's graph: every core, the best plain loop."""
 
     def __init__(self, model: Any) -> None:
-        from synapse_models.sessions import usable_cores
-        from synapse_models.sessions import onnx_session
+        from synapse_models.sessions import onnx_session, usable_cores
 
         self.model = model
         self.session = onnx_session(model.graph, usable_cores())

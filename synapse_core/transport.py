@@ -14,11 +14,13 @@ Only a transport whose workers are not such a class overrides
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, Literal
 
 import attrs
 
 from .config import ModelSpec
+from .errors import ConfigError
 from .launch import LaneInfo, LaneSession, Launched, LaunchRequest, ProcessGroup, WorkerProcess
 from .tokenizer import BasicTokenizer, Tokenizer
 
@@ -31,6 +33,7 @@ __all__ = [
     "LaneSession",
     "LaunchRequest",
     "Launched",
+    "ModelSource",
     "ModelTraits",
     "ProcessGroup",
     "Scorer",
@@ -66,6 +69,10 @@ class Conversion:
     #: model's on the transport's fixed text set; ``None`` until measured
     min_cosine: float | None = None
     mean_cosine: float | None = None
+    #: a cross-encoder's: the worst and the mean absolute difference of its
+    #: scores (logits) to the unconverted model's (one value has no cosine)
+    max_score_delta: float | None = None
+    mean_score_delta: float | None = None
 
 
 #: how a rerank model scores: see :class:`ModelTraits`
@@ -94,6 +101,24 @@ class ModelTraits:
     pooling: str | None = None
 
 
+@attrs.frozen
+class ModelSource:
+    """A model given on the command line (``--model``) rather than in a
+    catalog: a folder or a hub id, and the name it is served under. Exactly
+    one of ``folder`` and ``hub_id`` is set."""
+
+    name: str
+    #: an existing folder, as an absolute path
+    folder: Path | None = None
+    #: a hub id (``ORG/NAME``), to be found in the local hub cache
+    hub_id: str | None = None
+
+    @property
+    def given(self) -> str:
+        """What the user gave, for messages."""
+        return str(self.folder) if self.folder is not None else str(self.hub_id)
+
+
 class Transport:
     """Base class for transports. Set :attr:`name`, and either :attr:`worker`
     (with :attr:`options_type`) or override :meth:`launch`."""
@@ -117,6 +142,21 @@ class Transport:
         if self.options_type is None:
             raise TypeError(f"transport {self.name!r} has no options_type")
         return parse_options(model.options, self.options_type, source=f"model {model.name!r}")
+
+    def model_from_source(self, source: ModelSource) -> ModelSpec:
+        """The catalog entry serving ``source`` (``--model PATH_OR_HUB_ID``), as a
+        user would have written it: the task and the options come from the
+        model's files. Keep it cheap (read small files, never load weights); a
+        model that cannot be read raises
+        :class:`~synapse_core.errors.ConfigError` naming the file. The default
+        refuses: a transport that takes models by folder or hub id overrides it."""
+        raise ConfigError(
+            f"--model {source.given}",
+            [
+                f"transport {self.name!r} does not take a model by folder or hub id; "
+                "write a catalog entry for it (docs/configuration.md)"
+            ],
+        )
 
     def availability(self) -> Availability:
         """Whether this transport can run on this machine, and if not why."""

@@ -17,9 +17,11 @@ from ..config import HostConfig
 from ..errors import ConfigError
 from ..plan import Truncate
 from ..plugins import PluginHost, selected_names
+from ..transport import ModelSource
 from . import render
 from .calls import OnBatch, run_embed, run_rerank, show_progress, spans
 from .inputs import Field, Inputs, from_arguments, read_jsonl
+from .models import model_options
 from .options import catalog_option, deadline_option, json_option, load_config, truncate_option
 from .report import EXIT_FAILED, EXIT_OK, PROG
 
@@ -58,6 +60,30 @@ def progress(total: int, verb: str, noun: str) -> Iterator[OnBatch]:
         yield bar.update
 
 
+def called_model(
+    state: AppState,
+    catalog: Path | None,
+    models: tuple[ModelSource, ...],
+    transport: str,
+    model: str | None,
+    arguments: tuple[str, ...],
+) -> tuple[HostConfig, str, tuple[str, ...]]:
+    """The configuration, the model to call and the rest of the arguments.
+
+    With ``--model`` the model called is the one it gives and MODEL is left
+    out: every argument (``model`` included, which click filled first) is
+    an input."""
+    if models:
+        if len(models) > 1:
+            raise click.UsageError("give --model once: this command calls one model")
+        config = load_config(catalog, models, transport=transport, plugins=state.plugins)
+        rest = arguments if model is None else (model, *arguments)
+        return config, models[0].name, rest
+    if model is None:
+        raise click.UsageError("Missing argument 'MODEL'.")
+    return load_config(catalog), model, arguments
+
+
 def file_option(field: Field) -> Callable[[Callable[..., None]], Callable[..., None]]:
     return click.option(
         "--file",
@@ -93,16 +119,24 @@ def plugins_command(state: AppState, catalog: Path | None, as_json: bool) -> int
 
 @click.command("catalog")
 @catalog_option
+@model_options()
 @json_option
 @click.pass_obj
-def catalog_command(state: AppState, catalog: Path | None, as_json: bool) -> None:
+def catalog_command(
+    state: AppState,
+    catalog: Path | None,
+    models: tuple[ModelSource, ...],
+    transport: str,
+    as_json: bool,
+) -> None:
     """List the catalog's models and whether each can run here (spawns nothing)."""
-    doc = render.catalog_doc(Catalog(load_config(catalog), state.plugins))
+    config = load_config(catalog, models, transport=transport, plugins=state.plugins)
+    doc = render.catalog_doc(Catalog(config, state.plugins))
     emit(doc, as_json, lambda: render.catalog_lines(doc))
 
 
 @click.command("embed")
-@click.argument("model")
+@click.argument("model", required=False)
 @click.argument("texts", nargs=-1)
 @file_option("text")
 @click.option(
@@ -115,10 +149,11 @@ def catalog_command(state: AppState, catalog: Path | None, as_json: bool) -> Non
 @deadline_option
 @json_option
 @catalog_option
+@model_options()
 @click.pass_obj
 def embed_command(
     state: AppState,
-    model: str,
+    model: str | None,
     texts: tuple[str, ...],
     file: BinaryIO | None,
     prompt_name: str | None,
@@ -126,16 +161,19 @@ def embed_command(
     deadline: float | None,
     as_json: bool,
     catalog: Path | None,
+    models: tuple[ModelSource, ...],
+    transport: str,
 ) -> None:
     """Embed TEXTS (or the texts of --file) with MODEL.
 
     Prints each vector's index, dimensions, norm and first values; --json
     prints every vector in input order with the model's vector-space identity.
+    With --model PATH, MODEL is left out: the folder's model is called.
     """
     if prompt_name is not None and truncate == "start":
         # Cut at its start, a long text would lose the prompt put in front of it.
         raise click.UsageError("--truncate start would cut off the prompt; use --truncate end")
-    config = load_config(catalog)
+    config, model, texts = called_model(state, catalog, models, transport, model, texts)
     inputs = gather(texts, file, "text")
     with progress(len(inputs.items), "embedding", "texts") as on_batch:
         result = run_embed(
@@ -145,7 +183,7 @@ def embed_command(
 
 
 @click.command("rerank")
-@click.argument("model")
+@click.argument("model", required=False)
 @click.argument("documents", nargs=-1)
 @click.option("--query", "-q", required=True, help="The query to score the documents against.")
 @file_option("document")
@@ -153,10 +191,11 @@ def embed_command(
 @deadline_option
 @json_option
 @catalog_option
+@model_options()
 @click.pass_obj
 def rerank_command(
     state: AppState,
-    model: str,
+    model: str | None,
     documents: tuple[str, ...],
     query: str,
     file: BinaryIO | None,
@@ -164,13 +203,16 @@ def rerank_command(
     deadline: float | None,
     as_json: bool,
     catalog: Path | None,
+    models: tuple[ModelSource, ...],
+    transport: str,
 ) -> None:
     """Score DOCUMENTS (or the documents of --file) against --query with MODEL.
 
     Prints documents best first with their input index; --json prints the
-    scores in input order with the model's identity.
+    scores in input order with the model's identity. With --model PATH,
+    MODEL is left out: the folder's model is called.
     """
-    config = load_config(catalog)
+    config, model, documents = called_model(state, catalog, models, transport, model, documents)
     inputs = gather(documents, file, "document")
     with progress(len(inputs.items), "reranking", "documents") as on_batch:
         result = run_rerank(
@@ -184,28 +226,33 @@ def rerank_command(
 
 
 @click.command("similarity")
-@click.argument("model")
-@click.argument("first")
-@click.argument("others", nargs=-1, required=True)
+@click.argument("model", required=False)
+@click.argument("texts", nargs=-1, metavar="FIRST OTHERS...")
 @truncate_option
 @deadline_option
 @json_option
 @catalog_option
+@model_options()
 @click.pass_obj
 def similarity_command(
     state: AppState,
-    model: str,
-    first: str,
-    others: tuple[str, ...],
+    model: str | None,
+    texts: tuple[str, ...],
     truncate: Truncate,
     deadline: float | None,
     as_json: bool,
     catalog: Path | None,
+    models: tuple[ModelSource, ...],
+    transport: str,
 ) -> None:
     """Embed FIRST and OTHERS with MODEL; print the cosine similarity of FIRST
-    with each of OTHERS (1: same direction, 0: unrelated)."""
-    config = load_config(catalog)
-    inputs = gather((first, *others), None, "text")
+    with each of OTHERS (1: same direction, 0: unrelated). With --model PATH,
+    MODEL is left out: the folder's model is called."""
+    config, model, texts = called_model(state, catalog, models, transport, model, texts)
+    if len(texts) < 2:
+        missing = "FIRST" if not texts else "OTHERS..."
+        raise click.UsageError(f"Missing argument '{missing}'.")
+    inputs = gather(texts, None, "text")
     with progress(len(inputs.items), "embedding", "texts") as on_batch:
         result = run_embed(config, state.plugins, model, inputs, deadline, on_batch, None, truncate)
     emit(

@@ -13,14 +13,19 @@ A plugin command that needs the host configuration can reuse these::
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
 from ..config import HostConfig
 from ..deadline import Deadline
+from ..transport import ModelSource
+from .models import DEFAULT_TRANSPORT, with_sources
+
+if TYPE_CHECKING:
+    from ..plugins import PluginHost
 
 ENV_CATALOG = "SYNAPSE_CATALOG"
 F = TypeVar("F", bound=Callable[..., Any])
@@ -75,16 +80,33 @@ truncate_option: Callable[[F], F] = click.option(
 )
 
 
-def load_config(catalog: Path | None) -> HostConfig:
-    """The catalog file's configuration, or the shipped default catalog.
+def load_config(
+    catalog: Path | None,
+    models: Sequence[ModelSource] = (),
+    *,
+    transport: str = DEFAULT_TRANSPORT,
+    plugins: PluginHost | None = None,
+) -> HostConfig:
+    """The catalog file's configuration, or the shipped default catalog, plus
+    an entry for each model of ``--model`` (``models``, served by
+    ``transport``; without a catalog file, only those). ``plugins``: the
+    transports to ask (default: the installed ones).
 
     Raises :class:`~synapse_core.errors.ConfigError` naming the bad field.
     """
     if catalog is None:
         from ..catalog import default_config
 
-        return default_config()
-    return HostConfig.from_toml(catalog)
+        config = default_config()
+    else:
+        config = HostConfig.from_toml(catalog)
+    if not models:
+        return config
+    if plugins is None:
+        from ..plugins import PluginHost
+
+        plugins = PluginHost(load_entry_points=True)  # as installed_plugins() loads them
+    return with_sources(config, models, transport, plugins, catalog_given=catalog is not None)
 
 
 def deadline_from(seconds: float | None) -> Deadline:

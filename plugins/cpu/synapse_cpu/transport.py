@@ -14,11 +14,6 @@ from pathlib import Path
 
 import anyio
 import attrs
-from synapse_models import files
-from synapse_models.errors import ModelFilesError
-from synapse_models.folder import Layout
-from synapse_models.packing import PairTemplate
-from synapse_models.tokenizer import HFTokenizer, check_fits, tokenizer_of
 
 from synapse_core.plugin import (
     Availability,
@@ -28,6 +23,7 @@ from synapse_core.plugin import (
     LaneInfo,
     Launched,
     LaunchRequest,
+    ModelSource,
     ModelSpec,
     ModelTraits,
     Scorer,
@@ -35,6 +31,11 @@ from synapse_core.plugin import (
     Transport,
     spawn_worker,
 )
+from synapse_models import files
+from synapse_models.errors import ModelFilesError
+from synapse_models.folder import Layout
+from synapse_models.packing import PairTemplate
+from synapse_models.tokenizer import HFTokenizer, check_fits, tokenizer_of
 
 from .cores import LANE_ID, usable_cores
 from .costs import HIDDEN, default_capacity_mib, request_budget, weights_mib
@@ -162,6 +163,12 @@ class CpuTransport(Transport):
     worker = WORKER
     options_type = CpuOptions
 
+    def model_from_source(self, source: ModelSource) -> ModelSpec:
+        """A folder's or a hub id's entry, its task read from the folder (``--model``)."""
+        from .flagged import model_from_source
+
+        return model_from_source(self, source)
+
     def describe(self) -> str:
         problem = onnxruntime_problem()
         wheel = files.wheel_model_dir()
@@ -175,26 +182,30 @@ class CpuTransport(Transport):
         )
 
     def model_note(self, model: ModelSpec) -> str:
-        """For int8: that it is lossy, and its worst cosine to float32 once measured."""
+        """For int8: that it is lossy, and its worst cosine (a cross-encoder's:
+        score difference) to float32 once measured."""
         conversion = self.model_conversion(model)
         if conversion is None:
             return ""
+        from synapse_models import quantize
+
+        if conversion.max_score_delta is not None and conversion.mean_score_delta is not None:
+            return quantize.describe_scores(conversion.max_score_delta, conversion.mean_score_delta)
         if conversion.min_cosine is None or conversion.mean_cosine is None:
             return (
                 f"{conversion.name} (dynamic quantization, lossy): worst cosine to float32 "
                 "measured when its graph is first built"
             )
-        from synapse_models import quantize
-
         return quantize.describe(conversion.min_cosine, conversion.mean_cosine)
 
     def model_conversion(self, model: ModelSpec) -> Conversion | None:
-        """For int8: its worst and mean cosine to float32, once its graph is built."""
+        """For int8: its worst and mean cosine (or score difference) to
+        float32, once its graph is built."""
         options: CpuOptions = self.model_options(model)
         if options.quantize is None:
             return None
         from synapse_models import quantize
-        from synapse_models.graph import default_cache_dir
+        from synapse_models.onnx_file import default_cache_dir
 
         located = model_files(options)
         root = Path(options.cache_dir) if options.cache_dir else default_cache_dir()
@@ -205,7 +216,13 @@ class CpuTransport(Transport):
         loss = quantize.read_loss(root, sha256.lower())
         if loss is None:
             return Conversion(options.quantize)
-        return Conversion(options.quantize, loss.min_cosine, loss.mean_cosine)
+        return Conversion(
+            options.quantize,
+            loss.min_cosine,
+            loss.mean_cosine,
+            loss.max_score_delta,
+            loss.mean_score_delta,
+        )
 
     def model_availability(self, model: ModelSpec) -> Availability:
         options: CpuOptions = self.model_options(model)

@@ -10,9 +10,8 @@ from __future__ import annotations
 
 import sys
 
-from synapse_models import model as runtime
-
 from synapse_core.plugin import ModelWorker, worker_main
+from synapse_models import model as runtime
 
 from . import __version__
 from .cores import LANE_ID, CoreShare, lane_dir

@@ -5,6 +5,7 @@ both anyio backends."""
 from __future__ import annotations
 
 import pytest
+
 from synapse_models.testing import (  # noqa: F401  (fixtures)
     DATA,
     MAX_ABS,

@@ -9,10 +9,10 @@ import time
 from pathlib import Path
 
 import pytest
-from synapse_models import model as runtime
 
 from synapse_cpu import cores
 from synapse_cpu.options import parse_options
+from synapse_models import model as runtime
 
 HOLDER = """
 import sys

@@ -16,16 +16,16 @@ from typing import Any
 import anyio
 import numpy as np
 import pytest
-import synapse_models.tokenizer
-from synapse_models import files
-from synapse_models import model as runtime
-from synapse_models.tokenizer import HFTokenizer
 
 import synapse_core as synapse
 import synapse_cpu.plugin
+import synapse_models.tokenizer
 from synapse_core.plugin import Conversion, Shape
 from synapse_core.testing import host_config, model_entry
 from synapse_cpu import costs
+from synapse_models import files
+from synapse_models import model as runtime
+from synapse_models.tokenizer import HFTokenizer
 
 pytestmark = [pytest.mark.anyio, pytest.mark.subprocess]
 asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])

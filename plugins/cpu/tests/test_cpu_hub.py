@@ -6,6 +6,7 @@ way in. Offline throughout (``HF_HUB_OFFLINE=1``): nothing here downloads."""
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -13,9 +14,6 @@ from typing import Any
 import huggingface_hub.constants
 import pytest
 from click.testing import CliRunner
-from synapse_models.errors import ModelFilesError
-from synapse_models.hub import cached_folder
-from synapse_models.testing import TINY
 
 import synapse_core as synapse
 import synapse_cpu.plugin
@@ -25,6 +23,9 @@ from synapse_core.plugin import ConfigError
 from synapse_core.plugins import PluginHost
 from synapse_core.testing import catalog_toml, host_config, model_entry
 from synapse_cpu.options import parse_options
+from synapse_models.errors import ModelFilesError
+from synapse_models.hub import cached_folder
+from synapse_models.testing import TINY
 
 REPO = "org/tiny-bert"
 COMMIT = "0123456789abcdef0123456789abcdef01234567"
@@ -178,3 +179,21 @@ def test_synapse_pull_names_what_it_pulled_and_refuses_other_models(
     refused = runner.invoke(cli, ["pull", "by-folder", "--catalog", str(catalog)])
     assert refused.exit_code != 0
     assert "names no hub id" in refused.output
+
+
+def test_model_flag_takes_a_hub_id_from_the_cache_and_names_pull_otherwise(cache: Path) -> None:
+    cli = make_cli(lambda: synapse.PluginHost([synapse_cpu.plugin]))
+    runner = CliRunner()
+    env = {"SYNAPSE_CATALOG": None}
+    listed = runner.invoke(cli, ["catalog", "--json", "--model", REPO], env=env)
+    assert listed.exit_code == 0, listed.output
+    (model,) = json.loads(listed.stdout)["models"]
+    assert (model["name"], model["task"], model["available"]) == (REPO, "embed", True)
+    absent = runner.invoke(cli, ["catalog", "--model", "org/absent"], env=env)
+    assert absent.exit_code == 2
+    assert "not in the local Hugging Face cache" in absent.output
+    assert "`synapse pull org/absent`" in absent.output
+    # ...which takes the hub id itself; offline and cached, it downloads nothing.
+    pulled = runner.invoke(cli, ["pull", REPO], env=env)
+    assert pulled.exit_code == 0, pulled.output
+    assert COMMIT in pulled.output

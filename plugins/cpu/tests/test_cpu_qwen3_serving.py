@@ -12,12 +12,12 @@ from typing import Any
 
 import numpy as np
 import pytest
-from synapse_models import model as runtime
-from synapse_models.testing import DATA
 
 import synapse_core as synapse
 import synapse_cpu.plugin
 from synapse_core.testing import host_config, model_entry
+from synapse_models import model as runtime
+from synapse_models.testing import DATA
 
 pytestmark = [pytest.mark.anyio, pytest.mark.subprocess]
 asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])

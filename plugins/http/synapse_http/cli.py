@@ -5,25 +5,41 @@ from __future__ import annotations
 import ipaddress
 import logging
 import os
-import sys
 from pathlib import Path
+from typing import Any
 
 import anyio
 import attrs
 import click
 
-from synapse_core.cli import catalog_option, load_config
+from synapse_core.cli import ModelSource, catalog_option, load_config, model_options
 
+from .logs import LOG_FORMATS, configure_logging
 from .settings import MIB, ServeSettings
 
+#: every flag of ``synapse serve`` is also read from ``SYNAPSE_<FLAG>``
+#: (``--max-inputs``: ``SYNAPSE_MAX_INPUTS``), as containers and units set them
+ENV_PREFIX = "SYNAPSE_"
 ENV_API_KEY = "SYNAPSE_API_KEY"
+#: the command's own lines (where it serves, what it serves): log records, so
+#: that ``--log-format json`` gives them as JSON too
+log = logging.getLogger("synapse.serve")
+
+
+def env(flag: str) -> dict[str, Any]:
+    """``flag``'s environment variable, shown in ``--help``."""
+    return {"envvar": ENV_PREFIX + flag.upper().replace("-", "_"), "show_envvar": True}
 
 
 @click.command("serve")
 @catalog_option
-@click.option("--host", default="127.0.0.1", show_default=True, help="Address to bind.")
+@model_options(envvar_prefix=ENV_PREFIX)
+@click.option(
+    "--host", default="127.0.0.1", show_default=True, help="Address to bind.", **env("host")
+)
 @click.option(
     "--port",
+    **env("port"),
     default=8080,
     show_default=True,
     type=click.IntRange(0, 65535),
@@ -38,6 +54,7 @@ ENV_API_KEY = "SYNAPSE_API_KEY"
 )
 @click.option(
     "--request-timeout",
+    **env("request-timeout"),
     type=click.FloatRange(min=0, min_open=True),
     default=30.0,
     show_default=True,
@@ -46,6 +63,7 @@ ENV_API_KEY = "SYNAPSE_API_KEY"
 )
 @click.option(
     "--max-body-bytes",
+    **env("max-body-bytes"),
     type=click.IntRange(min=1),
     default=2 * MIB,
     show_default=True,
@@ -53,6 +71,7 @@ ENV_API_KEY = "SYNAPSE_API_KEY"
 )
 @click.option(
     "--max-inputs",
+    **env("max-inputs"),
     type=click.IntRange(min=1),
     default=2048,
     show_default=True,
@@ -60,6 +79,7 @@ ENV_API_KEY = "SYNAPSE_API_KEY"
 )
 @click.option(
     "--shutdown-grace",
+    **env("shutdown-grace"),
     type=click.FloatRange(min=0),
     default=20.0,
     show_default=True,
@@ -68,6 +88,7 @@ ENV_API_KEY = "SYNAPSE_API_KEY"
 )
 @click.option(
     "--drain-grace",
+    **env("drain-grace"),
     type=click.FloatRange(min=0),
     default=5.0,
     show_default=True,
@@ -77,6 +98,7 @@ ENV_API_KEY = "SYNAPSE_API_KEY"
 )
 @click.option(
     "--header-timeout",
+    **env("header-timeout"),
     type=click.FloatRange(min=0, min_open=True),
     default=10.0,
     show_default=True,
@@ -85,6 +107,7 @@ ENV_API_KEY = "SYNAPSE_API_KEY"
 )
 @click.option(
     "--keep-alive-timeout",
+    **env("keep-alive-timeout"),
     type=click.FloatRange(min=0, min_open=True),
     default=15.0,
     show_default=True,
@@ -93,28 +116,52 @@ ENV_API_KEY = "SYNAPSE_API_KEY"
 )
 @click.option(
     "--preload",
+    **env("preload"),
     multiple=True,
     metavar="MODEL",
     help="Start MODEL's worker before serving (repeat for several models).",
 )
 @click.option(
     "--coalesce/--no-coalesce",
+    **env("coalesce"),
     default=True,
     show_default=True,
     help="Serve small embed requests that wait for a busy model together, in shared "
     "batches (overrides the catalog's 'coalesce').",
 )
 @click.option(
+    "--idle-unload-s",
+    **env("idle-unload-s"),
+    type=click.FloatRange(min=0, min_open=True, max=1e9),
+    default=None,
+    metavar="S",
+    help="Let go of (retire) the workers of a model with no call for S seconds; its next "
+    "call starts them again. The default of the catalog's per-model 'idle_unload_s' "
+    "(overrides the catalog's top-level one). Default: never.",
+)
+@click.option(
     "--backend",
+    **env("backend"),
     type=click.Choice(["asyncio", "trio"]),
     default="asyncio",
     show_default=True,
     help="asyncio serves with uvicorn, trio with hypercorn.",
 )
+@click.option(
+    "--log-format",
+    **env("log-format"),
+    type=click.Choice(LOG_FORMATS),
+    default="text",
+    show_default=True,
+    help="text: one 'synapse: ...' line per record; json: one JSON object per line "
+    "(time, level, logger, message and the record's fields), for log shippers.",
+)
 @click.pass_obj
 def serve_command(
     state: object,
     catalog: Path | None,
+    models: tuple[ModelSource, ...],
+    transport: str,
     host: str,
     port: int,
     api_key: str | None,
@@ -127,12 +174,16 @@ def serve_command(
     keep_alive_timeout: float,
     preload: tuple[str, ...],
     coalesce: bool,
+    idle_unload_s: float | None,
     backend: str,
+    log_format: str,
 ) -> None:
     """Serve the catalog's models over HTTP (OpenAI and TEI-compatible routes).
 
     Binds 127.0.0.1 unless --host says otherwise and starts no worker until a
-    model is called, or --preload names it. SIGTERM or SIGINT stops after
+    model is called, or --preload names it. --model PATH serves a model
+    folder (or a cached hub id) without a catalog. Every option may be set
+    from its environment variable instead (SYNAPSE_<OPTION>). SIGTERM or SIGINT stops after
     requests in flight finish (a second signal stops at once); every worker's
     exit is confirmed before the command exits.
     """
@@ -147,7 +198,11 @@ def serve_command(
             f"both --api-key and {ENV_API_KEY} unset to serve without one",
             param_hint=f"'--api-key' / {ENV_API_KEY}",
         )
-    config = attrs.evolve(load_config(catalog), coalesce=coalesce)
+    plugins = getattr(state, "plugins", None)
+    config = load_config(catalog, models, transport=transport, plugins=plugins)
+    config = attrs.evolve(config, coalesce=coalesce)
+    if idle_unload_s is not None:
+        config = attrs.evolve(config, idle_unload_s=idle_unload_s)
     settings = ServeSettings(
         api_key=api_key,
         request_timeout_s=request_timeout,
@@ -159,22 +214,29 @@ def serve_command(
         keep_alive_s=keep_alive_timeout,
         preload=preload,
     )
+    configure_logging(log_format)
     if api_key is None and not loopback(host):
-        click.echo(
-            f"synapse: warning: serving on {host} without an API key: anyone who can reach "
-            "this address may call every route, /metrics included; set --api-key (or "
-            f"{ENV_API_KEY}), or bind 127.0.0.1 behind a proxy",
-            err=True,
+        log.warning(
+            "serving on %s without an API key: anyone who can reach this address may call "
+            "every route, /metrics included; set --api-key (or %s), or bind 127.0.0.1 "
+            "behind a proxy",
+            host,
+            ENV_API_KEY,
         )
-    logging.basicConfig(level=logging.INFO, format="synapse: %(message)s", stream=sys.stderr)
-    plugins = getattr(state, "plugins", None)
 
     def listening(where: Listening) -> None:
-        click.echo(f"synapse: serving on {where.url}", err=True)
-        click.echo(f"synapse: models: {', '.join(where.models) or '(none)'}", err=True)
+        log.info("serving on %s", where.url, extra={"synapse": {"url": where.url}})
+        log.info(
+            "models: %s",
+            ", ".join(where.models) or "(none)",
+            extra={"synapse": {"models": where.models}},
+        )
         if where.unavailable:
-            names = ", ".join(where.unavailable)
-            click.echo(f"synapse: not servable here: {names} (see 'synapse catalog')", err=True)
+            log.info(
+                "not servable here: %s (see 'synapse catalog')",
+                ", ".join(where.unavailable),
+                extra={"synapse": {"unavailable": where.unavailable}},
+            )
 
     try:
         anyio.run(

@@ -178,7 +178,9 @@ def from_synapse(exc: SynapseError) -> HTTPError:
 def unexpected(exc: BaseException) -> HTTPError:
     """A bug: logged with its traceback under a fresh id; the client gets the id."""
     error_id = uuid.uuid4().hex[:16]
-    log.error("internal error %s", error_id, exc_info=exc)
+    log.error(
+        "internal error %s", error_id, exc_info=exc, extra={"synapse": {"error_id": error_id}}
+    )
     return HTTPError(
         500,
         ErrorBody(

@@ -27,8 +27,9 @@ AUTH = {"Authorization": f"Bearer {API_KEY}"}
 #: seconds a server may take to start, or to stop after SIGTERM (a hang becomes a failure)
 START_S = 30.0
 STOP_S = 60.0
-_URL = re.compile(r"serving on (http://\S+)")
-_MODELS = re.compile(r"^synapse: models: ")
+# Either log format: ``synapse: serving on URL`` or a JSON line whose message says it.
+_URL = re.compile(r"serving on (http://[^\s\"]+)")
+_MODELS = re.compile(r'^synapse: models: |"message": "models: ')
 
 
 #: a mock-transport catalog entry; ``options`` override two buckets, eight

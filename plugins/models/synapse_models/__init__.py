@@ -14,10 +14,11 @@ guide for adding a family.
 
 from __future__ import annotations
 
+from .arranged import Weights
 from .errors import ModelFilesError
 from .families import FAMILIES, Family, family_for
 from .folder import Layout, read_layout
-from .model import RUNTIMES, Model, Runtime, Weights, load
+from .model import RUNTIMES, Model, Runtime, load
 
 __version__ = "0.1.0"
 

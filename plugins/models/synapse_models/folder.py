@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, Literal, cast
 
 import attrs
 
@@ -192,6 +192,18 @@ def _sentence_transformer(root: Path) -> bool:
 
 def _ceiling(limit: int | None, positions: int) -> int:
     return positions if limit is None else min(limit, positions)
+
+
+def task_of(root: Path) -> Literal["embed", "rerank"]:
+    """What the folder's model does: ``"rerank"`` for a
+    ``*ForSequenceClassification`` model (a cross-encoder), else ``"embed"``,
+    as ``config.json``'s ``architectures`` say (read alone: whether the
+    family is served is for :func:`read_layout` to say)."""
+    config = read_json(root / CONFIG)
+    named = config.get("architectures")
+    names = named if isinstance(named, list) else []
+    heads = [a for a in names if isinstance(a, str) and a.endswith("ForSequenceClassification")]
+    return "rerank" if heads else "embed"
 
 
 def _cross_encoder(config: dict[str, Any], path: Path, family: Family) -> bool:

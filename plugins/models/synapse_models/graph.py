@@ -1,43 +1,18 @@
-"""A model as an ONNX graph, built from its safetensors weights.
+"""The ONNX graph builder a family writes its body with.
 
-No torch and no download: the graph is written node by node with the
-``onnx`` package. A family writes its body with a :class:`Graph` (which
-holds the nodes and the weights as initializers); what follows the body
-(pooling, Dense modules, Normalize, or a classification head) is written
-here, shared by every family, computing what :mod:`synapse_models.heads`
-computes in numpy. The file is cached on disk under the weights' sha256 and
-what the graph ends in, so a worker builds it once per checkpoint.
-
-Inputs are ``input_ids`` (int64), ``token_type_ids`` (int64, for a family
-with token types) and ``attention_mask`` (float32), all (rows, width); the
-output ``output`` is (rows, dims) vectors, (rows,) one-label logits or
-(rows, labels) logits.
+No torch and no download: a graph is written node by node with the ``onnx``
+package (imported when a :class:`Graph` is made). The whole model's graph,
+the body and what follows it, is put together and cached by
+:mod:`synapse_models.onnx_file`.
 """
 
 from __future__ import annotations
 
-import hashlib
-import os
-import tempfile
-from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
-from .heads import MAX_POOL_FILL, Classifier, Embedding, Ending
-
-if TYPE_CHECKING:
-    from .model import Weights
-
-#: bump when the graphs change: cached files of another version are not reused
-GRAPH_VERSION = 2
-OPSET = 17  # LayerNormalization
 Array = np.ndarray[Any, Any]
-
-
-def default_cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "synapse" / "onnx"
 
 
 class Graph:
@@ -121,135 +96,3 @@ class Graph:
         if activation == "gelu":
             return self.gelu(x)
         return x
-
-
-def graph_name(weights: Weights, sha256: str) -> str:
-    """The cached file's name: the same weights ending another way are another graph."""
-    ending = weights.ending
-    if isinstance(ending, Classifier):
-        # A head with no dense layer is an LLM reranker's, whose column comes
-        # from the tokenizer's yes/no ids as well as the weights: named by it.
-        end = "head" if ending.dense_w is not None else f"head-{_digest_head(ending)}"
-    else:
-        end = ending.pooling + (f"-dense-{_digest(ending)}" if ending.dense else "")
-        end += "-norm" if ending.normalize else ""
-    return f"{sha256}-{end}-v{GRAPH_VERSION}.onnx"
-
-
-def _digest(ending: Embedding) -> str:
-    """Eight hex digits of the Dense modules' weights and activations: the
-    body's sha256 does not cover the files they come from."""
-    digest = hashlib.sha256()
-    for dense in ending.dense:
-        digest.update(dense.activation.encode())
-        for array in (dense.weight, dense.bias):
-            if array is not None:
-                digest.update(np.ascontiguousarray(array).tobytes())
-    return digest.hexdigest()[:8]
-
-
-def _digest_head(head: Classifier) -> str:
-    """Eight hex digits of a head's output weights."""
-    digest = hashlib.sha256(np.ascontiguousarray(head.out_w).tobytes())
-    digest.update(np.ascontiguousarray(head.out_b).tobytes())
-    return digest.hexdigest()[:8]
-
-
-def cached_graph(weights: Weights, sha256: str, cache_dir: Path) -> Path:
-    """The graph file for weights of ``sha256``, built and cached if it is not there yet."""
-    path = cache_dir / graph_name(weights, sha256)
-    if path.is_file():
-        return path
-    cache_dir.mkdir(parents=True, exist_ok=True)
-    data = build_graph(weights).SerializeToString()
-    # Written aside, then renamed: a concurrent worker never reads half a file.
-    fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def build_graph(weights: Weights) -> Any:
-    """The ``onnx.ModelProto`` of the family's body and the folder's ending."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    g = Graph()
-    hidden = weights.family.graph(g, weights.body)
-    shape = _finish(g, weights.ending, hidden, weights.dims)
-    rows_width = ["rows", "width"]
-    inputs = [helper.make_tensor_value_info("input_ids", TensorProto.INT64, rows_width)]
-    if weights.family.token_types(weights.body):
-        inputs.append(
-            helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, rows_width)
-        )
-    inputs.append(helper.make_tensor_value_info("attention_mask", TensorProto.FLOAT, rows_width))
-    graph = helper.make_graph(
-        g.nodes,
-        "synapse-encoder",
-        inputs,
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, shape)],
-        g.inits,
-    )
-    model = helper.make_model(
-        graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="synapse-models"
-    )
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    return model
-
-
-def _finish(g: Graph, ending: Ending, x: str, dims: int) -> list[Any]:
-    """Writes ``output`` from the token vectors ``x``; its shape."""
-    mask3 = g.op("Unsqueeze", "attention_mask", g.i64(2))
-    zero = g.const(np.array(0, dtype=np.int64))  # a scalar index: the axis goes
-    first = g.op("Gather", x, zero, axis=1)  # (rows, hidden): the first token
-    if isinstance(ending, Classifier):
-        h = ending
-        pooled = first if h.pooling == "cls" else _pooled(g, h.pooling, x, first, mask3)
-        dense = pooled
-        if h.dense_w is not None:
-            dense = g.activate(g.linear(pooled, h.dense_w, h.dense_b), h.activation)
-        if h.norm_g is not None:
-            dense = g.layer_norm(dense, h.norm_g, h.norm_b, h.norm_eps)
-        logits = g.linear(dense, h.out_w, h.out_b)
-        if h.out_w.shape[1] == 1:
-            g.nodes.append(g.helper.make_node("Squeeze", [logits, g.i64(1)], ["output"]))
-            return ["rows"]
-        g.nodes.append(g.helper.make_node("Identity", [logits], ["output"]))
-        return ["rows", int(h.out_w.shape[1])]
-    assert isinstance(ending, Embedding)
-    pooled = _pooled(g, ending.pooling, x, first, mask3)
-    for module in ending.dense:
-        pooled = g.activate(g.linear(pooled, module.weight, module.bias), module.activation)
-    if ending.normalize:
-        norm = g.op("Max", g.op("ReduceL2", pooled, axes=[1], keepdims=1), g.f32(1e-12))
-        g.nodes.append(g.helper.make_node("Div", [pooled, norm], ["output"]))
-    else:
-        g.nodes.append(g.helper.make_node("Identity", [pooled], ["output"]))
-    return ["rows", dims]
-
-
-def _pooled(g: Graph, pooling: str, x: str, first: str, mask3: str) -> str:
-    """(rows, hidden): the pooling of ``x`` (rows, width, hidden) over ``mask3``."""
-    if pooling == "cls":
-        return first
-    if pooling == "mean":
-        summed = g.op("ReduceSum", g.op("Mul", x, mask3), g.i64(1), keepdims=0)
-        return g.op("Div", summed, g.op("ReduceSum", mask3, g.i64(1), keepdims=0))
-    if pooling == "max":
-        kept = g.op("Where", g.op("Greater", mask3, g.f32(0.0)), x, g.f32(float(MAX_POOL_FILL)))
-        return g.op("ReduceMax", kept, axes=[1], keepdims=0)
-    # The last token of each right-padded row: a one-hot weight at length - 1.
-    last = g.op("Sub", g.op("ReduceSum", "attention_mask", g.i64(1), keepdims=1), g.f32(1.0))
-    width = g.op("Cast", g.op("Gather", g.op("Shape", "attention_mask"), g.i64(1), axis=0), to=1)
-    steps = g.op("Range", g.f32(0.0), width, g.f32(1.0))
-    onehot = g.op("Cast", g.op("Equal", steps, last), to=1)
-    return g.op(
-        "ReduceSum", g.op("Mul", x, g.op("Unsqueeze", onehot, g.i64(2))), g.i64(1), keepdims=0
-    )

@@ -7,8 +7,8 @@ them (``cls``, ``mean``, ``max`` or ``lasttoken``, over the mask, as
 sentence-transformers' Pooling module does), runs its Dense modules in order,
 and may L2-normalise; a cross-encoder's :class:`Classifier` reads the first
 token (or the mean of the tokens, or an LLM reranker's last token) and gives
-one logit per row. The ONNX graph
-of each is in :mod:`synapse_models.graph`: the two compute the same.
+one logit per row. The ONNX graph of each is in :mod:`synapse_models.onnx_file`:
+the two compute the same.
 """
 
 from __future__ import annotations

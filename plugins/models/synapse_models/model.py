@@ -20,7 +20,8 @@ import attrs
 import numpy as np
 
 from . import files, packing
-from .families import Family
+from .arranged import Weights
+from .errors import ModelFilesError
 from .folder import Layout, read_json
 from .heads import Classifier, Dense, Embedding, Ending, finish
 from .sessions import CPU, onnx_session, usable_cores
@@ -49,17 +50,6 @@ class ThreadShare(Protocol):
     def leave(self) -> None:
         """The request that entered last has finished."""
         ...
-
-
-@attrs.frozen
-class Weights:
-    """A folder's arranged weights: its family's body and what follows it."""
-
-    family: Family
-    body: Any
-    ending: Ending
-    #: the output's size: a vector's dimensions, or a head's labels
-    dims: int
 
 
 def limit_threads(threads: int) -> None:
@@ -104,7 +94,7 @@ class Model:
     batch_tokens: int = 2048
     #: ``"int8"``: the forward pass runs a dynamically quantized graph
     quantize: Quantize | None = None
-    #: the int8 graph's worst cosine to float32 on a fixed text set
+    #: the int8 graph's worst cosine to float32 on a fixed text set (an embedder's)
     min_cosine: float | None = None
     #: a fixed thread count, or ``None``: a share of the cores, from ``share``
     threads: int | None = None
@@ -113,6 +103,8 @@ class Model:
     graph: Path | None = None
     #: the lane's name, the identity's first part
     lane: str = "cpu"
+    #: a cross-encoder's int8 graph: its worst score difference to float32
+    max_score_delta: float | None = None
     _current: int = attrs.field(init=False, default=0)
 
     def forward(self, ids: I64, types: I64, mask: F32) -> F32:
@@ -250,10 +242,10 @@ def load(
     weights = read_weights(located, layout)
     runtime = resolve(runtime)
     forward: Forward
-    min_cosine = None
+    min_cosine = max_score_delta = None
     graph = None
     if runtime == "onnxruntime":
-        from .graph import cached_graph, default_cache_dir
+        from .onnx_file import cached_graph, default_cache_dir
 
         root = Path(cache_dir) if cache_dir else default_cache_dir()
         graph = cached_graph(weights, digest, graph_cache(root))
@@ -266,7 +258,7 @@ def load(
             most = min(254, layout.positions - tokenizer.framing().single)
             encode = functools.partial(_fixed_sequences, tokenizer, most)
             graph, loss = int8.cached_int8(graph, encode, root, digest, kept)
-            min_cosine = loss.min_cosine
+            min_cosine, max_score_delta = loss.min_cosine, loss.max_score_delta
         forward = OnnxSessions(graph, typed, spinning, providers).run
     else:
         if quantize is not None:
@@ -287,6 +279,7 @@ def load(
         share,
         graph,
         lane,
+        max_score_delta,
     )
 
 
@@ -346,7 +339,7 @@ def _dense(folder: Path, module: Any) -> Dense:
     tensors = Tensors(LazyTensors(path), str(path), "sentence-transformers Dense")
     weight = tensors.matrix("linear.weight")
     if weight.shape != (module.in_features, module.out_features):
-        raise files.ModelFilesError(
+        raise ModelFilesError(
             str(path),
             f"linear.weight is {weight.shape[::-1]}, but its config says "
             f"{module.out_features} x {module.in_features}",

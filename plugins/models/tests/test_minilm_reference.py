@@ -7,6 +7,7 @@ from typing import Any
 
 import numpy as np
 import pytest
+
 from synapse_models import model as runtime
 from synapse_models import numerics, packing
 
@@ -102,7 +103,7 @@ def test_the_onnx_graph_is_cached_under_the_weights_hash(
 ) -> None:
     pytest.importorskip("onnx")
     from synapse_models import files
-    from synapse_models import graph as onnx_graph
+    from synapse_models import onnx_file as onnx_graph
 
     located = files.ModelFiles(model_dir, "m", None)
     weights = runtime.read_weights(located, files.check_present(located))

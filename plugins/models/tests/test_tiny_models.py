@@ -14,6 +14,7 @@ from typing import Any
 import attrs
 import numpy as np
 import pytest
+
 from synapse_models import files, folder, packing
 from synapse_models import model as runtime
 
