@@ -34,7 +34,8 @@ from synapse_core.plugin import (
 from synapse_models import files
 from synapse_models.errors import ModelFilesError
 from synapse_models.folder import Layout
-from synapse_models.tokenizer import HFTokenizer, check_fits
+from synapse_models.packing import PairTemplate
+from synapse_models.tokenizer import HFTokenizer, check_fits, tokenizer_of
 
 from .cores import LANE_ID, usable_cores
 from .costs import HIDDEN, default_capacity_mib, request_budget, weights_mib
@@ -103,8 +104,19 @@ def model_files(options: CpuOptions) -> files.ModelFiles:
 
 
 @functools.lru_cache(maxsize=64)
-def _tokenizer(path: Path, pairs: bool = False) -> HFTokenizer:
-    return HFTokenizer(path, pairs)
+def _tokenizer_of(
+    path: Path, pairs: bool, template: PairTemplate | None, decoder: bool, strip: bool
+) -> HFTokenizer:
+    return tokenizer_of(path, pairs, template, decoder, strip)
+
+
+def _tokenizer(path: Path, layout: Layout) -> HFTokenizer:
+    """The folder's tokenizer, one per folder and way of framing: it frames
+    and encodes as the worker's does (``synapse_models.model.layout_tokenizer``),
+    so the host counts and cuts what the worker packs."""
+    return _tokenizer_of(
+        path, layout.cross_encoder, layout.template, layout.causal, layout.strips_texts
+    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -119,7 +131,7 @@ def verify_before_launch(located: files.ModelFiles) -> None:
     layout = files.check_present(located)
     stat = located.weights.stat()
     _verified(located.weights, stat.st_size, stat.st_mtime_ns, located.sha256)
-    tokenizer = _tokenizer(located.tokenizer, layout.cross_encoder)
+    tokenizer = _tokenizer(located.tokenizer, layout)
     check_fits(tokenizer, files.vocab_rows(located.weights, layout), layout.family.vocab_padded)
 
 
@@ -281,7 +293,7 @@ class CpuTransport(Transport):
             layout = files.check_present(located)
         except (ModelFilesError, ConfigError):
             return BasicTokenizer()  # the model is unavailable and refused before tokenizing
-        return _tokenizer(located.tokenizer, layout.cross_encoder)
+        return _tokenizer(located.tokenizer, layout)
 
     async def launch(self, request: LaunchRequest) -> Launched:
         options: CpuOptions = self.model_options(request.model)

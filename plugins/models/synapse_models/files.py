@@ -124,12 +124,13 @@ def vocab_rows(weights: Path, layout: Layout) -> int:
 def graph_key(files: ModelFiles, sha256: str) -> str:
     """What a model's built graph depends on: the weights' ``sha256``, then
     eight hex digits of the folder's files that shape the graph besides the
-    weights (``config.json``, ``modules.json``, each module folder's
-    ``config.json``, a Dense module's weights). Editing ``config.json``
+    weights (``config.json``, ``tokenizer.json``, ``modules.json``, each
+    module folder's ``config.json``, a Dense module's weights). Editing ``config.json``
     (a rotary base, a window, a head's pooling) is then a new graph, never
     a stale one from the cache."""
     digest = hashlib.sha256()
-    shaping = [files.config, files.root / "modules.json"]
+    # the tokenizer too: an LLM reranker's head is the rows of its yes/no tokens
+    shaping = [files.config, files.tokenizer, files.root / "modules.json"]
     shaping += sorted(files.root.glob("*/config.json")) + sorted(
         files.root.glob("*_Dense/" + WEIGHTS)
     )

@@ -23,9 +23,9 @@ from . import files, packing
 from .arranged import Weights
 from .errors import ModelFilesError
 from .folder import Layout, read_json
-from .heads import Dense, Embedding, Ending, finish
+from .heads import Classifier, Dense, Embedding, Ending, finish
 from .sessions import CPU, onnx_session, usable_cores
-from .tokenizer import HFTokenizer, check_fits
+from .tokenizer import HFTokenizer, check_fits, tokenizer_of
 from .weights import F32, I64, LazyTensors, Tensors
 
 Runtime = Literal["numpy", "onnxruntime"]
@@ -292,10 +292,18 @@ def load(
 
 def checked_tokenizer(located: files.ModelFiles, layout: Layout) -> HFTokenizer:
     """The folder's tokenizer, checked against its weights' vocabulary."""
-    tokenizer = HFTokenizer(located.tokenizer, pairs=layout.cross_encoder)
+    tokenizer = layout_tokenizer(located.tokenizer, layout)
     family = layout.family
     check_fits(tokenizer, files.vocab_rows(located.weights, layout), family.vocab_padded)
     return tokenizer
+
+
+def layout_tokenizer(path: Path, layout: Layout) -> HFTokenizer:
+    """The tokenizer at ``path`` as the model of ``layout`` frames and encodes
+    texts (:func:`~synapse_models.tokenizer.tokenizer_of`)."""
+    return tokenizer_of(
+        path, layout.cross_encoder, layout.template, layout.causal, layout.strips_texts
+    )
 
 
 def read_weights(located: files.ModelFiles, layout: Layout) -> Weights:
@@ -305,9 +313,15 @@ def read_weights(located: files.ModelFiles, layout: Layout) -> Weights:
     source = str(located.weights)
     tensors = Tensors(LazyTensors(located.weights), source, family.name, family.prefixes)
     sizes = family.sizes(config, str(located.config))
-    body = family.arrange(tensors, config, sizes)
     ending: Ending
-    if layout.cross_encoder:
+    if layout.template is not None:
+        # Read first: a tied head's rows are in the embedding table the body takes.
+        tokenizer = layout_tokenizer(located.tokenizer, layout)
+        ending = _yes_no_head(tensors, layout.template, tokenizer)
+    body = family.arrange(tensors, config, sizes)
+    if layout.template is not None:
+        dims = 1
+    elif layout.cross_encoder:
         ending = family.classifier(tensors, config)
         dims = 1
     else:
@@ -315,6 +329,18 @@ def read_weights(located: files.ModelFiles, layout: Layout) -> Weights:
         ending = Embedding(layout.pooling, dense, layout.normalize)
         dims = layout.dims
     return Weights(family, body, ending, dims, layout.graph_end)
+
+
+def _yes_no_head(
+    tensors: Tensors, template: packing.PairTemplate, tokenizer: HFTokenizer
+) -> Classifier:
+    """An LLM reranker's score, ``logit(yes) - logit(no)`` at the last real
+    position, as a one-label head: the difference of the two rows of its
+    language-model head (the final norm is the body's)."""
+    ids = [tokenizer.token_id(template.yes), tokenizer.token_id(template.no)]
+    yes, no = tensors.rows(template.logits, ids)
+    out_w = (yes - no)[:, None]
+    return Classifier(None, None, "identity", out_w, np.zeros(1, np.float32), "lasttoken")
 
 
 def _dense(folder: Path, module: Any) -> Dense:

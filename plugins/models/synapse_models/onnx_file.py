@@ -99,8 +99,10 @@ def _finish(g: Graph, ending: Ending, x: str, dims: int) -> list[Any]:
     first = g.op("Gather", x, zero, axis=1)  # (rows, hidden): the first token
     if isinstance(ending, Classifier):
         h = ending
-        pooled = first if h.pooling == "cls" else _pooled(g, "mean", x, first, mask3)
-        dense = g.activate(g.linear(pooled, h.dense_w, h.dense_b), h.activation)
+        pooled = first if h.pooling == "cls" else _pooled(g, h.pooling, x, first, mask3)
+        dense = pooled
+        if h.dense_w is not None:
+            dense = g.activate(g.linear(pooled, h.dense_w, h.dense_b), h.activation)
         if h.norm_g is not None:
             dense = g.layer_norm(dense, h.norm_g, h.norm_b, h.norm_eps)
         logits = g.linear(dense, h.out_w, h.out_b)

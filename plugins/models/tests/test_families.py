@@ -28,10 +28,7 @@ REFERENCE: dict[str, Any] = json.loads((TINY2 / "reference.json").read_text(enco
 EMBEDDERS = [name for name, m in REFERENCE.items() if m["kind"] == "embed"]
 RERANKERS = [name for name, m in REFERENCE.items() if m["kind"] == "rerank"]
 #: folders whose family is not served yet
-NOT_YET = {
-    "qwen3-last",
-    "qwen3-rerank",
-}
+NOT_YET = {}
 MIN_COSINE = 0.99999
 MAX_SCORE_DELTA = 1e-5
 
