@@ -31,8 +31,6 @@ from starlette.types import Scope
 from synapse_core.frontend import NO_TRACE, CallTrace, Tracer
 from synapse_core.wire import Failure, Output
 
-from .tracing import traces_url
-
 if TYPE_CHECKING:
     from synapse_core import Task
     from synapse_core.errors import Fault
@@ -62,14 +60,14 @@ class OtelTracing:
         self.calls = CallTracer(self.tracer)
 
     @classmethod
-    def exporting(cls, endpoint: str, service_name: str) -> OtelTracing:
+    def exporting(cls, url: str, service_name: str) -> OtelTracing:
         """Spans exported in batches, from a thread of the SDK's, as OTLP/HTTP
-        protobuf to ``endpoint`` (:func:`traces_url`); the exporter's other
+        protobuf to ``url`` (a collector's ``/v1/traces``); the exporter's other
         settings (headers, timeout, compression) come from the standard
         ``OTEL_EXPORTER_OTLP_*`` variables."""
         from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-        exporter = OTLPSpanExporter(endpoint=traces_url(endpoint))
+        exporter = OTLPSpanExporter(endpoint=url)
         return cls(BatchSpanProcessor(exporter), service_name)
 
     def request(self, scope: Scope, route: str) -> RequestSpan:

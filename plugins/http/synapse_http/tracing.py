@@ -57,4 +57,4 @@ def open_tracing(endpoint: str) -> OtelTracing:
     """Tracing that exports to ``endpoint`` (OTLP/HTTP) as :func:`service_name`."""
     from .otel import OtelTracing
 
-    return OtelTracing.exporting(endpoint, service_name())
+    return OtelTracing.exporting(traces_url(endpoint), service_name())
