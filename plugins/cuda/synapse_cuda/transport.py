@@ -52,6 +52,8 @@ NAME = "cuda"
 WORKER = "synapse_cuda.worker:CudaWorker"
 ENV_DEVICE = "SYNAPSE_CUDA_DEVICE"
 ENV_SIMULATED_MIB = "SYNAPSE_CUDA_SIMULATED_MIB"
+#: how many GPUs the simulated device has (default 1)
+ENV_SIMULATED_GPUS = "SYNAPSE_CUDA_SIMULATED_GPUS"
 ENV_LANE_FD = "SYNAPSE_CUDA_LANE_FD"
 ENV_LANE_LOCK = "SYNAPSE_CUDA_LANE_LOCK"
 DEVICE_KINDS = ("nvidia", "simulated")
@@ -166,10 +168,9 @@ class CudaTransport(Transport):
             found = self.found()
             if found.reason or gpu >= len(found.entries):
                 raise ValueError(f"GPU {gpu} is not available: {found.reason or 'not visible'}")
-            if found.nvml is None:
-                device = SimulatedDevice(gpu, simulated_mib(self.env))
-            else:
-                device = NvmlDevice(found.nvml, gpu, found.entries[gpu])
+            if found.nvml is None:  # simulated: read afresh, as its workers read it
+                return SimulatedDevice(gpu, simulated_mib(self.env))
+            device = NvmlDevice(found.nvml, gpu, found.entries[gpu])
             self._devices[gpu] = device
         return device
 

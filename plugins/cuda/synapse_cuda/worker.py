@@ -54,14 +54,18 @@ class CudaWorker(ModelWorker):
     options_type = CudaOptions
     implementation = IMPLEMENTATION
     version = __version__
+    #: where the worker reads its device and lane lock; ``None``: its process's
+    #: environment (an in-process variant in tests gives the transport's)
+    environ: Mapping[str, str] | None = None
 
     def load(self, options: CudaOptions) -> None:
-        if not inherited_lane_lock(os.environ):
+        env = os.environ if self.environ is None else self.environ
+        if not inherited_lane_lock(env):
             raise ValueError(
                 "this worker does not hold its GPU's lane lock (started outside the cuda "
                 "transport, or the lock was not inherited): it never touches the device"
             )
-        self.device = open_device(os.environ, options.gpu)
+        self.device = open_device(env, options.gpu)
         self.options = options
         located = files.locate(options.folder(), options.sha256)
         self.table = costs.table_path(self.device.name, located.weights, options.precision)
