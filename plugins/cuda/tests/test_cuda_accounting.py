@@ -5,20 +5,25 @@ confirmed; a killed worker restarts once and loses no accounting."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import signal
 from pathlib import Path
+from typing import Any
 
+import anyio
 import pytest
+import synapse_cuda.plugin
 from synapse_cuda import costs
 from synapse_cuda.device import simulated_mib
 
 import synapse_core as synapse
 from synapse_core.plugin import Shape
+from synapse_core.policy import Wait
 from synapse_core.testing import eventually
 
-from .conftest import REFERENCE, TINY, config, deadline, host, tiny
+from .conftest import DEADLINE_S, REFERENCE, TINY, config, deadline, host, tiny
 
 pytestmark = [pytest.mark.anyio, pytest.mark.subprocess]
 asyncio_only = pytest.mark.parametrize("anyio_backend", ["asyncio"])
@@ -101,26 +106,38 @@ async def test_more_than_the_gpu_holds_is_refused_at_once() -> None:
 
 
 @asyncio_only
-async def test_a_full_gpu_waits_for_a_refund_and_never_evicts() -> None:
+async def test_a_full_gpu_waits_for_a_refund_and_never_evicts(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    decisions: list[object] = []
+    policy = synapse_cuda.plugin.synapse_lane_full
+
+    @functools.wraps(policy)
+    def spied(request: Any, lane: Any) -> Any:
+        decisions.append(decision := policy(request, lane))
+        return decision
+
+    monkeypatch.setattr(synapse_cuda.plugin, "synapse_lane_full", spied)
     one = weights_estimate() + shape_estimate(32)
-    cfg = config(
-        tiny(NAME, **OPTIONS),
-        tiny(NAME, **OPTIONS) | {"name": "b"},
-        lanes={"cuda:0": {"capacity": one + 1}},
-    )
+    b = tiny(NAME, **OPTIONS) | {"name": "b"}
+    cfg = config(tiny(NAME, **OPTIONS), b, lanes={"cuda:0": {"capacity": one + 1}})
     async with host(cfg) as h:
         await h.embed(NAME, ["hello"], deadline=deadline())
         assert reserved(h) == one
-        # b's worker does not fit; the first's idle shape is not evicted (it
-        # would free nothing on the GPU): b waits, and its deadline ends it.
-        with pytest.raises(synapse.CapacityExhausted, match="had no room"):
-            await h.embed("b", ["hello"], deadline=deadline(1.0))
-        assert reserved(h) == one
-        # Retiring the first model confirms its worker's exit and refunds it: b fits.
-        await h.retire(NAME)
-        assert reserved(h) == 0
-        await h.embed("b", ["hello"], deadline=deadline())
-        assert reserved(h) == one
+        served: list[synapse.EmbedResult] = []
+
+        async def embed_b() -> None:
+            served.append(await h.embed("b", ["hello"], deadline=deadline()))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(embed_b)
+            # b's worker does not fit: the policy waits; the first worker's idle
+            # shape is not evicted (that would free nothing on the GPU).
+            await eventually(lambda: bool(decisions), timeout=DEADLINE_S)
+            assert decisions == [Wait()] and not served and reserved(h) == one
+            # Retiring the first model confirms its worker's exit and refunds it: b fits.
+            await h.retire(NAME)
+        assert len(served) == 1 and reserved(h) == one
 
 
 @asyncio_only
