@@ -119,6 +119,14 @@ class CudaTransport(Transport):
     name = NAME
     worker = WORKER
     options_type = CudaOptions
+    # Defaults for a subclass whose __init__ does not call this one's (an
+    # in-process variant mixing in InProcessWorkers).
+    _device: str | None = None
+    runtime_dir: Path | None = None
+    _where: Probe | None = None
+    _env: Mapping[str, str] | None = None
+    _found: Found | None = None
+    _devices: dict[int, Device] | None = None
 
     def __init__(
         self,
@@ -130,10 +138,8 @@ class CudaTransport(Transport):
     ) -> None:
         self._device = device
         self.runtime_dir = Path(runtime_dir) if runtime_dir is not None else None
-        self._where = where or Probe()
+        self._where = where
         self._env = env
-        self._found: Found | None = None
-        self._devices: dict[int, Device] = {}
 
     @property
     def env(self) -> Mapping[str, str]:
@@ -156,13 +162,15 @@ class CudaTransport(Transport):
                 self._found = Found("", tuple(visible_entries(self.env, 1)) or ("0",))
             else:
                 try:
-                    self._found = probe(self.env, self._where)
+                    self._found = probe(self.env, self._where or Probe())
                 except Exception as exc:  # a probe never raises out of availability
                     self._found = Found(f"probing the GPUs failed: {exc!r}")
         return self._found
 
     def device(self, gpu: int) -> Device:
         """The host's view of lane ``cuda:gpu``'s GPU (memory and identity; it never computes)."""
+        if self._devices is None:
+            self._devices = {}
         device = self._devices.get(gpu)
         if device is None:
             found = self.found()
