@@ -29,8 +29,11 @@ CUDA = "CUDAExecutionProvider"
 CPU = "CPUExecutionProvider"
 #: the CUDA execution provider's options besides ``device_id``: its arena
 #: grows by what is asked (not by powers of two), so the memory a shape adds
-#: is what that shape needs, and copies use the compute stream
+#: is what that shape needs; copies use the compute stream; float32 products
+#: stay float32 (TF32 would cut them to a 10-bit mantissa: float32 is the
+#: exact option, float16 the fast one)
 CUDA_OPTIONS: Mapping[str, Any] = {
+    "use_tf32": 0,
     "arena_extend_strategy": "kSameAsRequested",
     "cudnn_conv_algo_search": "HEURISTIC",
     "do_copy_in_default_stream": True,

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
-import synapse_cuda.plugin
 
 import synapse_core as synapse
+import synapse_cuda.plugin
 from synapse_core.testing import host_config, model_entry
 from synapse_models.testing import (  # noqa: F401  (fixtures)
     TINY,
@@ -38,18 +39,28 @@ def anyio_backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+#: the device the tests run on: the simulated one, unless
+#: ``SYNAPSE_CUDA_TEST_DEVICE=nvidia`` (plugins/cuda/devicecheck.sh, on a GPU)
+TEST_DEVICE = os.environ.get("SYNAPSE_CUDA_TEST_DEVICE", "simulated")
+#: for tests whose numbers are the simulated device's estimates
+simulated_only = pytest.mark.skipif(
+    TEST_DEVICE != "simulated", reason="expects the simulated device's estimates"
+)
+
+
 @pytest.fixture(autouse=True)
 def simulated_gpu(
     monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
 ) -> Path:
-    """The simulated device for the host and its workers, and a lock folder per test."""
+    """The test device for the host and its workers, and a lock folder per test."""
     runtime = tmp_path_factory.mktemp("runtime")
     runtime.chmod(0o700)
-    monkeypatch.setenv("SYNAPSE_CUDA_DEVICE", "simulated")
+    monkeypatch.setenv("SYNAPSE_CUDA_DEVICE", TEST_DEVICE)
     monkeypatch.setenv("XDG_RUNTIME_DIR", str(runtime))
     monkeypatch.delenv("SYNAPSE_CUDA_SIMULATED_MIB", raising=False)
     monkeypatch.delenv("SYNAPSE_CUDA_SIMULATED_GPUS", raising=False)
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    if TEST_DEVICE == "simulated":
+        monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
     return runtime
 
 

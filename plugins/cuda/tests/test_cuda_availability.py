@@ -7,15 +7,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pytest
-from synapse_cuda.availability import Probe, probe
-from synapse_cuda.device import Nvml, NvmlError, visible_entries
-from synapse_cuda.transport import CudaTransport
 
 import synapse_core as synapse
 from synapse_core.testing import model_entry, transport_plugin
 from synapse_core.testing.fake import FakeTransport
+from synapse_cuda.availability import Probe, probe
+from synapse_cuda.device import Nvml, NvmlError, visible_entries
+from synapse_cuda.transport import CudaTransport
 
-from .conftest import config, deadline, tiny
+from .conftest import config, deadline, simulated_only, tiny
 
 BOTH = ["CUDAExecutionProvider", "CPUExecutionProvider"]
 
@@ -94,6 +94,7 @@ def test_a_probe_that_raises_is_a_reason_not_a_crash() -> None:
     assert "probing the GPUs failed: RuntimeError('boom')" in transport.availability().reason
 
 
+@simulated_only
 def test_a_gpu_that_is_not_visible_makes_its_model_unavailable() -> None:
     transport = CudaTransport()  # the simulated device: one GPU
     spec = config(tiny("bert-cls", gpu=1)).models[0]

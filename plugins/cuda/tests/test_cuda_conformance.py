@@ -8,12 +8,12 @@ import os
 from pathlib import Path
 
 import pytest
-from synapse_cuda.transport import CudaTransport, held_lane
-from synapse_cuda.worker import CudaWorker
 
 from synapse_core.plugin import InProcessWorkers, Launched, LaunchRequest
 from synapse_core.testing import model_entry
 from synapse_core.testing.conformance import Conformance, Subject
+from synapse_cuda.transport import CudaTransport, held_lane
+from synapse_cuda.worker import CudaWorker
 
 pytestmark = pytest.mark.subprocess
 

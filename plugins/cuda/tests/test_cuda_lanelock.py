@@ -6,12 +6,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from synapse_cuda.lanelock import acquire, lock_path
-from synapse_cuda.options import CudaOptions
-from synapse_cuda.worker import CudaWorker
 
 import synapse_core as synapse
 from synapse_core.plugin import LaunchSpec
+from synapse_cuda.lanelock import acquire, lock_path
+from synapse_cuda.options import CudaOptions
+from synapse_cuda.worker import CudaWorker
 
 from .conftest import TINY, config, deadline, host, tiny
 
