@@ -48,6 +48,11 @@ def _budget(instance: object, attribute: attrs.Attribute[Any], value: int | None
         )
 
 
+def _idle(instance: object, attribute: attrs.Attribute[Any], value: float | None) -> None:
+    if value is not None:
+        _duration(instance, attribute, value)
+
+
 def _prompt_names(instance: object, attribute: attrs.Attribute[Any], value: dict[str, str]) -> None:
     for name in value:
         if not name.strip():
@@ -94,6 +99,10 @@ class ModelSpec:
     #: behind a long call's request on another (see architecture.md, fair
     #: sharing); each costs a worker's memory and cold start
     workers: int = attrs.field(default=1, validator=_positive)
+    #: seconds without a call after which the model's workers are retired
+    #: (exits confirmed, reservations refunded) until its next call starts
+    #: them again; ``None``: the host's ``idle_unload_s``
+    idle_unload_s: float | None = attrs.field(default=None, validator=_idle)
 
 
 @attrs.frozen
@@ -124,6 +133,9 @@ class HostConfig:
     max_frame_bytes: int = attrs.field(default=64 * 1024 * 1024, validator=_positive)
     #: serve small embed calls that wait for a busy model together (see coalesce.py)
     coalesce: bool = False
+    #: the default of every model's ``idle_unload_s``; ``None``: workers stay
+    #: until retired or the host closes
+    idle_unload_s: float | None = attrs.field(default=None, validator=_idle)
     source: str = attrs.field(default="<code>", eq=False)
 
     @classmethod
@@ -159,6 +171,10 @@ class HostConfig:
         config = structure(data, cls, source)
         _check_unique_names(config, source)
         return attrs.evolve(config, source=source)
+
+    def idle_unload_of(self, spec: ModelSpec) -> float | None:
+        """How long ``spec``'s model may go without a call before its workers go."""
+        return spec.idle_unload_s if spec.idle_unload_s is not None else self.idle_unload_s
 
     def model(self, name: str) -> ModelSpec | None:
         for spec in self.models:

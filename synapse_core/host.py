@@ -17,6 +17,7 @@ from .config import HostConfig, Task
 from .cut import fits_budget, request_budget, selection_of
 from .deadline import Clock, Deadline, check_deadline, monotonic
 from .errors import HostClosed, Retired
+from .idle import Idle
 from .plugins import PluginHost
 from .prompts import prompted
 from .replicas import for_each
@@ -80,6 +81,9 @@ class Host:
         #   kept for the host's life (closed with the host).
         self._coalescers: dict[str, Coalescer] = {}
         self._around = around_call
+        self._idle = Idle(self.catalog.config, clock, self._roster)
+        if self._idle.limits:  # models idle past their idle_unload_s let go
+            tg.start_soon(self._idle.run, self._retired, name="idle models")
 
     # -- public API -----------------------------------------------------------------
 
@@ -172,6 +176,7 @@ class Host:
             ):
                 await old.changed()  # a draining worker is not a loaded one
         self._retired.discard(model)
+        self._idle.touch(model)
         sup = self._roster.supervisor(entry)
         slots = range(entry.spec.workers)
         workers = [self._roster.worker(entry, slot, fresh=True) for slot in slots]
@@ -187,12 +192,19 @@ class Host:
         sups = self._roster.supervisors
         await for_each(lambda w: sups[w.lane.lane_id].retire(w), self._roster.live(model))
 
+    async def unload_idle(self) -> list[str]:
+        """Let go of models idle past their ``idle_unload_s`` now (see :mod:`.idle`)."""
+        self._check_open()
+        return await self._idle.unload(self._retired)
+
+    def resident(self, model: str) -> bool:  # a worker process, or one starting
+        return self._idle.resident(model)
+
     def snapshot(self) -> HostSnapshot:
         return take(self.supervisors)
 
     def worker(self, model: str) -> Worker | None:
-        """The live worker record of ``model``, its first if it has several
-        (for tests and tools)."""
+        """The first live worker record of ``model`` (for tests and tools)."""
         replicas = self._roster.replicas.get(model)
         return replicas.first() if replicas is not None else None
 
@@ -243,8 +255,7 @@ class Host:
             raise Retired(f"model {model!r} was retired; load it again to serve it")
 
     def _task_of(self, model: str) -> Task:
-        entry = self.catalog.entries.get(model)
-        return entry.spec.task if entry else "embed"
+        return entry.spec.task if (entry := self.catalog.entries.get(model)) else "embed"
 
     def _call(
         self,
@@ -264,6 +275,7 @@ class Host:
         entry = self.catalog.entry(model, task)
         plan = plan or planned(entry, texts, query, truncate)
         self._check_not_retired(model)
+        self._idle.touch(model)
         deadline = deadline or Deadline.never()
         if self.config.coalesce and (coalescer := self._coalescer(entry)).joins(plan):
             call = Call.new(plan, deadline, anyio.Event())
@@ -316,9 +328,8 @@ class Host:
         return fits_budget(plan, entry.spec, entry.transport.transport)
 
     def _start_in_background(self, entry: Entry, slot: int) -> None:
-        """Start a worker in ``slot`` of ``entry``'s model for the calls to
-        come; none waits for it. A failed start leaves the slot failed (see
-        :mod:`.replicas`); a closing host or a retired model starts none."""
+        """Start a worker in ``slot`` of ``entry``'s model for calls to come (none waits;
+        see :mod:`.replicas`); a closing host or a retired model starts none."""
         if self._closed or entry.spec.name in self._retired:
             return
         worker = self._roster.worker(entry, slot)

@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 ENTRY_POINT_GROUP = "synapse"
 ENV_SELECT = "SYNAPSE_PLUGINS"
 #: groups an author may put a plugin in by mistake (lower-cased, ``-`` as ``_``);
-#: ``synapse.apps`` and ``synapse.references`` are groups of their own, read elsewhere
+#: ``synapse.apps`` is a group of its own, read elsewhere
 _NEAR_GROUPS = frozenset(
     f"{ENTRY_POINT_GROUP}{suffix}"
     for suffix in ("", "_core", "_plugins", ".plugins", ".plugin", ".transports", ".transport")

@@ -423,7 +423,7 @@ def test_an_entry_point_in_a_group_synapse_does_not_read_is_named(
     class Dist:
         entry_points = (
             md.EntryPoint(name="digest", value="digest.plugin", group="synapse.transports"),
-            md.EntryPoint(name="refs", value="digest.refs", group="synapse.references"),
+            md.EntryPoint(name="app", value="digest.app:make", group="synapse.apps"),
             md.EntryPoint(name="chosen", value="other.plugin", group="synapse.extras"),
             md.EntryPoint(name="Big", value="big.plugin", group="Synapse"),
             md.EntryPoint(name="pip", value="pip._internal.cli.main:main", group="console_scripts"),

@@ -34,6 +34,11 @@ from .lane import Lane
 from .worker import Phase, Worker
 
 CHANNEL_FAULTS = (ChannelClosed, ExchangeTimeout, WireError)
+#: how long after a failed first start a call may start the worker again,
+#: doubled for each failure still within the restart budget's window, up to
+#: START_BACKOFF_MAX_S; meanwhile calls get the failure's reason at once
+START_BACKOFF_S = 1.0
+START_BACKOFF_MAX_S = 30.0
 #: how long a worker that closed its channel before its hello is given to
 #: exit by itself (printing its traceback) before it is stopped
 EXITING_WAIT_S = 1.0
@@ -75,8 +80,14 @@ class Lifecycle:
             match worker.phase:
                 case Phase.NEW:
                     self._start_boot(worker)
+                case Phase.FAILED if (
+                    first
+                    and worker.generation == 0
+                    and not isinstance(worker.start_error, LaneLocked)
+                ):
+                    self._retry_start(worker)  # a failed first start is retried by a new call
                 case Phase.FAILED if first and worker.generation == 0:
-                    self._start_boot(worker)  # a failed first start is retried by a new call
+                    self._start_boot(worker)  # the lane's other host may have let go of it
                 case Phase.FAILED if isinstance(worker.start_error, LaneLocked):
                     raise LaneLocked(worker.reason)  # keep the type: another host holds the lane
                 case Phase.FAILED | Phase.EXITED:
@@ -95,6 +106,29 @@ class Lifecycle:
         if worker.phase is Phase.NEW and not worker.retiring:
             self._start_boot(worker)
 
+    def _retry_start(self, worker: Worker) -> None:
+        """Start ``worker`` again after a failed first start, unless its
+        failed starts have spent the restart budget or the last one's backoff
+        has not passed: then the call gets the failure's reason at once, and
+        no process is started for it."""
+        now = self._context.clock()
+        budget = self._context.config.restart_budget
+        failures = worker.prune_restarts(now, budget.window_s)
+        name = worker.spec.name
+        if failures >= budget.max_restarts and failures:
+            raise WorkerFault(
+                f"model {name!r} is unavailable: {worker.reason}; it failed to start "
+                f"{failures} times within {budget.window_s:g} s (the restart budget), so no "
+                f"start is tried until the first of them is {budget.window_s:g} s old; "
+                "fix the model and retire/reload it"
+            )
+        if now < worker.retry_at:
+            raise WorkerFault(
+                f"model {name!r} is unavailable: {worker.reason}; the next start is tried "
+                f"in {worker.retry_at - now:.1f} s"
+            )
+        self._start_boot(worker)
+
     def _start_boot(self, worker: Worker) -> None:
         worker.booting()
         self._context.tg.start_soon(self._boot, worker, name=f"boot {worker.worker_id}")
@@ -107,7 +141,10 @@ class Lifecycle:
         except ExitUnconfirmed as exc:
             worker.unconfirmed(str(exc))
         except Exception as exc:  # every waiter sees the reason; a later call retries
-            worker.fail(f"worker failed to start: {exc}")
+            now = self._context.clock()
+            earlier = worker.prune_restarts(now, self._context.config.restart_budget.window_s)
+            backoff = min(START_BACKOFF_S * 2**earlier, START_BACKOFF_MAX_S)
+            worker.start_failed(f"worker failed to start: {exc}", now, backoff)
             logbook.failed(worker, worker.generation + 1, worker.reason)
         finally:
             # Also on cancellation: never leave a phase that retire() waits out.
@@ -224,15 +261,31 @@ class Lifecycle:
         """
         if not worker.fault(generation, reason):
             return False
-        logbook.fault(worker, generation, reason)
         self._context.emit(
             lambda: WorkerFaulted(self._lane.lane_id, worker.worker_id, generation, reason)
         )
         worker.notify()
         self._context.tg.start_soon(
-            self.recover, worker, generation, reason, name=f"recover {worker.worker_id}"
+            self._recover_fault, worker, generation, reason, name=f"recover {worker.worker_id}"
         )
         return True
+
+    async def _recover_fault(self, worker: Worker, generation: int, reason: str) -> None:
+        """Log the fault, with the worker's exit status when its channel
+        closed because it exited (a worker killed mid-exchange: its status,
+        not ``ChannelClosed``, says what happened), then recover it."""
+        process = worker.process
+        if process is not None and reason.startswith(ChannelClosed.__name__):
+            status = process.returncode
+            if status is None:
+                # Shielded as confirm_exit is; most likely exiting already.
+                with anyio.move_on_after(EXITING_WAIT_S, shield=True):
+                    status = await process.wait()
+            if status is not None:
+                reason = f"worker {_exit_how(status)} ({reason})"
+                worker.explain(generation, reason)
+        logbook.fault(worker, generation, reason)
+        await self.recover(worker, generation, reason)
 
     async def recover(
         self, worker: Worker, generation: int, reason: str, *, stopped: bool = False
@@ -302,8 +355,13 @@ def _closed_before_hello(exc: ChannelClosed, status: int | None) -> str:
             f"it closed its channel before its hello ({exc}) and had not exited "
             f"{EXITING_WAIT_S:g} s later, so the host stopped it"
         )
-    how = f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"
+    how = _exit_how(status)
     return (
         f"it {how} before its hello ({exc}); the worker's own error is on the host's "
         "standard error (the terminal, or the server's log)"
     )
+
+
+def _exit_how(status: int) -> str:
+    """How a process with exit ``status`` ended, in words."""
+    return f"was killed by signal {-status}" if status < 0 else f"exited with status {status}"

@@ -102,6 +102,9 @@ class Worker:
     unhealthy: bool = False
     #: why the last first start failed, when its type matters to callers
     start_error: Exception | None = None
+    #: when a first start that failed may be tried again (the host's clock):
+    #: a call before then gets the failure's reason, and starts nothing
+    retry_at: float = 0.0
     #: admissions minus evictions of this generation, kept apart from the
     #: reservation table for certification
     admission_count: int = 0
@@ -204,6 +207,11 @@ class Worker:
         self.reason = reason
         return True
 
+    def explain(self, generation: int, reason: str) -> None:
+        """A better reason for the fault of ``generation`` (its exit status)."""
+        if generation == self.generation and self.phase is Phase.RECOVERING:
+            self.reason = reason
+
     def resumes_recovery(self) -> None:
         """A recovery that stopped at an unconfirmed exit carries on."""
         self.phase = Phase.RECOVERING
@@ -214,6 +222,13 @@ class Worker:
         self.reason = reason
         if error is not None:
             self.start_error = error
+
+    def start_failed(self, reason: str, now: float, backoff_s: float) -> None:
+        """A first start failed at ``now``: it counts toward the restart
+        budget (``restarts``), and no new start is tried for ``backoff_s``."""
+        self.fail(reason)
+        self.restarts.append(now)
+        self.retry_at = now + backoff_s
 
     def unconfirmed(self, reason: str) -> None:
         """A process of it did not exit in time: nothing of it is refunded yet."""

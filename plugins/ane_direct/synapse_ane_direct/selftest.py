@@ -4,9 +4,8 @@ run the reference texts, and compare with a reference forward pass.
 It takes the ``ane:0`` lane lock like any host and runs the device in a worker
 process started like a host's (lock inherited, ``TMPDIR`` removed). It prints
 per bucket the compile time, the p50 latency of one sequence, and the lowest
-cosine similarity with a reference forward pass of the same texts (the CPU
-lane's numpy output when synapse-cpu is installed: it publishes one in the
-``synapse.references`` entry-point group, so this plugin never imports it)
+cosine similarity with a reference forward pass of the same texts (the numpy
+forward pass of ``synapse_models``, the model code the CPU lane runs too)
 and with the sentence-transformers vectors shipped with the plugin. Exit
 status: 0 when every cosine is at least :data:`FLOOR`, 1 when one is lower or
 the worker failed, 2 when it cannot run on this machine.
@@ -22,15 +21,15 @@ import os
 import statistics
 import subprocess
 import sys
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from importlib import resources
-from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any
 
 import attrs
 
 from synapse_core.plugin import LaneLocked
+from synapse_models.errors import ModelFilesError
 
 from .availability import probe
 from .lanelock import RuntimeDirError, acquire
@@ -41,12 +40,6 @@ BUCKETS = (32, 64, 128, 256)
 EXIT_PASS, EXIT_FAIL, EXIT_CANNOT_RUN = 0, 1, 2
 WORKER_TIMEOUT_S = 900
 Echo = Callable[[str], None]
-#: entry points of reference forward passes, each named by the model it
-#: computes; one loads to a function of no arguments returning an object with
-#: ``name`` and ``embed(positions) -> [n, dims]`` (positions: token ids with
-#: the special tokens), as synapse-cpu's ``synapse_cpu.reference:minilm`` does
-REFERENCE_GROUP = "synapse.references"
-REFERENCE_MODEL = "all-MiniLM-L6-v2"
 
 
 def reference_items() -> list[dict[str, Any]]:
@@ -64,46 +57,26 @@ class Baseline:
     embed: Callable[[list[list[int]]], Any]  # positions (specials included) -> [n, dims]
 
 
-def installed_references() -> Iterable[EntryPoint]:
-    """The reference forward passes of MiniLM that installed plugins publish."""
-    return entry_points(group=REFERENCE_GROUP, name=REFERENCE_MODEL)
+def reference_baseline() -> Baseline:
+    """The numpy forward pass of the wheel's MiniLM (``synapse_models``, the
+    CPU lane's model code), on one thread."""
+    from synapse_models.model import load
 
-
-def reference_baseline(
-    found: Callable[[], Iterable[EntryPoint]] = installed_references,
-) -> Baseline:
-    """A reference forward pass another plugin publishes (synapse-cpu's numpy
-    one, when it is installed), else the fp32 program in the MIL interpreter
-    (said so in the report). With several, the first by entry-point value."""
-    for point in sorted(found(), key=lambda p: p.value):
-        reference = point.load()()
-        return Baseline(reference.name, reference.embed)
-    return _interpreter_baseline()
-
-
-def _interpreter_baseline() -> Baseline:
-    import numpy as np
-
-    from synapse_core.plugin import Shape
-
-    from .model_files import load_minilm
-    from .programs import simulated_program_device
-
-    device = simulated_program_device(load_minilm(), 384, dtype="fp32")
+    model = load(runtime="numpy", threads=1)
+    before, after = len(model.framing.before), len(model.framing.after)
 
     def embed(positions: list[list[int]]) -> Any:
-        rows = []
+        # Model.embed frames the ids itself: give it the ids between the specials.
+        framing = model.framing
         for seq in positions:
-            bucket = min(b for b in BUCKETS if b >= len(seq))
-            device.compile(Shape(bucket, 1))
-            rows.append(device.embed(bucket, seq))
-        return np.stack(rows)
+            if tuple(seq[:before]) != framing.before or tuple(seq[len(seq) - after :]) != (
+                framing.after
+            ):
+                raise ValueError(f"positions {seq[:8]}... are not framed as {framing}")
+        return model.embed([seq[before : len(seq) - after] for seq in positions])
 
-    return Baseline(
-        "the fp32 program in the MIL interpreter (no installed plugin publishes a "
-        f"{REFERENCE_MODEL} reference in {REFERENCE_GROUP!r}; synapse-cpu does)",
-        embed,
-    )
+    name = f"the numpy forward pass of {model.files.name} ({model.sha256[:8]}, synapse_models)"
+    return Baseline(name, embed)
 
 
 def _cosine(a: Sequence[float], b: Sequence[float]) -> float:
@@ -165,7 +138,12 @@ def run_selftest(
         why = proc.stderr.strip()[-2000:] or "no output"
         echo(f"FAIL: the worker exited with status {proc.returncode}: {why}")
         return EXIT_FAIL
-    return _report(result, baseline(), echo)
+    try:
+        base = baseline()
+    except ModelFilesError as exc:
+        echo(f"synapse ane selftest cannot load its baseline: {exc}")
+        return EXIT_CANNOT_RUN
+    return _report(result, base, echo)
 
 
 def _report(result: dict[str, Any], base: Baseline, echo: Echo) -> int:

@@ -65,7 +65,8 @@ def run(spec: Mapping[str, Any], env: Mapping[str, str]) -> tuple[int, dict[str,
         tokenizer = load_tokenizer(device.model.directory)
     except DeviceUnavailable as exc:
         return EXIT_UNAVAILABLE, {**facts, "error": str(exc)}
-    ids = [tokenizer.encode(item["text"]).ids for item in reference_items()]
+    # positions: the special tokens included, as the program sees them
+    ids = [device.model.positions(tokenizer.encode(item["text"])) for item in reference_items()]
     buckets = []
     try:
         for bucket in spec["buckets"]:

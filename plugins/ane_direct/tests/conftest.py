@@ -15,6 +15,7 @@ import pytest
 
 from synapse_ane_direct.model_files import BertConfig, MiniLM, ModelFilesError
 from synapse_ane_direct.selftest import reference_items
+from synapse_models.packing import Framing
 
 DATA = Path(__file__).parent / "data"
 #: A BERT small enough to run in a blink, for structural tests.
@@ -62,7 +63,7 @@ def tiny_tensors(config: BertConfig = TINY, seed: int = 7) -> dict[str, Any]:
 
 @pytest.fixture(scope="session")
 def tiny_model() -> MiniLM:
-    return MiniLM(Path("tiny"), TINY, tiny_tensors(), "", cls_id=1, sep_id=2)
+    return MiniLM(Path("tiny"), TINY, tiny_tensors(), "", Framing((1,), (2,), (2,), (2,)))
 
 
 @attrs.frozen
@@ -77,7 +78,7 @@ class Reference:
 
 @pytest.fixture(scope="session")
 def reference() -> Iterator[Reference]:
-    """Loaded once per test process: the weights are memory-mapped, not copied."""
+    """Loaded once per test process (read through ``synapse_models``)."""
     from synapse_ane_direct.model_files import load_minilm, load_tokenizer
 
     try:
@@ -88,7 +89,7 @@ def reference() -> Iterator[Reference]:
         pytest.skip(str(exc))
     items = reference_items()
     texts = [item["text"] for item in items]
-    ids = [tokenizer.encode(text).ids for text in texts]
+    ids = [model.positions(tokenizer.encode(text)) for text in texts]
     for item, seq in zip(items, ids, strict=True):
         assert len(seq) == item["tokens"], (
             f"tokenizer disagrees with the reference on {item['text']!r}"

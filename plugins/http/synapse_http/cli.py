@@ -130,6 +130,16 @@ def env(flag: str) -> dict[str, Any]:
     "batches (overrides the catalog's 'coalesce').",
 )
 @click.option(
+    "--idle-unload-s",
+    **env("idle-unload-s"),
+    type=click.FloatRange(min=0, min_open=True, max=1e9),
+    default=None,
+    metavar="S",
+    help="Let go of (retire) the workers of a model with no call for S seconds; its next "
+    "call starts them again. The default of the catalog's per-model 'idle_unload_s' "
+    "(overrides the catalog's top-level one). Default: never.",
+)
+@click.option(
     "--backend",
     **env("backend"),
     type=click.Choice(["asyncio", "trio"]),
@@ -164,6 +174,7 @@ def serve_command(
     keep_alive_timeout: float,
     preload: tuple[str, ...],
     coalesce: bool,
+    idle_unload_s: float | None,
     backend: str,
     log_format: str,
 ) -> None:
@@ -190,6 +201,8 @@ def serve_command(
     plugins = getattr(state, "plugins", None)
     config = load_config(catalog, models, transport=transport, plugins=plugins)
     config = attrs.evolve(config, coalesce=coalesce)
+    if idle_unload_s is not None:
+        config = attrs.evolve(config, idle_unload_s=idle_unload_s)
     settings = ServeSettings(
         api_key=api_key,
         request_timeout_s=request_timeout,

@@ -128,4 +128,13 @@ class _HostCollector(Collector):
                 leases.add_metric(key, worker.leases)
                 inflight.add_metric(key, worker.inflight)
                 pid.add_metric(key, worker.pid or 0)
-        yield from (capacity, reserved, generation, restarts, leases, inflight, pid)
+        resident = GaugeMetricFamily(
+            "synapse_model_resident",
+            "1 while a model has a worker process (or one starting), 0 while it has none "
+            "(never called, retired, or let go when idle: idle_unload_s).",
+            labels=["model"],
+        )
+        for name, entry in host.catalog.entries.items() if host else ():
+            if entry.available:
+                resident.add_metric([name], 1 if host.resident(name) else 0)  # type: ignore[union-attr]
+        yield from (capacity, reserved, generation, restarts, leases, inflight, pid, resident)

@@ -37,6 +37,8 @@ REF = "#/components/schemas/{name}"
 
 #: what each error status means, for the document
 ERRORS = {
+    400: "a request the server will not read: more than one `Authorization` header "
+    "(`invalid-header`)",
     401: "no API key, or the wrong one (`unauthorized`)",
     404: "the model is not in the catalog (`unknown-model`)",
     408: "the body did not arrive within the request timeout (`body-timeout`)",
@@ -47,9 +49,11 @@ ERRORS = {
     500: "a bug: `error_id` names it in the server log",
     503: "the model or server cannot serve now; `may_have_run` says whether a retry is safe",
     504: "the call's deadline passed (`deadline-exceeded`)",
+    415: "the body is not `application/json` (`unsupported-media-type`), or is compressed "
+    "(`unsupported-encoding`)",
 }
 #: the errors of a route taking a JSON body
-POST_ERRORS = (401, 404, 408, 413, 422, 429, 500, 503, 504)
+POST_ERRORS = (400, 401, 404, 408, 413, 415, 422, 429, 500, 503, 504)
 #: the task of the models a route serves (``pipeline.model_of``'s): it refuses
 #: another task's (``wrong-task``); a route not named here serves any model
 TASKS = {
@@ -59,6 +63,7 @@ TASKS = {
     "/rerank": "rerank",
     "/v1/rerank": "rerank",
     "/v2/rerank": "rerank",
+    "/v2/embed": "embed",
 }
 #: how a request names its model besides its body (see ``pipeline.model_of``)
 MODEL_PARAMETERS = [
@@ -96,7 +101,7 @@ class Answer(msgspec.Struct, frozen=True):
 
     body: object = None
     media: str = JSON
-    errors: tuple[int, ...] = (401, 500, 503)
+    errors: tuple[int, ...] = (400, 401, 500, 503)
     summary: str = ""
     #: the route serves the model ``?model=`` or ``X-Synapse-Model`` names
     names_model: bool = False
@@ -166,6 +171,7 @@ def document(
             if route.path in open_paths:
                 operation["security"] = []
                 operation["responses"].pop("401", None)
+                operation["responses"].pop("400", None)
             for body in _bodies(endpoint):
                 bodies.setdefault(body.__name__, []).extend(names)
             operations.append((route.path, method.lower(), operation))

@@ -21,7 +21,7 @@ from synapse_core import (
     SynapseError,
     WorkerFault,
 )
-from synapse_core.frontend import give_back
+from synapse_core.frontend import give_back, shown
 
 from .body import ClientGone, read_body
 from .disconnect import until_disconnect
@@ -35,7 +35,7 @@ from .errors import (
     unexpected,
 )
 from .integral import decode_whole, refused_a_float
-from .schemas import UNSET, OpenAIError, OpenAIErrorBody
+from .schemas import UNSET, ErrorBody, OpenAIError, OpenAIErrorBody
 from .service import Service
 from .text import lone_surrogate
 
@@ -107,6 +107,44 @@ def decode(body: bytes, schema: type[T]) -> T:
         raise malformed(exc) from None
     except Exception as exc:  # RecursionError: nesting deeper than the stack
         raise undecodable(body, exc) from None
+
+
+def check_media(headers: dict[bytes, bytes]) -> None:
+    """Refuse (415) a body that is not JSON as it arrives: a ``Content-Type``
+    other than ``application/json`` (or ``application/*+json``), none at all,
+    or a ``Content-Encoding`` (gzip, say) the server does not undo. A browser
+    page may post ``text/plain`` or a form to any address without asking
+    first: those are refused unread, whether or not a key is set."""
+    encoding = headers.get(b"content-encoding", b"").strip().lower()
+    if encoding and encoding != b"identity":
+        raise HTTPError(
+            415,
+            ErrorBody(
+                error=f"Content-Encoding {_quoted(encoding)} is not supported; send the JSON "
+                "body uncompressed",
+                error_type="unsupported-encoding",
+                field="Content-Encoding",
+            ),
+        )
+    given = headers.get(b"content-type")
+    media = (given or b"").partition(b";")[0].strip().lower()
+    if media == b"application/json" or (
+        media.startswith(b"application/") and media.endswith(b"+json")
+    ):
+        return
+    what = "no Content-Type" if given is None else f"Content-Type {_quoted(given)}"
+    raise HTTPError(
+        415,
+        ErrorBody(
+            error=f"the body must be JSON, sent with 'Content-Type: application/json'; got {what}",
+            error_type="unsupported-media-type",
+            field="Content-Type",
+        ),
+    )
+
+
+def _quoted(value: bytes) -> str:
+    return shown(value.decode("latin-1"))
 
 
 def check_count(count: int, limit: int, field: str) -> None:
@@ -205,6 +243,7 @@ class PostRoute(Generic[T]):
         request = Incoming(scope)
         size = 0
         try:
+            check_media(request.headers)
             settings = service.settings
             raw = await read_body(
                 receive,

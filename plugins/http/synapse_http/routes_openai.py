@@ -27,7 +27,7 @@ from .schemas import (
     ModelList,
     Usage,
 )
-from .service import Service
+from .service import Service, unavailable
 from .tiktoken_ids import decoded
 
 
@@ -63,6 +63,13 @@ async def embeddings(request: Incoming, service: Service, body: EmbeddingsReques
 @answers(Answer(body=ModelList, summary="Every catalog model that can run here."))
 async def models(request: Request) -> Response:
     """Every catalog model that can run here."""
-    entries = service_of(request).host.catalog.entries.values()
-    cards = [ModelCard(id=e.spec.name) for e in entries if e.available]
+    host = service_of(request).host
+    down = unavailable(host)
+    cards = [
+        ModelCard(id=name, available=False, reason=down[name])
+        if name in down
+        else ModelCard(id=name)
+        for name, entry in host.catalog.entries.items()
+        if entry.available
+    ]
     return json_response(ModelList(data=cards))

@@ -46,7 +46,7 @@ from .schemas import (
     Token,
     TokenizeRequest,
 )
-from .service import Service
+from .service import Service, unavailable
 from .settings import VERSION
 
 #: an input as a route holds it: a text, or token ids where the route takes them
@@ -61,6 +61,7 @@ async def embed(request: Incoming, service: Service, body: EmbedRequest) -> Resp
     model = model_of(request, None, service, "embed")
     flat = len(inputs) == 1 and inputs[0] is body.inputs  # one input given as bare ids
     inputs = _prompted(service, model, body.prompt_name, inputs, flat)
+    inputs = _unframed(service, model, inputs)
     check_dimensions(host, model, body.dimensions, None)
     result = await host.embed(
         model,
@@ -231,6 +232,7 @@ async def info(request: Request) -> Response:
     settings = service.settings
     # the transport may read a file for it: off the event loop
     conversion = await anyio.to_thread.run_sync(entry.conversion)
+    reason = unavailable(service.host).get(spec.name)
     answer = Info(
         model_id=spec.name,
         served_model_name=spec.name,
@@ -247,25 +249,54 @@ async def info(request: Request) -> Response:
         quantize=conversion.name if conversion else None,
         min_cosine_to_float32=conversion.min_cosine if conversion else None,
         mean_cosine_to_float32=conversion.mean_cosine if conversion else None,
+        max_score_delta_to_float32=conversion.max_score_delta if conversion else None,
+        resident=service.host.resident(spec.name),
+        available=reason is None,
+        reason=UNSET if reason is None else reason,
     )
     return json_response(answer)
 
 
 @answers(Answer(errors=(503,), summary="200 while serving, 503 when not (no key needed)."))
 async def health(request: Request) -> Response:
-    """200 while serving; 503 when stopping, or when a worker has failed for
-    good (its restart budget is spent: load it again to serve it)."""
+    """200 while serving; 503 only when the server is not (starting, or
+    stopping). It reflects the server, not each model: a model whose worker
+    failed is shown unavailable, with its reason, on ``/v1/models`` and
+    ``/info`` (behind the key), and the others keep serving. It names no
+    model and no file: it answers without a key."""
     service = service_of(request)
-    host = service.open
-    problem = "the server is stopping" if service.stopping or host is None else ""
-    if host is not None and not problem:
-        for lane in host.snapshot().lanes.values():
-            for worker in lane.workers:
-                if worker.state == "failed":
-                    problem = f"the worker of model {worker.model!r} failed: {worker.reason}"
-    if problem:
-        return json_response(ErrorBody(error=problem, error_type="unhealthy"), 503)
+    if service.stopping or service.open is None:
+        return json_response(
+            ErrorBody(
+                error="the server is not serving (starting or stopping)", error_type="unhealthy"
+            ),
+            503,
+        )
     return Response(status_code=200)
+
+
+def _unframed(service: Service, model: str, inputs: list[str | list[int]]) -> list[str | list[int]]:
+    """``inputs`` with the special tokens taken off each list of ids that
+    begins and ends with the model's (``[CLS] ... [SEP]``), as ``/tokenize``
+    gives them by default: the host frames every sequence itself, so ids sent
+    framed would be framed twice. Ids sent without them are left as they are."""
+    if all(isinstance(given, str) for given in inputs):
+        return inputs
+    framing = service.framing(model)
+    if framing is None:
+        return inputs
+    head, tail = framing
+    out: list[str | list[int]] = []
+    for given in inputs:
+        if (
+            not isinstance(given, str)
+            and len(given) >= len(head) + len(tail)
+            and tuple(given[: len(head)]) == head
+            and tuple(given[len(given) - len(tail) :]) == tail
+        ):
+            given = given[len(head) : len(given) - len(tail)]
+        out.append(given)
+    return out
 
 
 def _entry(service: Service, model: str) -> Entry:

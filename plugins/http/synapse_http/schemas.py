@@ -3,7 +3,7 @@
 Shapes follow the upstream APIs exactly: OpenAI's embeddings and models,
 text-embeddings-inference's ``/embed``, ``/rerank``, ``/tokenize`` and
 ``/info``, the Cohere/Jina ``/v1/rerank`` that LangChain and LlamaIndex
-send, and Cohere's ``/v2/rerank``. The OpenAPI document is generated from
+send, and Cohere's ``/v2/rerank`` and ``/v2/embed``. The OpenAPI document is generated from
 these same Structs (:mod:`synapse_http.openapi`): a docstring here is a
 description there. Optional response fields are omitted, never sent as ``null``
 (``omit_defaults``): clients such as LiteLLM tell the two apart. Unknown
@@ -116,6 +116,11 @@ class ModelCard(Body):
     created: int = 0
     owned_by: str = "synapse"
     object: str = "model"
+    #: Synapse's own: whether the model can serve now (false once its worker
+    #: failed for good, or while its start backs off after a failure), and
+    #: why not, with the server's paths shortened
+    available: bool = True
+    reason: str | msgspec.UnsetType = UNSET
 
 
 class ModelList(Body):
@@ -188,6 +193,16 @@ class Info(Body):
     quantize: str | None = None
     min_cosine_to_float32: float | None = None
     mean_cosine_to_float32: float | None = None
+    #: a cross-encoder's: the worst absolute difference of its scores (logits)
+    #: to float32's on the same texts, ``None`` until measured
+    max_score_delta_to_float32: float | None = None
+    #: Synapse's own, as on ``/v1/models``: whether the model can serve now,
+    #: and why not
+    available: bool = True
+    reason: str | msgspec.UnsetType = UNSET
+    #: Synapse's own: whether the model has a worker process now (false
+    #: before its first call, and once let go when idle: ``idle_unload_s``)
+    resident: bool = False
 
 
 # -- Cohere / Jina rerank ---------------------------------------------------------------
@@ -271,6 +286,52 @@ class CohereV2RerankResponse(Body):
     id: str
     results: list[V2RerankResult]
     meta: V2Meta = msgspec.field(default_factory=V2Meta)
+
+
+# -- Cohere v2 embed ----------------------------------------------------------------------
+
+#: Cohere's kinds of input; each is the model's prompt of that purpose, if it has one
+InputType = Literal["search_document", "search_query", "classification", "clustering"]
+EmbeddingType = Literal["float", "int8", "uint8", "binary", "ubinary"]
+
+
+class CohereV2EmbedRequest(Body):
+    texts: Texts
+    model: str | None = None
+    input_type: InputType | None = None
+    #: the forms of each vector to return (default: float)
+    embedding_types: Annotated[list[EmbeddingType], msgspec.Meta(min_length=1)] | None = None
+    #: NONE refuses a text over the model's ceiling (Synapse's rule); END and
+    #: START cut it at that end (Cohere's default is END)
+    truncate: Literal["NONE", "START", "END"] = "END"
+
+
+class EmbeddingsByType(Body):
+    """Each asked-for form of the vectors, one row per text, in input order."""
+
+    #: ``float`` on the wire (the attribute's name would hide the type)
+    float_: list[list[float]] | msgspec.UnsetType = msgspec.field(default=UNSET, name="float")
+    int8: list[list[int]] | msgspec.UnsetType = UNSET
+    uint8: list[list[int]] | msgspec.UnsetType = UNSET
+    binary: list[list[int]] | msgspec.UnsetType = UNSET
+    ubinary: list[list[int]] | msgspec.UnsetType = UNSET
+
+
+class EmbedBilledUnits(Body):
+    input_tokens: int
+
+
+class EmbedMeta(Body):
+    api_version: V2ApiVersion = msgspec.field(default_factory=V2ApiVersion)
+    billed_units: EmbedBilledUnits | msgspec.UnsetType = UNSET
+
+
+class CohereV2EmbedResponse(Body):
+    id: str
+    embeddings: EmbeddingsByType
+    texts: list[str]
+    meta: EmbedMeta = msgspec.field(default_factory=EmbedMeta)
+    response_type: Literal["embeddings_by_type"] = "embeddings_by_type"
 
 
 # -- errors ------------------------------------------------------------------------------

@@ -286,7 +286,7 @@ async def _hypercorn(
     from hypercorn.config import Config
     from hypercorn.trio import serve
 
-    from . import trio_connection
+    from . import trio_connection, uvicorn_connection
 
     trio_connection.install()
     config = Config()
@@ -297,6 +297,8 @@ async def _hypercorn(
     # it. Its read_timeout is left unset: it would cut off a client that
     # waits quietly for a long answer.
     config.keep_alive_timeout = min(settings.keep_alive_s, settings.header_timeout_s)
+    # the same bound on a request head as on asyncio (431 past it)
+    config.h11_max_incomplete_size = uvicorn_connection.MAX_HEAD_BYTES
     config.accesslog = None
     config.errorlog = quiet = logging.getLogger("synapse.http.hypercorn")
     quiet.setLevel(logging.WARNING)  # we print the URL ourselves

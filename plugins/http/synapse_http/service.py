@@ -7,11 +7,16 @@ from contextlib import asynccontextmanager
 
 from synapse_core import Deadline, Host, HostConfig, PluginHost, Refused, Task, open_host
 
-from .errors import HTTPError
+from .errors import HTTPError, public
 from .metrics import Metrics
 from .schemas import ErrorBody
 from .settings import ServeSettings
 from .tokenizing import Tokenizing
+
+#: the special tokens before and after a sequence, as ids
+Framing = tuple[tuple[int, ...], tuple[int, ...]]
+#: a text every tokenizer has a token for, framed to see the special tokens
+FRAMED_TEXT = "a"
 
 
 class Service:
@@ -34,6 +39,8 @@ class Service:
         self.stopping = False
         #: ``/tokenize``'s work, bounded (see :mod:`.tokenizing`)
         self.tokenizing = Tokenizing()
+        #: per model, the special tokens its tokenizer frames a sequence with
+        self._framings: dict[str, Framing | None] = {}
 
     @property
     def host(self) -> Host:
@@ -67,6 +74,29 @@ class Service:
                 self.stopping = True
                 self._host = None
 
+    def framing(self, model: str) -> Framing | None:
+        """The ids of the special tokens before and after a sequence of
+        ``model`` (``([101], [102])`` for BERT's ``[CLS] ... [SEP]``), as its
+        tokenizer's ``pieces`` tell them; ``None`` for a tokenizer that cannot
+        tell (its ``/tokenize`` gives no special tokens either)."""
+        if model in self._framings:
+            return self._framings[model]
+        framing = None
+        entry = self.host.catalog.entries.get(model)
+        pieces = getattr(entry.tokenizer, "pieces", None) if entry is not None else None
+        if pieces is not None:
+            try:
+                tokens = pieces(FRAMED_TEXT, True)
+            except Exception:  # a tokenizer that cannot frame a word: the ids stay as sent
+                tokens = []
+            plain = [i for i, token in enumerate(tokens) if not token.special]
+            if plain:
+                head = tuple(token.id for token in tokens[: plain[0]])
+                tail = tuple(token.id for token in tokens[plain[-1] + 1 :])
+                framing = (head, tail) if head or tail else None
+        self._framings[model] = framing
+        return framing
+
     def default_model(self, task: Task) -> str:
         """The catalog's first model for ``task`` that can run here."""
         entries = self.host.catalog.entries.values()
@@ -78,6 +108,25 @@ class Service:
             f"the catalog has no {task} model that can run here; add one or name a model",
             model="",
         )
+
+
+def unavailable(host: Host) -> dict[str, str]:
+    """The catalog's models that cannot serve now, each with why, paths in
+    it shortened (:func:`~.errors.public`): those the catalog refuses, and
+    those whose worker failed for good or could not be confirmed gone.
+    For authenticated routes only: ``/health`` says nothing of models."""
+    reasons = {
+        name: public(entry.problem)
+        for name, entry in host.catalog.entries.items()
+        if not entry.available
+    }
+    for lane in host.snapshot().lanes.values():
+        for worker in lane.workers:
+            if worker.state in ("failed", "exit_unconfirmed") and worker.model not in reasons:
+                reasons[worker.model] = public(
+                    f"the worker of model {worker.model!r} cannot serve: {worker.reason}"
+                )
+    return reasons
 
 
 #: how long a preloaded worker may take to start

@@ -25,6 +25,11 @@ from .schemas import ErrorBody
 #: what a client that sent token ids can do instead
 ADVICE = "send the texts instead (LangChain's OpenAIEmbeddings: check_embedding_ctx_length=False)"
 
+#: the largest id a token array may hold: tiktoken's ids are 32-bit
+MAX_ID = 2**32 - 1
+#: characters of a loading error's message kept in the answer
+REASON_CHARS = 200
+
 _lock = threading.Lock()
 _loaded: dict[str, Any] = {}
 
@@ -36,6 +41,14 @@ async def decoded(
     one input was the bare array ``field`` itself."""
     if all(isinstance(given, str) for given in inputs):
         return inputs
+    # An id no encoding has is the client's mistake whether or not the
+    # encoding's file can be loaded: said first, as invalid-token.
+    for index, given in enumerate(inputs):
+        if not isinstance(given, str):
+            for position, token in enumerate(given):
+                if not 0 <= token <= MAX_ID:
+                    where = field if flat else f"{field}[{index}]"
+                    raise _bad_token(token, position, index, where, encoding)
     tokens = _loaded.get(encoding) or await anyio.to_thread.run_sync(_load, encoding)
     out: list[str | list[int]] = []
     for index, given in enumerate(inputs):
@@ -66,11 +79,18 @@ def _load(encoding: str) -> Any:
         except Exception as exc:
             raise unavailable(
                 f"token arrays on this route are tiktoken ids, and the server cannot load "
-                f"the tiktoken encoding {encoding!r} ({type(exc).__name__}: {exc}); its file "
+                f"the tiktoken encoding {encoding!r} ({type(exc).__name__}: {_short(exc)}); "
+                "its file "
                 "is fetched on first use, or read from TIKTOKEN_CACHE_DIR"
             ) from None
         _loaded[encoding] = found
         return found
+
+
+def _short(exc: Exception) -> str:
+    """``exc``'s message, cut (a failed download's runs to a page of urllib3)."""
+    text = " ".join(str(exc).split())
+    return text if len(text) <= REASON_CHARS else f"{text[:REASON_CHARS]}..."
 
 
 def _text(tokens: Any, encoding: str, ids: Sequence[int], index: int, field: str) -> str:

@@ -47,7 +47,9 @@ async def served(
     ) as host:
         app = create_app(host, settings)
         async with httpx.AsyncClient(
-            transport=httpx.ASGITransport(app=app), base_url="http://synapse"
+            transport=httpx.ASGITransport(app=app),
+            base_url="http://synapse",
+            headers={"Content-Type": "application/json"},  # for raw bodies (content=)
         ) as http:
             yield Live(host, http, transport)
 

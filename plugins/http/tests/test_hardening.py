@@ -33,6 +33,8 @@ DEPTH = 100_000
 #: the test models' ceiling is 16 tokens: texts over 16 * 32 characters are refused unread
 CEILING = 16
 MAX_CHARS = CEILING * 32
+#: the media type of the raw bodies posted here (``content=``)
+JSON = "application/json"
 
 
 class Counting(BasicTokenizer):
@@ -93,7 +95,9 @@ async def serving(
     async with synapse.open_host(config, plugins=plugins) as host:
         app = create_app(host, ServeSettings(max_inputs=512))
         transport_ = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport_, base_url="http://synapse") as http:
+        async with httpx.AsyncClient(
+            transport=transport_, base_url="http://synapse", headers={"Content-Type": JSON}
+        ) as http:
             yield http
 
 

@@ -69,6 +69,7 @@ def setup_values(tmp: Path) -> dict[str, tuple[str, Check]]:
             lambda s: s["settings"].preload == ("from-catalog", "other"),
         ),
         "SYNAPSE_COALESCE": ("false", lambda s: s["config"].coalesce is False),
+        "SYNAPSE_IDLE_UNLOAD_S": ("90", lambda s: s["config"].idle_unload_s == 90.0),
         "SYNAPSE_BACKEND": ("trio", lambda s: s["backend"] == "trio"),
         "SYNAPSE_LOG_FORMAT": ("json", lambda s: s["log_format"] == "json"),
     }
