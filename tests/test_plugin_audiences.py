@@ -47,6 +47,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     # a transport that charges its lane in MiB (synapse_admission_cost) and
     # adds `synapse pull` (hub models)
     "cpu": frozenset({HOST, TRANSPORT, POLICY, CLI}),
+    # a transport that charges its GPU lanes in MiB and waits when one is full
+    # (synapse_admission_cost, synapse_lane_full)
+    "cuda": frozenset({TRANSPORT, POLICY}),
     # the model home, a library: its error is a SynapseError, its tokenizer
     # the plugin API's
     "models": frozenset({TRANSPORT}),
@@ -64,7 +67,7 @@ PLUGINS = sorted(p.name for p in (ROOT / "plugins").iterdir() if (p / "pyproject
 #: may import them (and they import no plugin)
 LIBRARIES = frozenset({"synapse_models"})
 #: the plugins that read models through the model home
-MODEL_LANES = frozenset({"cpu", "ane_direct"})
+MODEL_LANES = frozenset({"cpu", "ane_direct", "cuda"})
 EXAMPLE = ROOT / "docs" / "examples" / "hash_transport"
 
 
