@@ -29,7 +29,7 @@ from .errors import SynapseError
 from .handoff import OneShot
 from .plan import Group, Item, Plan
 from .residency.supervisor import Lease
-from .wire import Infer, Output, rows_of
+from .wire import Infer, Output, more_rows, rows_of
 
 if TYPE_CHECKING:
     from .residency.supervisor import Supervisor
@@ -158,10 +158,16 @@ class Call:
     joined: Joined | None = None
     #: told once the call has ended, whichever way (the coalescing queue moves on)
     on_end: Callable[[], None] | None = None
+    #: the rows of each output asked for after the first (``Plan.outputs``),
+    #: one list per output, in input order as ``rows`` is
+    more: list[list[object]] = attrs.field(factory=list)
 
     @classmethod
     def new(cls, plan: Plan, deadline: Deadline, done: OneShot) -> Self:
-        return cls(plan, deadline, [None] * len(plan.items), done)
+        call = cls(plan, deadline, [None] * len(plan.items), done)
+        if len(plan.outputs) > 1:
+            call.more = [[None] * len(plan.items) for _ in plan.outputs[1:]]
+        return call
 
     def is_abandoned(self) -> bool:
         """``abandoned``, read after an await (a call, so type checkers do not narrow it)."""
@@ -248,6 +254,10 @@ class Call:
     def store_rows(self, step: Group, output: Output) -> None:
         """Put the rows of ``step``'s reply at their inputs' places."""
         rows = rows_of(output)
+        if output.more:
+            for kept, more in zip(self.more, more_rows(output), strict=True):
+                for item, row in zip(step.items, more, strict=True):
+                    kept[item.index] = row
         if len(rows) == len(self.rows):
             # One request held every input, in input order.
             self.rows = rows  # type: ignore[assignment]
@@ -349,6 +359,7 @@ class Coalesced(Call):
             end = start + len(caller.rows)
             if self.error is None:
                 caller.rows = self.rows[start:end]
+                caller.more = [rows[start:end] for rows in self.more]
                 caller.identity = self.identity
             else:
                 caller.error = self.error
