@@ -70,6 +70,10 @@ class Conversion:
     #: model's on the transport's fixed text set; ``None`` until measured
     min_cosine: float | None = None
     mean_cosine: float | None = None
+    #: a cross-encoder's: the worst and the mean absolute difference of its
+    #: scores (logits) to the unconverted model's (one value has no cosine)
+    max_score_delta: float | None = None
+    mean_score_delta: float | None = None
 
 
 #: how a rerank model scores: see :class:`ModelTraits`

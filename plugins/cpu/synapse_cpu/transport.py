@@ -36,7 +36,8 @@ from synapse_models import files
 from synapse_models.errors import ModelFilesError
 from synapse_models.folder import Layout
 from synapse_models.outputs import offered
-from synapse_models.tokenizer import HFTokenizer, check_fits
+from synapse_models.packing import PairTemplate
+from synapse_models.tokenizer import HFTokenizer, check_fits, tokenizer_of
 
 from .cores import LANE_ID, usable_cores
 from .costs import HIDDEN, default_capacity_mib, request_budget, weights_mib
@@ -105,8 +106,19 @@ def model_files(options: CpuOptions) -> files.ModelFiles:
 
 
 @functools.lru_cache(maxsize=64)
-def _tokenizer(path: Path, pairs: bool = False) -> HFTokenizer:
-    return HFTokenizer(path, pairs)
+def _tokenizer_of(
+    path: Path, pairs: bool, template: PairTemplate | None, decoder: bool, strip: bool
+) -> HFTokenizer:
+    return tokenizer_of(path, pairs, template, decoder, strip)
+
+
+def _tokenizer(path: Path, layout: Layout) -> HFTokenizer:
+    """The folder's tokenizer, one per folder and way of framing: it frames
+    and encodes as the worker's does (``synapse_models.model.layout_tokenizer``),
+    so the host counts and cuts what the worker packs."""
+    return _tokenizer_of(
+        path, layout.cross_encoder, layout.template, layout.causal, layout.strips_texts
+    )
 
 
 @functools.lru_cache(maxsize=64)
@@ -121,7 +133,7 @@ def verify_before_launch(located: files.ModelFiles) -> None:
     layout = files.check_present(located)
     stat = located.weights.stat()
     _verified(located.weights, stat.st_size, stat.st_mtime_ns, located.sha256)
-    tokenizer = _tokenizer(located.tokenizer, layout.cross_encoder)
+    tokenizer = _tokenizer(located.tokenizer, layout)
     check_fits(tokenizer, files.vocab_rows(located.weights, layout), layout.family.vocab_padded)
 
 
@@ -174,21 +186,25 @@ class CpuTransport(Transport):
         )
 
     def model_note(self, model: ModelSpec) -> str:
-        """For int8: that it is lossy, and its worst cosine to float32 once measured."""
+        """For int8: that it is lossy, and its worst cosine (a cross-encoder's:
+        score difference) to float32 once measured."""
         conversion = self.model_conversion(model)
         if conversion is None:
             return ""
+        from synapse_models import quantize
+
+        if conversion.max_score_delta is not None and conversion.mean_score_delta is not None:
+            return quantize.describe_scores(conversion.max_score_delta, conversion.mean_score_delta)
         if conversion.min_cosine is None or conversion.mean_cosine is None:
             return (
                 f"{conversion.name} (dynamic quantization, lossy): worst cosine to float32 "
                 "measured when its graph is first built"
             )
-        from synapse_models import quantize
-
         return quantize.describe(conversion.min_cosine, conversion.mean_cosine)
 
     def model_conversion(self, model: ModelSpec) -> Conversion | None:
-        """For int8: its worst and mean cosine to float32, once its graph is built."""
+        """For int8: its worst and mean cosine (or score difference) to
+        float32, once its graph is built."""
         options: CpuOptions = self.model_options(model)
         if options.quantize is None:
             return None
@@ -201,10 +217,17 @@ class CpuTransport(Transport):
         if sha256 is None:  # a folder without an expected hash: hash it (remembered)
             stat = located.weights.stat()
             sha256 = _verified(located.weights, stat.st_size, stat.st_mtime_ns, None)
-        loss = quantize.read_loss(root, sha256.lower())
+        layout = files.check_present(located)
+        loss = quantize.read_loss(root, files.int8_key(located, layout, sha256.lower()))
         if loss is None:
             return Conversion(options.quantize)
-        return Conversion(options.quantize, loss.min_cosine, loss.mean_cosine)
+        return Conversion(
+            options.quantize,
+            loss.min_cosine,
+            loss.mean_cosine,
+            loss.max_score_delta,
+            loss.mean_score_delta,
+        )
 
     def model_availability(self, model: ModelSpec) -> Availability:
         options: CpuOptions = self.model_options(model)
@@ -274,7 +297,7 @@ class CpuTransport(Transport):
             layout = files.check_present(located)
         except (ModelFilesError, ConfigError):
             return BasicTokenizer()  # the model is unavailable and refused before tokenizing
-        return _tokenizer(located.tokenizer, layout.cross_encoder)
+        return _tokenizer(located.tokenizer, layout)
 
     async def launch(self, request: LaunchRequest) -> Launched:
         options: CpuOptions = self.model_options(request.model)

@@ -23,9 +23,9 @@ from . import files, packing
 from .arranged import Weights
 from .errors import ModelFilesError
 from .folder import Layout, read_json
-from .heads import Dense, Embedding, Ending, finish
+from .heads import Classifier, Dense, Embedding, Ending, finish
 from .sessions import CPU, onnx_session, usable_cores
-from .tokenizer import HFTokenizer, check_fits
+from .tokenizer import HFTokenizer, check_fits, tokenizer_of
 from .weights import F32, I64, LazyTensors, Tensors
 
 Runtime = Literal["numpy", "onnxruntime"]
@@ -94,7 +94,7 @@ class Model:
     batch_tokens: int = 2048
     #: ``"int8"``: the forward pass runs a dynamically quantized graph
     quantize: Quantize | None = None
-    #: the int8 graph's worst cosine to float32 on a fixed text set
+    #: the int8 graph's worst cosine to float32 on a fixed text set (an embedder's)
     min_cosine: float | None = None
     #: a fixed thread count, or ``None``: a share of the cores, from ``share``
     threads: int | None = None
@@ -103,6 +103,8 @@ class Model:
     graph: Path | None = None
     #: the lane's name, the identity's first part
     lane: str = "cpu"
+    #: a cross-encoder's int8 graph: its worst score difference to float32
+    max_score_delta: float | None = None
     _current: int = attrs.field(init=False, default=0)
     _token: Any = attrs.field(init=False, default=None)
 
@@ -149,6 +151,11 @@ class Model:
     @property
     def dims(self) -> int:
         return 1 if self.layout.cross_encoder else self.layout.dims
+
+    @property
+    def int8_key(self) -> str:
+        """The name the int8 graph's measured loss is kept under (:func:`files.int8_key`)."""
+        return files.int8_key(self.files, self.layout, self.sha256)
 
     @property
     def framing(self) -> packing.Framing:
@@ -268,13 +275,14 @@ def load(
     weights = read_weights(located, layout)
     runtime = resolve(runtime)
     forward: Forward
-    min_cosine = None
+    min_cosine = max_score_delta = None
     graph = None
     if runtime == "onnxruntime":
         from .onnx_file import cached_graph, default_cache_dir
 
         root = Path(cache_dir) if cache_dir else default_cache_dir()
-        graph = cached_graph(weights, digest, graph_cache(root))
+        key = files.graph_key(located, digest)
+        graph = cached_graph(weights, key, graph_cache(root))
         typed = weights.family.token_types(weights.body)
         kept = weights.family.kept_float
         del weights  # the session holds its own copy
@@ -283,8 +291,9 @@ def load(
 
             most = min(254, layout.positions - tokenizer.framing().single)
             encode = functools.partial(_fixed_sequences, tokenizer, most)
-            graph, loss = int8.cached_int8(graph, encode, root, digest, kept)
-            min_cosine = loss.min_cosine
+            loss_key = files.int8_key(located, layout, digest)
+            graph, loss = int8.cached_int8(graph, encode, root, loss_key, kept)
+            min_cosine, max_score_delta = loss.min_cosine, loss.max_score_delta
         forward = OnnxSessions(graph, typed, spinning, providers).run
     else:
         if quantize is not None:
@@ -305,15 +314,24 @@ def load(
         share,
         graph,
         lane,
+        max_score_delta,
     )
 
 
 def checked_tokenizer(located: files.ModelFiles, layout: Layout) -> HFTokenizer:
     """The folder's tokenizer, checked against its weights' vocabulary."""
-    tokenizer = HFTokenizer(located.tokenizer, pairs=layout.cross_encoder)
+    tokenizer = layout_tokenizer(located.tokenizer, layout)
     family = layout.family
     check_fits(tokenizer, files.vocab_rows(located.weights, layout), family.vocab_padded)
     return tokenizer
+
+
+def layout_tokenizer(path: Path, layout: Layout) -> HFTokenizer:
+    """The tokenizer at ``path`` as the model of ``layout`` frames and encodes
+    texts (:func:`~synapse_models.tokenizer.tokenizer_of`)."""
+    return tokenizer_of(
+        path, layout.cross_encoder, layout.template, layout.causal, layout.strips_texts
+    )
 
 
 def read_weights(located: files.ModelFiles, layout: Layout) -> Weights:
@@ -323,16 +341,34 @@ def read_weights(located: files.ModelFiles, layout: Layout) -> Weights:
     source = str(located.weights)
     tensors = Tensors(LazyTensors(located.weights), source, family.name, family.prefixes)
     sizes = family.sizes(config, str(located.config))
-    body = family.arrange(tensors, config, sizes)
     ending: Ending
-    if layout.cross_encoder:
+    if layout.template is not None:
+        # Read first: a tied head's rows are in the embedding table the body takes.
+        tokenizer = layout_tokenizer(located.tokenizer, layout)
+        ending = _yes_no_head(tensors, layout.template, tokenizer)
+    body = family.arrange(tensors, config, sizes)
+    if layout.template is not None:
+        dims = 1
+    elif layout.cross_encoder:
         ending = family.classifier(tensors, config)
         dims = 1
     else:
         dense = tuple(_dense(located.root / d.folder, d) for d in layout.dense)
         ending = Embedding(layout.pooling, dense, layout.normalize)
         dims = layout.dims
-    return Weights(family, body, ending, dims)
+    return Weights(family, body, ending, dims, layout.graph_end)
+
+
+def _yes_no_head(
+    tensors: Tensors, template: packing.PairTemplate, tokenizer: HFTokenizer
+) -> Classifier:
+    """An LLM reranker's score, ``logit(yes) - logit(no)`` at the last real
+    position, as a one-label head: the difference of the two rows of its
+    language-model head (the final norm is the body's)."""
+    ids = [tokenizer.token_id(template.yes), tokenizer.token_id(template.no)]
+    yes, no = tensors.rows(template.logits, ids)
+    out_w = (yes - no)[:, None]
+    return Classifier(None, None, "identity", out_w, np.zeros(1, np.float32), "lasttoken")
 
 
 def _dense(folder: Path, module: Any) -> Dense:

@@ -3,7 +3,8 @@
 What follows the body (pooling, Dense modules, Normalize, or a
 classification head) is written here, shared by every family, computing what
 :mod:`synapse_models.heads` computes in numpy. The file is cached on disk
-under the weights' sha256 and what the graph ends in, so a worker builds it
+under the weights' sha256, a digest of the folder's files that shape it and
+what the graph ends in, so a worker builds it
 once per checkpoint.
 
 Inputs are ``input_ids`` (int64), ``token_type_ids`` (int64, for a family
@@ -14,7 +15,6 @@ output ``output`` is (rows, dims) vectors, (rows,) one-label logits or
 
 from __future__ import annotations
 
-import hashlib
 import os
 import tempfile
 from pathlib import Path
@@ -36,32 +36,16 @@ def default_cache_dir() -> Path:
     return Path(base) / "synapse" / "onnx"
 
 
-def graph_name(weights: Weights, sha256: str) -> str:
-    """The cached file's name: the same weights ending another way are another graph."""
-    ending = weights.ending
-    if isinstance(ending, Classifier):
-        end = "head"
-    else:
-        end = ending.pooling + (f"-dense-{_digest(ending)}" if ending.dense else "")
-        end += "-norm" if ending.normalize else ""
-    return f"{sha256}-{end}-v{GRAPH_VERSION}.onnx"
+def graph_name(weights: Weights, key: str) -> str:
+    """The cached file's name: ``key`` (:func:`synapse_models.files.graph_key`:
+    the weights and the folder's files that shape the graph), and what the
+    graph ends in (the same weights ending another way are another graph)."""
+    return f"{key}-{weights.end}-v{GRAPH_VERSION}.onnx"
 
 
-def _digest(ending: Embedding) -> str:
-    """Eight hex digits of the Dense modules' weights and activations: the
-    body's sha256 does not cover the files they come from."""
-    digest = hashlib.sha256()
-    for dense in ending.dense:
-        digest.update(dense.activation.encode())
-        for array in (dense.weight, dense.bias):
-            if array is not None:
-                digest.update(np.ascontiguousarray(array).tobytes())
-    return digest.hexdigest()[:8]
-
-
-def cached_graph(weights: Weights, sha256: str, cache_dir: Path) -> Path:
-    """The graph file for weights of ``sha256``, built and cached if it is not there yet."""
-    path = cache_dir / graph_name(weights, sha256)
+def cached_graph(weights: Weights, key: str, cache_dir: Path) -> Path:
+    """The graph file of ``key``, built and cached if it is not there yet."""
+    path = cache_dir / graph_name(weights, key)
     if path.is_file():
         return path
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -115,8 +99,10 @@ def _finish(g: Graph, ending: Ending, x: str, dims: int) -> list[Any]:
     first = g.op("Gather", x, zero, axis=1)  # (rows, hidden): the first token
     if isinstance(ending, Classifier):
         h = ending
-        pooled = first if h.pooling == "cls" else _pooled(g, "mean", x, first, mask3)
-        dense = g.activate(g.linear(pooled, h.dense_w, h.dense_b), h.activation)
+        pooled = first if h.pooling == "cls" else _pooled(g, h.pooling, x, first, mask3)
+        dense = pooled
+        if h.dense_w is not None:
+            dense = g.activate(g.linear(pooled, h.dense_w, h.dense_b), h.activation)
         if h.norm_g is not None:
             dense = g.layer_norm(dense, h.norm_g, h.norm_b, h.norm_eps)
         logits = g.linear(dense, h.out_w, h.out_b)
