@@ -34,8 +34,10 @@ import anyio
 from .call import Call
 from .catalog import Catalog, Entry
 from .config import Task
+from .cut import fits_budget
 from .deadline import Deadline, check_deadline
 from .errors import Refused
+from .kinds import Kind
 from .naming import shown
 
 # Plan and Truncate are the host's too: it reads them from here.
@@ -63,6 +65,7 @@ class Planning(Protocol):
         truncate: Truncate = False,
         plan: Plan | None = None,
         trace: CallTrace = NO_TRACE,
+        outputs: tuple[Kind, ...] = (),
     ) -> Call: ...
 
 
@@ -80,6 +83,8 @@ class Asked(NamedTuple):
     query: str | None
     deadline: Deadline | None
     truncate: Truncate
+    #: the outputs asked for (``Plan.outputs``); empty: the task's own
+    outputs: tuple[Kind, ...] = ()
 
 
 async def started(host: Planning, asked: Asked) -> Call:
@@ -88,7 +93,8 @@ async def started(host: Planning, asked: Asked) -> Call:
     its refusals and errors are raised before its caller's first await."""
     trace = host.tracer.call(asked.model, asked.task)  # in the caller's context
     plan = await plan_large(host, asked)
-    return host._call(*asked, plan, trace)
+    model, task, texts, query, deadline, truncate, outputs = asked
+    return host._call(model, task, texts, query, deadline, truncate, plan, trace, outputs)
 
 
 #: characters a text may have per token of the model's ceiling
@@ -161,7 +167,7 @@ async def plan_large(host: Planning, asked: Asked) -> Plan | None:
     (:func:`planned`)."""
     if characters(asked.texts, asked.query) <= OFFLOAD_CHARS:
         return None
-    model, task, texts, query, deadline, truncate = asked
+    model, task, texts, query, deadline, truncate, _ = asked
     host._check_open()
     check_deadline(deadline)
     entry = host.catalog.entry(model, task)
@@ -192,6 +198,48 @@ async def plan_large(host: Planning, asked: Asked) -> Plan | None:
         finally:
             del outcome  # its traceback holds this frame: no cycle with it
     return outcome
+
+
+def planned_for(
+    entry: Entry,
+    texts: Texts,
+    query: str | None,
+    truncate: Truncate,
+    plan: Plan | None,
+    outputs: tuple[Kind, ...],
+) -> Plan:
+    """``plan`` (made off the loop), else the call's plan (:func:`planned`),
+    asking for ``outputs`` (refused first if the model lacks one)."""
+    if outputs:
+        refuse_outputs(entry, outputs)
+    plan = plan or planned(entry, texts, query, truncate)
+    if outputs:
+        plan.outputs = outputs
+    return plan
+
+
+def small(entry: Entry, plan: Plan) -> bool:
+    """Whether ``plan`` is one request's worth (``cut.is_small``)."""
+    assert entry.transport is not None  # the catalog refused the call otherwise
+    return fits_budget(plan, entry.spec, entry.transport.transport)
+
+
+def refuse_outputs(entry: Entry, outputs: tuple[Kind, ...]) -> None:
+    """Refuse a call for ``outputs`` the model's files say it does not
+    compute (``ModelTraits.outputs``), before any worker starts."""
+    known = entry.traits.outputs
+    if known is None:
+        return
+    missing = [kind.value for kind in outputs if kind not in known]
+    if missing:
+        model = entry.spec.name
+        offered = ", ".join(sorted(kind.value for kind in known)) or "none"
+        raise Refused(
+            "unsupported-output",
+            f"model {shown(model)} does not compute {' or '.join(missing)} outputs (it "
+            f"computes: {offered}); ask another model for them",
+            model=model,
+        )
 
 
 def _with_cut(plan: Plan, cut: tuple[int, ...]) -> Plan:

@@ -21,6 +21,7 @@ import attrs
 
 from .config import ModelSpec
 from .errors import ConfigError
+from .kinds import Kind
 from .launch import LaneInfo, LaneSession, Launched, LaunchRequest, ProcessGroup, WorkerProcess
 from .tokenizer import BasicTokenizer, Tokenizer
 
@@ -99,6 +100,10 @@ class ModelTraits:
     scorer: Scorer | None = None
     #: an embed model's pooling (``"mean"``, ``"cls"``...), for ``/info``
     pooling: str | None = None
+    #: the outputs the model computes (dense vectors, sparse vectors, token
+    #: vectors...), when its files say: a call for another one is refused
+    #: before any worker starts; ``None``: not said (the worker's hello says)
+    outputs: frozenset[Kind] | None = None
 
 
 @attrs.frozen

@@ -143,8 +143,8 @@ def test_an_outputs_compute_time_is_optional_both_ways() -> None:
     """A worker that does not report its compute time still decodes (``None``),
     and a host that does not know the field reads a reply that carries it."""
     older = msgspec.msgpack.encode(OlderOutput(1, Shape(16, 1), 1, 1, b"\0" * 4))
-    assert Codec().decode(older) == Output(1, Shape(16, 1), 1, 1, b"\0" * 4, None)
-    newer = Codec().encode(Output(1, Shape(16, 1), 1, 1, b"\0" * 4, 1234))
+    assert Codec().decode(older) == Output(1, Shape(16, 1), 1, 1, b"\0" * 4, compute_ns=None)
+    newer = Codec().encode(Output(1, Shape(16, 1), 1, 1, b"\0" * 4, compute_ns=1234))
     assert Codec(accepts=OlderOutput).decode(newer[PREFIX.size :]) == OlderOutput(
         1, Shape(16, 1), 1, 1, b"\0" * 4
     )

@@ -37,6 +37,7 @@ from synapse_core.wire import (
     Infer,
     Inventory,
     InventoryRequest,
+    Kind,
     LaunchSpec,
     Output,
     Shape,
@@ -131,6 +132,7 @@ def test_hello_reports_what_the_worker_declares() -> None:
         dims=2,
         max_batch=4,
         identity="sum:pkg:v1",
+        outputs={Kind.DENSE: 2, Kind.SCORE: 1},  # it writes embed and rerank
     )
 
 

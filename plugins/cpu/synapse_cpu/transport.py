@@ -20,6 +20,7 @@ from synapse_core.plugin import (
     BasicTokenizer,
     ConfigError,
     Conversion,
+    Kind,
     LaneInfo,
     Launched,
     LaunchRequest,
@@ -34,6 +35,7 @@ from synapse_core.plugin import (
 from synapse_models import files
 from synapse_models.errors import ModelFilesError
 from synapse_models.folder import Layout
+from synapse_models.outputs import offered
 from synapse_models.packing import PairTemplate
 from synapse_models.tokenizer import HFTokenizer, check_fits, tokenizer_of
 
@@ -275,6 +277,8 @@ class CpuTransport(Transport):
             default_prompt=layout.default_prompt,
             scorer=scorer,
             pooling=None if layout.cross_encoder else layout.pooling,
+            outputs=frozenset(Kind(name) for name in offered(layout))
+            | ({Kind.SCORE} if model.task == "rerank" else set()),
         )
 
     def lane_for(self, model: ModelSpec) -> LaneInfo:

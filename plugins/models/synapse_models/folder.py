@@ -34,6 +34,8 @@ _POOLING_KEYS: dict[str, Pooling | None] = {
     "pooling_mode_mean_sqrt_len_tokens": None,
     "pooling_mode_weightedmean_tokens": None,
 }
+#: bge-m3's extra heads, as FlagEmbedding saves them (``torch.save`` of a Linear's state)
+SPARSE_LINEAR, COLBERT_LINEAR = "sparse_linear.pt", "colbert_linear.pt"
 _MODULE = "sentence_transformers.models."
 TRANSFORMER, POOLING, DENSE, NORMALIZE = (
     _MODULE + name for name in ("Transformer", "Pooling", "Dense", "Normalize")
@@ -93,6 +95,11 @@ class Layout:
     default_prompt: str | None = None
     #: sentence-transformers ``Dense`` modules after the pooling, in order
     dense: tuple[DenseModule, ...] = ()
+    #: a sparse head: ``"splade"`` (a SparseEncoder folder: its masked-LM
+    #: head, and no dense output), ``"m3"`` (bge-m3's ``sparse_linear.pt``)
+    sparse: Literal["splade", "m3"] | None = None
+    #: bge-m3's ``colbert_linear.pt``: ColBERT token vectors
+    colbert: bool = False
     #: a decoder: causal attention, no start token needed (:class:`Sizes`)
     causal: bool = False
     #: an LLM reranker (``cross_encoder`` too): the prompt a pair is scored in
@@ -126,6 +133,8 @@ class Layout:
             return f"{self.architecture}-llm-reranker"
         if self.cross_encoder:
             return f"{self.architecture}-cross-encoder"
+        if self.sparse == "splade":
+            return f"{self.architecture}-splade"
         dense = f"-dense{len(self.dense)}" if self.dense else ""
         return f"{self.architecture}-{self.pooling}{dense}-{'norm' if self.normalize else 'raw'}"
 
@@ -183,9 +192,16 @@ def read_layout(root: Path) -> Layout:
             causal=sizes.causal,
             template=sizes.template,
         )
-    pooling, dense, normalize = _modules(root)
     limit = _max_seq_length(root)
     prompts, default = _prompts(root)
+    if _splade(root):
+        ceiling = _ceiling(limit, positions)
+        return Layout(
+            name, False, "max", False, positions, ceiling, hidden, offset, prompts, default,
+            sparse="splade",
+        )  # fmt: skip
+    pooling, dense, normalize = _modules(root)
+    m3 = {"sparse": "m3" if (root / SPARSE_LINEAR).is_file() else None}
     return Layout(
         name,
         False,
@@ -199,7 +215,46 @@ def read_layout(root: Path) -> Layout:
         default,
         dense,
         causal=sizes.causal,
+        colbert=(root / COLBERT_LINEAR).is_file(),
+        **m3,  # type: ignore[arg-type]
     )
+
+
+def _splade(root: Path) -> bool:
+    """Whether ``modules.json`` is a SparseEncoder's: ``MLMTransformer``, then
+    ``SpladePooling`` (max pooling of ReLU; others are refused)."""
+    path = root / MODULES_FILE
+    if not path.is_file():
+        return False
+    types = [str(m.get("type", "")) for m in read_modules(path)]
+    if not types or not types[0].endswith("MLMTransformer"):
+        return False
+    pooling = next((m for m in read_modules(path) if "SpladePooling" in str(m.get("type"))), None)
+    folder = str(pooling.get("path") or "1_SpladePooling") if pooling else "1_SpladePooling"
+    config = read_json(root / folder / "config.json")
+    if (config.get("pooling_strategy"), config.get("activation_function", "relu")) != (
+        "max",
+        "relu",
+    ):
+        raise ModelFilesError(
+            str(path), "a SparseEncoder folder needs SpladePooling with max pooling of relu"
+        )
+    return True
+
+
+def read_modules(path: Path) -> list[dict[str, Any]]:
+    """``modules.json``'s modules."""
+    raw = read_json_any(path)
+    if not isinstance(raw, list) or not all(isinstance(m, dict) for m in raw):
+        raise ModelFilesError(str(path), "expected a JSON list of modules")
+    return [cast(dict[str, Any], m) for m in raw]
+
+
+def read_json_any(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelFilesError(str(path), f"cannot read it as JSON: {exc}") from None
 
 
 def _sentence_transformer(root: Path) -> bool:

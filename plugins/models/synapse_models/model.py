@@ -113,6 +113,28 @@ class Model:
     #: the graph runs (a GPU lane's ``"-cuda-fp16"``); empty on the CPU
     engine: str = ""
     _current: int = attrs.field(init=False, default=0)
+    _token: Any = attrs.field(init=False, default=None)
+
+    def outputs(self, sequences: Sequence[Sequence[int]], kinds: Sequence[Any]) -> list[list[Any]]:
+        """Each of ``kinds`` (``dense``, ``sparse``, ``multi``) per sequence, in
+        order, all from one pass of the body per slice (:mod:`.outputs`)."""
+        from .outputs import TokenOutputs, run_outputs
+
+        if self._token is None:
+            w = read_weights(self.files, self.layout)
+            ending = w.ending if isinstance(w.ending, Embedding) else Embedding("cls")
+            hidden = functools.partial(_hidden_states, w)
+            self._token = TokenOutputs(self.files, self.layout, hidden, ending)
+        framing = self.framing
+        widths = [len(s) + framing.single for s in sequences]
+        self._enter(max(widths, default=0) * len(widths))
+        try:
+            threads = self._current or self.threads or usable_cores()
+            return run_outputs(
+                self._token, sequences, framing, self._slices(widths), threads, kinds
+            )
+        finally:
+            self._leave()
 
     def forward(self, ids: I64, types: I64, mask: F32) -> F32:
         """A packed batch's rows, on the current request's threads."""
@@ -226,6 +248,12 @@ class Model:
             slices.append(order[start:stop])
             start = stop
         return slices
+
+
+def _hidden_states(weights: Weights, ids: I64, types: I64, mask: F32, threads: int) -> F32:
+    """The body's last hidden state, in numpy."""
+    out: F32 = weights.family.hidden_states(weights.body, ids, types, mask)
+    return out
 
 
 def _in_order(indexes: Sequence[int]) -> bool:
