@@ -28,14 +28,11 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor
 from opentelemetry.trace import SpanKind, Status, StatusCode
 from starlette.types import Scope
 
-from synapse_core.frontend import NO_TRACE, CallTrace, Tracer
-from synapse_core.wire import Failure, Output
+from synapse_core.frontend import NO_TRACE, CallTrace, Failure, Output, Tracer
 
 if TYPE_CHECKING:
     from synapse_core import Task
-    from synapse_core.errors import Fault
-    from synapse_core.plan import Plan
-    from synapse_core.wire import Frame, Infer, Shape
+    from synapse_core.frontend import Fault, Frame, Infer, Plan, Shape
 
 #: the instrumentation scope every span is made in
 SCOPE = "synapse_http"
