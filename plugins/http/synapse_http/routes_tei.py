@@ -226,6 +226,8 @@ async def info(request: Request) -> Response:
                 "label2id": {"LABEL_0": 0},
                 # Synapse's own: whether query and document meet in the model
                 "scorer": traits.scorer or "unknown",
+                # an LLM reranker's: the instruction its prompt holds
+                **({"instruction": traits.instruction} if traits.instruction else {}),
             }
         }
     )

@@ -228,20 +228,23 @@ def load(
     spinning: bool = True,
     providers: Sequence[str] = CPU,
     lane: str = "cpu",
+    instruction: str | None = None,
 ) -> Model:
     """Check and load a model folder (default: the MiniLM wheel's) on ``runtime``
     (default: onnxruntime, else numpy), on ``threads`` threads (default: every
     usable core, or ``share``'s share of them); ``spinning``: onnxruntime's
     idle pool threads spin-wait (its default) or sleep; ``providers``: the
     onnxruntime execution providers (the CPU's by default); ``lane``: the
-    identity's first part.
+    identity's first part; ``instruction``: an LLM reranker's instruction in
+    place of the model card's (:meth:`Layout.with_instruction`; the host's
+    tokenizer must frame pairs with the same one).
 
     Raises :class:`ModelFilesError` naming the file at fault: missing, corrupt
     (sha256 mismatch), an architecture or pooling not supported, or a
     tokenizer that does not fit.
     """
     located = files.locate(model_dir, sha256)
-    layout = files.check_present(located)
+    layout = files.check_present(located).with_instruction(instruction)
     digest = files.verify_weights(located)
     tokenizer = checked_tokenizer(located, layout)
     weights = read_weights(located, layout)
