@@ -193,3 +193,75 @@ async def test_info_and_the_catalog_say_llm_reranker_and_the_instruction(
     doc = runner.invoke(make_cli(), ["catalog", "--json", "--catalog", str(catalog)], env=env)
     (model,) = json.loads(doc.stdout)["models"]
     assert model["scorer"] == "llm-reranker" and model["instruction"] == TOLD
+
+
+@asyncio_only
+async def test_the_query_prompt_is_a_prompt_name_everywhere(onnx_cache: Path) -> None:
+    """Qwen3-Embedding's instruction prompt (``query``) by name from the Python
+    API, ``/embed``, ``/v1/embeddings`` (the ``prompt_name`` body extension,
+    as the OpenAI client's ``extra_body`` sends it) and ``synapse embed
+    --prompt`` (the next test): each gives the prompted reference."""
+    pytest.importorskip("synapse_http")
+    import httpx
+
+    from synapse_http import create_app
+
+    ref = REFERENCE["qwen3-last"]
+    wanted = ref["prompted"]["query"]
+    texts = ref["texts"][: len(wanted)]
+    embedder = entry("qwen3-last", "embed", onnx_cache)
+    async with host(config(embedder)) as h:
+        api = await h.embed("qwen3-last", texts, prompt_name="query", deadline=deadline())
+        plain = await h.embed("qwen3-last", texts, deadline=deadline())
+        app = create_app(h)
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://synapse") as http:
+            tei = await http.post(
+                "/embed?model=qwen3-last", json={"inputs": texts, "prompt_name": "query"}
+            )
+            body = {"model": "qwen3-last", "input": texts, "prompt_name": "query"}
+            openai_route = await http.post("/v1/embeddings", json=body)
+            unknown = await http.post("/v1/embeddings", json=body | {"prompt_name": "nope"})
+        try:
+            import openai
+        except ImportError:
+            client_vectors = None
+        else:
+            client = openai.AsyncOpenAI(
+                base_url="http://synapse/v1",
+                api_key="unused",
+                http_client=httpx.AsyncClient(transport=httpx.ASGITransport(app=app)),
+            )
+            async with client:
+                made = await client.embeddings.create(
+                    model="qwen3-last", input=texts, extra_body={"prompt_name": "query"}
+                )
+            client_vectors = [d.embedding for d in made.data]
+    assert cosines(api.vectors, wanted).min() >= 0.99999
+    assert cosines(plain.vectors, wanted).min() < 0.999  # the prompt changes the vectors
+    assert cosines(tei.json(), wanted).min() >= 0.99999
+    assert openai_route.status_code == 200, openai_route.text
+    served = [d["embedding"] for d in openai_route.json()["data"]]
+    assert cosines(served, wanted).min() >= 0.99999
+    assert unknown.status_code == 422 and "unknown-prompt" in unknown.text, unknown.text
+    if client_vectors is not None:
+        assert cosines(client_vectors, wanted).min() >= 0.99999
+
+
+def test_synapse_embed_takes_the_query_prompt_by_name(tmp_path: Path, onnx_cache: Path) -> None:
+    from click.testing import CliRunner
+
+    from synapse_core.cli import make_cli
+
+    wanted = REFERENCE["qwen3-last"]["prompted"]["query"]
+    texts = REFERENCE["qwen3-last"]["texts"][: len(wanted)]
+    embedder = entry("qwen3-last", "embed", onnx_cache)
+    catalog = tmp_path / "catalog.toml"
+    catalog.write_text(catalog_toml(embedder), encoding="utf-8")
+    env = {"SYNAPSE_PLUGINS": "cpu", "SYNAPSE_CATALOG": None, "SYNAPSE_DEBUG": None}
+    args = ["embed", "qwen3-last", *texts, "--json", "--catalog", str(catalog)]
+    prompted = CliRunner().invoke(make_cli(), [*args, "--prompt", "query"], env=env)
+    assert prompted.exit_code == 0, prompted.output
+    assert cosines(json.loads(prompted.stdout)["vectors"], wanted).min() >= 0.99999
+    plain = CliRunner().invoke(make_cli(), args, env=env)
+    assert cosines(json.loads(plain.stdout)["vectors"], wanted).min() < 0.999
