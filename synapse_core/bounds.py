@@ -42,12 +42,14 @@ from .naming import shown
 from .plan import Plan as Plan
 from .plan import Truncate as Truncate
 from .plan import plan_call
+from .tracing import NO_TRACE, CallTrace, Tracer
 
 
 class Planning(Protocol):
     """What :func:`started` needs of a host."""
 
     catalog: Catalog
+    tracer: Tracer
 
     def _check_open(self) -> None: ...
 
@@ -60,6 +62,7 @@ class Planning(Protocol):
         deadline: Deadline | None,
         truncate: Truncate = False,
         plan: Plan | None = None,
+        trace: CallTrace = NO_TRACE,
     ) -> Call: ...
 
 
@@ -83,8 +86,9 @@ async def started(host: Planning, asked: Asked) -> Call:
     """``host._call`` of the call, planned first by :func:`plan_large` when its
     texts are large. A small call is planned and started without a pause, so
     its refusals and errors are raised before its caller's first await."""
+    trace = host.tracer.call(asked.model, asked.task)  # in the caller's context
     plan = await plan_large(host, asked)
-    return host._call(*asked, plan)
+    return host._call(*asked, plan, trace)
 
 
 #: characters a text may have per token of the model's ceiling

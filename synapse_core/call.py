@@ -29,6 +29,7 @@ from .errors import SynapseError
 from .handoff import OneShot
 from .plan import Group, Item, Plan
 from .residency.supervisor import Lease
+from .tracing import NO_TRACE, CallTrace, joined
 from .wire import Infer, Output, rows_of
 
 if TYPE_CHECKING:
@@ -158,10 +159,16 @@ class Call:
     joined: Joined | None = None
     #: told once the call has ended, whichever way (the coalescing queue moves on)
     on_end: Callable[[], None] | None = None
+    #: told each point of the serving path the call passes (:mod:`.tracing`)
+    trace: CallTrace = NO_TRACE
 
     @classmethod
-    def new(cls, plan: Plan, deadline: Deadline, done: OneShot) -> Self:
-        return cls(plan, deadline, [None] * len(plan.items), done)
+    def new(
+        cls, plan: Plan, deadline: Deadline, done: OneShot, trace: CallTrace = NO_TRACE
+    ) -> Self:
+        call = cls(plan, deadline, [None] * len(plan.items), done)
+        call.trace = trace
+        return call
 
     def is_abandoned(self) -> bool:
         """``abandoned``, read after an await (a call, so type checkers do not narrow it)."""
@@ -318,7 +325,7 @@ class Coalesced(Call):
         plan = Plan(first.model, first.task, tuple(items), first.tokenizer, ceiling=ceiling)
         # It runs to the latest deadline; each caller still waits to its own.
         deadline = max((caller.deadline for caller in callers), key=lambda d: d.when)
-        call = cls.new(plan, deadline, done)
+        call = cls.new(plan, deadline, done, joined([caller.trace for caller in callers]))
         call.callers = callers
         call.admitted = True  # its callers were let in already
         for caller in callers:

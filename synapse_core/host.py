@@ -27,6 +27,7 @@ from .roster import Roster
 from .scoring import scores_of
 from .serving import CallRunner
 from .snapshot import HostSnapshot, take
+from .tracing import NO_TRACE, NO_TRACER, CallTrace, Tracer
 
 #: scheduling slack on top of the bounds a close is made of
 CLOSE_SLACK_S = 1.0
@@ -81,6 +82,9 @@ class Host:
         #   kept for the host's life (closed with the host).
         self._coalescers: dict[str, Coalescer] = {}
         self._around = around_call
+        #: told of every call as it passes the serving path's points (a front
+        #: end that traces calls installs its own; the default records nothing)
+        self.tracer: Tracer = NO_TRACER
         self._idle = Idle(self.catalog.config, clock, self._roster)
         if self._idle.limits:  # models idle past their idle_unload_s let go
             tg.start_soon(self._idle.run, self._retired, name="idle models")
@@ -266,22 +270,25 @@ class Host:
         deadline: Deadline | None,
         truncate: Truncate = False,
         plan: Plan | None = None,
+        trace: CallTrace = NO_TRACE,
     ) -> Call:
         """Plan (unless given ``plan``) and start a call, raising refusals and
-        head-start errors before the caller's first await (then it waits)."""
+        head-start errors before the caller's first await (then it waits);
+        ``trace`` is told each point the call passes."""
         if self._closed:  # an attribute read: open hosts pay no call
             self._check_open()
         check_deadline(deadline)
         entry = self.catalog.entry(model, task)
         plan = plan or planned(entry, texts, query, truncate)
+        trace.planned(plan)
         self._check_not_retired(model)
         self._idle.touch(model)
         deadline = deadline or Deadline.never()
         if self.config.coalesce and (coalescer := self._coalescer(entry)).joins(plan):
-            call = Call.new(plan, deadline, anyio.Event())
+            call = Call.new(plan, deadline, anyio.Event(), trace)
             coalescer.submit(call)
             return call
-        return self._start(plan, deadline)
+        return self._start(plan, deadline, trace=trace)
 
     def _launch(self, call: Call) -> None:
         """Start ``call``, made already: queued to be coalesced, or coalesced."""
@@ -289,7 +296,13 @@ class Host:
             self._check_not_retired(call.plan.model)
         self._start(call.plan, call.deadline, call)
 
-    def _start(self, plan: Plan, deadline: Deadline, call: Call | None = None) -> Call:
+    def _start(
+        self,
+        plan: Plan,
+        deadline: Deadline,
+        call: Call | None = None,
+        trace: CallTrace = NO_TRACE,
+    ) -> Call:
         """Start a call of ``plan`` (``call``, or a new one): its head start
         now, its detached task next. The first request is written before a
         new call's record is made, which then overlaps the worker's compute."""
@@ -309,7 +322,7 @@ class Host:
         # Nothing that can fail goes here: a request written and never
         # recorded would keep the channel's turn.
         if call is None:
-            call = Call.new(plan, deadline, anyio.Event())
+            call = Call.new(plan, deadline, anyio.Event(), trace)
         runner.start(call, head)
         # A task of its own in the host's task group, so the caller's
         # cancellation never reaches the exchange. anyio runs a task started

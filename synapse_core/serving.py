@@ -135,6 +135,7 @@ class CallRunner:
         holding nothing: calls arriving in one burst see each other here)."""
         if head is not None:
             call.hold(head)
+            call.trace.admitted(head.lease.shape)  # admitted without a wait
             return
         if not self.permit_waiters:  # first come, first served
             try:
@@ -258,6 +259,7 @@ class CallRunner:
                 reply: Frame | Fault = await supervisor.finish(lease, exchange)
             except Fault as exc:
                 reply = exc
+            call.trace.exchanged(request, reply, worker.worker_id, lease.generation)
             checked = (step, self._finish_step(call, supervisor, worker, request, reply, width))
         if checked is not None:
             call.store_rows(*checked)
@@ -283,6 +285,7 @@ class CallRunner:
             self._check_deadline(call, "during admission; no inference was sent")
             if call.is_abandoned():
                 return False
+            call.trace.admitted(lease.shape)
         request = infer_request(call.plan, supervisor.next_request_id(), lease.shape, step)
         try:
             call.began((request, await self._begin(call, supervisor, lease, request)))

@@ -21,7 +21,9 @@ import msgspec
 
 from .errors import WireError, WorkerRejected
 
-#: 2: workers may send :class:`Computed` before a reply
+#: 2: workers may send :class:`Computed` before a reply. (An :class:`Output`'s
+#: ``compute_ns``, added since, needs no new version: a field with a default
+#: is ignored by a peer that does not know it, and absent from one that does not send it.)
 PROTOCOL_VERSION = 2
 PREFIX = struct.Struct(">I")
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
@@ -82,6 +84,9 @@ class Output(Frame, tag="output", frozen=True):
     rows: int
     dims: int
     data: bytes  # rows * dims little-endian float32
+    #: how long the worker's model computed these rows, as the worker measured
+    #: it (nanoseconds); ``None``: not reported (a worker without the kit)
+    compute_ns: int | None = None
 
 
 class Evicted(Frame, tag="evicted", frozen=True):

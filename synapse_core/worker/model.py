@@ -268,7 +268,7 @@ class ModelLogic:
             return Failure(rid, "bad-request", problem)
         worker = self.worker
         worker.shape = shape
-        started = time.perf_counter()
+        started = time.perf_counter_ns()
         if frame.task == "rerank":
             assert query is not None
             out: Any = _call(worker.rerank, query, batch)
@@ -276,7 +276,8 @@ class ModelLogic:
         else:
             out = _call(worker.embed, batch)
             width = self.dims
-        if self.notify is not None and time.perf_counter() - started > NOTICE_AFTER_S:
+        computed = time.perf_counter_ns() - started
+        if self.notify is not None and computed > NOTICE_AFTER_S * 1e9:
             self.notify(Computed(rid))
         if isinstance(out, _Raised):
             return out.failure(rid)
@@ -286,7 +287,7 @@ class ModelLogic:
                 raise ValueError("returned NaN or infinite values")
         except (TypeError, ValueError) as exc:
             return Failure(rid, "bad-output", f"{type(worker).__name__}.{frame.task}: {exc}")
-        return Output(rid, shape, len(batch), width, data)
+        return Output(rid, shape, len(batch), width, data, computed)
 
 
 class _Raised:

@@ -24,13 +24,15 @@ from .arranged import Weights
 from .errors import ModelFilesError
 from .folder import Layout, read_json
 from .heads import Classifier, Dense, Embedding, Ending, finish
-from .sessions import CPU, onnx_session, usable_cores
+from .sessions import CPU, Provider, onnx_session, usable_cores
 from .tokenizer import HFTokenizer, check_fits, tokenizer_of
 from .weights import F32, I64, LazyTensors, Tensors
 
 Runtime = Literal["numpy", "onnxruntime"]
 RUNTIMES: tuple[Runtime, ...] = ("numpy", "onnxruntime")
 Quantize = Literal["int8"]
+#: the graph's floats: float32, or float16 (onnxruntime only; for GPUs)
+Precision = Literal["fp32", "fp16"]
 #: (ids, token types, mask, threads) -> vectors (rows, dims), or a cross-encoder's logits (rows,)
 Forward = Callable[[I64, I64, F32, int], F32]
 Vectors = F32
@@ -105,6 +107,11 @@ class Model:
     lane: str = "cpu"
     #: a cross-encoder's int8 graph: its worst score difference to float32
     max_score_delta: float | None = None
+    #: float32, or float16 (the graph converted: see ``onnx_file.FP32_OPS``)
+    precision: Precision = "fp32"
+    #: what the identity adds after the runtime: where and in what floats
+    #: the graph runs (a GPU lane's ``"-cuda-fp16"``); empty on the CPU
+    engine: str = ""
     _current: int = attrs.field(init=False, default=0)
 
     def forward(self, ids: I64, types: I64, mask: F32) -> F32:
@@ -145,8 +152,19 @@ class Model:
         pooling, weights, runtime and any lossy conversion (``-int8``); two
         folders never share one."""
         conversion = f"-{self.quantize}" if self.quantize else ""
-        kind = self.layout.kind
-        return f"{self.lane}:{self.files.name}:{kind}:{self.sha256[:8]}:{self.runtime}{conversion}"
+        kind, runtime = self.layout.kind, f"{self.runtime}{self.engine}"
+        return f"{self.lane}:{self.files.name}:{kind}:{self.sha256[:8]}:{runtime}{conversion}"
+
+    def providers_in_use(self) -> list[str]:
+        """The execution providers onnxruntime runs the graph on, as its
+        session reports them: a provider that failed to load (a GPU's
+        libraries missing) is left out there, where onnxruntime only logs it.
+        Empty on numpy."""
+        sessions = getattr(self.run, "__self__", None)
+        if not isinstance(sessions, OnnxSessions):
+            return []
+        providers: list[str] = sessions.session(self.threads or 1).get_providers()
+        return providers
 
     def embed(self, sequences: Sequence[Sequence[int]]) -> F32:
         """Vectors, one row per token-id sequence (no special tokens), in order.
@@ -226,18 +244,24 @@ def load(
     threads: int | None = None,
     share: ThreadShare | None = None,
     spinning: bool = True,
-    providers: Sequence[str] = CPU,
+    providers: Sequence[Provider] = CPU,
     lane: str = "cpu",
+    precision: Precision = "fp32",
+    engine: str = "",
     instruction: str | None = None,
 ) -> Model:
     """Check and load a model folder (default: the MiniLM wheel's) on ``runtime``
     (default: onnxruntime, else numpy), on ``threads`` threads (default: every
     usable core, or ``share``'s share of them); ``spinning``: onnxruntime's
     idle pool threads spin-wait (its default) or sleep; ``providers``: the
-    onnxruntime execution providers (the CPU's by default); ``lane``: the
-    identity's first part; ``instruction``: an LLM reranker's instruction in
-    place of the model card's (:meth:`Layout.with_instruction`; the host's
-    tokenizer must frame pairs with the same one).
+    onnxruntime execution providers (the CPU's by default; names, or
+    (name, options) pairs); ``lane``: the identity's first part;
+    ``precision``: ``"fp16"`` runs the graph converted to float16
+    (onnxruntime only, not with ``quantize``; see ``onnx_file.cached_fp16``);
+    ``engine``: what the identity adds after the runtime (``"-cuda-fp16"``);
+    ``instruction``: an LLM reranker's instruction in place of the model
+    card's (:meth:`Layout.with_instruction`; the host's tokenizer must frame
+    pairs with the same one).
 
     Raises :class:`ModelFilesError` naming the file at fault: missing, corrupt
     (sha256 mismatch), an architecture or pooling not supported, or a
@@ -249,6 +273,8 @@ def load(
     tokenizer = checked_tokenizer(located, layout)
     weights = read_weights(located, layout)
     runtime = resolve(runtime)
+    if precision == "fp16" and (runtime != "onnxruntime" or quantize is not None):
+        raise ValueError("float16 needs the onnxruntime runtime, without quantize")
     forward: Forward
     min_cosine = max_score_delta = None
     graph = None
@@ -269,6 +295,10 @@ def load(
             loss_key = files.int8_key(located, layout, digest)
             graph, loss = int8.cached_int8(graph, encode, root, loss_key, kept)
             min_cosine, max_score_delta = loss.min_cosine, loss.max_score_delta
+        if precision == "fp16":
+            from .onnx_file import cached_fp16
+
+            graph = cached_fp16(graph)
         forward = OnnxSessions(graph, typed, spinning, providers).run
     else:
         if quantize is not None:
@@ -290,6 +320,8 @@ def load(
         graph,
         lane,
         max_score_delta,
+        precision,
+        engine,
     )
 
 
@@ -402,7 +434,11 @@ class OnnxSessions:
     (onnxruntime's default) or sleep; see the ``spin_wait`` option."""
 
     def __init__(
-        self, path: Path, typed: bool, spinning: bool = True, providers: Sequence[str] = CPU
+        self,
+        path: Path,
+        typed: bool,
+        spinning: bool = True,
+        providers: Sequence[Provider] = CPU,
     ) -> None:
         self.path = path
         self.typed = typed

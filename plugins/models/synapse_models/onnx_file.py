@@ -141,3 +141,58 @@ def _pooled(g: Graph, pooling: str, x: str, first: str, mask3: str) -> str:
     return g.op(
         "ReduceSum", g.op("Mul", x, g.op("Unsqueeze", onehot, g.i64(2))), g.i64(1), keepdims=0
     )
+
+
+#: bump when the float16 conversion changes: cached files of another version are not reused
+FP16_VERSION = 1
+#: the operators a float16 graph keeps in float32, with casts around them:
+#: the reductions whose sums float16's 11-bit mantissa (and its 65,504
+#: ceiling) would lose: LayerNormalization's mean and variance, Softmax's
+#: exponentials, the pooling's sums and division by the row's length, the
+#: normalising ReduceL2 with its Max and Div, and max and last-token pooling's
+#: comparisons. The products (MatMul), their bias, GELU (Erf), residual adds,
+#: reshapes and transposes run in float16: where the time and the memory go.
+FP32_OPS = (
+    "LayerNormalization",
+    "Softmax",
+    "ReduceSum",
+    "ReduceMean",
+    "ReduceL2",
+    "ReduceMax",
+    "Max",
+    "Div",
+    "Range",
+    "Equal",
+    "Greater",
+    "Where",
+)
+
+
+def fp16_name(graph: Path) -> str:
+    """The float16 file's name beside its float32 graph."""
+    return f"{graph.stem}-fp16-v{FP16_VERSION}.onnx"
+
+
+def cached_fp16(graph: Path) -> Path:
+    """The float16 version of the float32 graph at ``graph``, converted once
+    and cached beside it: weights and activations float16, inputs and the
+    output float32 (callers feed and read the same arrays as for float32),
+    the operators of :data:`FP32_OPS` in float32."""
+    path = graph.with_name(fp16_name(graph))
+    if path.is_file():
+        return path
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    converted = convert_float_to_float16(
+        onnx.load(str(graph)), keep_io_types=True, op_block_list=list(FP32_OPS)
+    )
+    fd, tmp = tempfile.mkstemp(dir=graph.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(converted.SerializeToString())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path
