@@ -126,11 +126,11 @@ def _verified(path: Path, size: int, mtime_ns: int, expected: str | None) -> str
     return files.verify_weights(files.ModelFiles(path.parent, "", expected))
 
 
-def verify_before_launch(located: files.ModelFiles) -> None:
+def verify_before_launch(located: files.ModelFiles, instruction: str | None = None) -> None:
     """The checks a worker would fail on, made here so the caller gets a typed
     error naming the file (a worker can only exit). Hashing is remembered per
     file size and modification time."""
-    layout = files.check_present(located)
+    layout = files.check_present(located).with_instruction(instruction)
     stat = located.weights.stat()
     _verified(located.weights, stat.st_size, stat.st_mtime_ns, located.sha256)
     tokenizer = _tokenizer(located.tokenizer, layout)
@@ -243,6 +243,10 @@ class CpuTransport(Transport):
             layout = files.check_present(located)
         except ModelFilesError as exc:
             return Availability.no(str(exc))
+        try:
+            layout = layout.with_instruction(options.instruction)
+        except ValueError as exc:
+            return Availability.no(f"options.instruction: {exc}")
         if layout.cross_encoder and model.task != "rerank":
             return Availability.no(
                 f"{located.config}: a cross-encoder ({layout.architecture}, "
@@ -265,13 +269,16 @@ class CpuTransport(Transport):
         return None if layout is None else layout.buckets()
 
     def traits(self, model: ModelSpec) -> ModelTraits:
-        """The folder's prompts, and whether a rerank model is a cross-encoder."""
+        """The folder's prompts, and whether a rerank model is a cross-encoder,
+        an LLM reranker (with the instruction its prompt holds) or a bi-encoder."""
         layout = _layout(self.model_options(model))
         if layout is None:
             return ModelTraits()
         scorer: Scorer | None = None
         if model.task == "rerank":
             scorer = "cross-encoder" if layout.cross_encoder else "bi-encoder"
+            if layout.template is not None:
+                scorer = "llm-reranker"
         return ModelTraits(
             prompts=layout.prompts,
             default_prompt=layout.default_prompt,
@@ -279,6 +286,7 @@ class CpuTransport(Transport):
             pooling=None if layout.cross_encoder else layout.pooling,
             outputs=frozenset(Kind(name) for name in offered(layout))
             | ({Kind.SCORE} if model.task == "rerank" else set()),
+            instruction=None if layout.template is None else layout.template.instruction,
         )
 
     def lane_for(self, model: ModelSpec) -> LaneInfo:
@@ -293,15 +301,18 @@ class CpuTransport(Transport):
 
     def tokenizer(self, model: ModelSpec) -> Tokenizer:
         try:
-            located = model_files(parse_options(model.options))
-            layout = files.check_present(located)
-        except (ModelFilesError, ConfigError):
+            options = parse_options(model.options)
+            located = model_files(options)
+            layout = files.check_present(located).with_instruction(options.instruction)
+        except (ModelFilesError, ConfigError, ValueError):
             return BasicTokenizer()  # the model is unavailable and refused before tokenizing
         return _tokenizer(located.tokenizer, layout)
 
     async def launch(self, request: LaunchRequest) -> Launched:
         options: CpuOptions = self.model_options(request.model)
-        await anyio.to_thread.run_sync(verify_before_launch, model_files(options))
+        await anyio.to_thread.run_sync(
+            verify_before_launch, model_files(options), options.instruction
+        )
         if options.runtime is None and (problem := onnxruntime_problem()):
             _fallback_notice(problem)
         # BLAS pools sized before numpy loads: the most threads a request may
@@ -312,11 +323,11 @@ class CpuTransport(Transport):
 
 
 def _layout(options: CpuOptions) -> Layout | None:
-    """The folder's layout, or ``None`` when it has a problem (which
-    ``model_availability`` reports)."""
+    """The folder's layout (with the catalog's instruction), or ``None`` when
+    it has a problem (which ``model_availability`` reports)."""
     try:
-        return files.check_present(model_files(options))
-    except ModelFilesError:
+        return files.check_present(model_files(options)).with_instruction(options.instruction)
+    except (ModelFilesError, ValueError):
         return None
 
 

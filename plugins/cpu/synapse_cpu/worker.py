@@ -43,6 +43,7 @@ class CpuWorker(ModelWorker):
             threads=options.threads,
             share=share,
             spinning=options.spin_wait,
+            instruction=options.instruction,
         )
         self.buckets = options.buckets or self.runner.layout.buckets()
         self.max_batch = options.max_batch

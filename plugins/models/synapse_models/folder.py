@@ -14,6 +14,7 @@ Cheap: no weights are read, nothing is hashed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -104,6 +105,9 @@ class Layout:
     causal: bool = False
     #: an LLM reranker (``cross_encoder`` too): the prompt a pair is scored in
     template: PairTemplate | None = None
+    #: an LLM reranker's instruction given in place of the model card's
+    #: (:meth:`with_instruction`); ``None``: the card's
+    instruction: str | None = None
 
     @property
     def family(self) -> Family:
@@ -130,7 +134,10 @@ class Layout:
         """Names what the model computes, for its identity: ``bert-mean-norm``,
         ``xlm-roberta-cls-raw``, ``bert-cross-encoder``."""
         if self.template is not None:
-            return f"{self.architecture}-llm-reranker"
+            # Another instruction scores pairs differently: its own identity.
+            told = self.instruction
+            mark = "" if told is None else f"-i{hashlib.sha256(told.encode()).hexdigest()[:8]}"
+            return f"{self.architecture}-llm-reranker{mark}"
         if self.cross_encoder:
             return f"{self.architecture}-cross-encoder"
         if self.sparse == "splade":
@@ -147,6 +154,22 @@ class Layout:
             return "head"
         dense = f"-dense{len(self.dense)}" if self.dense else ""
         return f"{self.pooling}{dense}{'-norm' if self.normalize else ''}"
+
+    def with_instruction(self, instruction: str | None) -> Layout:
+        """An LLM reranker's layout with ``instruction`` in its prompt in place
+        of the model card's (``None``: this layout). Any other model has no
+        instruction to replace: :class:`ValueError`."""
+        if instruction is None:
+            return self
+        if self.template is None:
+            raise ValueError(
+                "an instruction is an LLM reranker's (a causal LM folder served with "
+                f'task = "rerank"); this folder is a {self.kind}'
+            )
+        if not instruction.strip():
+            raise ValueError("an LLM reranker's instruction must not be blank")
+        template = self.template.with_instruction(instruction)
+        return attrs.evolve(self, template=template, instruction=instruction)
 
     def buckets(self) -> tuple[int, ...]:
         """The default buckets: powers of two below the ceiling, and the ceiling."""
@@ -269,10 +292,17 @@ def _ceiling(limit: int | None, positions: int) -> int:
 
 def task_of(root: Path) -> Literal["embed", "rerank"]:
     """What the folder's model does: ``"rerank"`` for a
-    ``*ForSequenceClassification`` model (a cross-encoder), else ``"embed"``,
-    as ``config.json``'s ``architectures`` say (read alone: whether the
-    family is served is for :func:`read_layout` to say)."""
+    ``*ForSequenceClassification`` model (a cross-encoder) or an LLM reranker
+    (a causal LM of a family with a pair prompt, without sentence-transformers
+    modules), else ``"embed"``. A folder :func:`read_layout` refuses is
+    judged by ``config.json``'s ``architectures`` alone (whether the family
+    is served is for :func:`read_layout` to say)."""
     config = read_json(root / CONFIG)
+    try:
+        if read_layout(root).cross_encoder:
+            return "rerank"
+    except ModelFilesError:
+        pass
     named = config.get("architectures")
     names = named if isinstance(named, list) else []
     heads = [a for a in names if isinstance(a, str) and a.endswith("ForSequenceClassification")]

@@ -276,6 +276,7 @@ def load(
     lane: str = "cpu",
     precision: Precision = "fp32",
     engine: str = "",
+    instruction: str | None = None,
 ) -> Model:
     """Check and load a model folder (default: the MiniLM wheel's) on ``runtime``
     (default: onnxruntime, else numpy), on ``threads`` threads (default: every
@@ -285,14 +286,17 @@ def load(
     (name, options) pairs); ``lane``: the identity's first part;
     ``precision``: ``"fp16"`` runs the graph converted to float16
     (onnxruntime only, not with ``quantize``; see ``onnx_file.cached_fp16``);
-    ``engine``: what the identity adds after the runtime (``"-cuda-fp16"``).
+    ``engine``: what the identity adds after the runtime (``"-cuda-fp16"``);
+    ``instruction``: an LLM reranker's instruction in place of the model
+    card's (:meth:`Layout.with_instruction`; the host's tokenizer must frame
+    pairs with the same one).
 
     Raises :class:`ModelFilesError` naming the file at fault: missing, corrupt
     (sha256 mismatch), an architecture or pooling not supported, or a
     tokenizer that does not fit.
     """
     located = files.locate(model_dir, sha256)
-    layout = files.check_present(located)
+    layout = files.check_present(located).with_instruction(instruction)
     digest = files.verify_weights(located)
     tokenizer = checked_tokenizer(located, layout)
     weights = read_weights(located, layout)
