@@ -102,9 +102,48 @@ def model_files(options: CpuOptions) -> files.ModelFiles:
     return files.locate(options.folder(), options.sha256)
 
 
-@functools.lru_cache(maxsize=64)
 def _tokenizer(path: Path, pairs: bool = False) -> HFTokenizer:
+    """The host's tokenizer of the file at ``path``: one per file size and
+    modification time, so the one the catalog checked is the one that serves
+    (the file is parsed once) and a replaced file is read again."""
+    stat = path.stat()
+    return _tokenizer_at(path, stat.st_size, stat.st_mtime_ns, pairs)
+
+
+@functools.lru_cache(maxsize=64)
+def _tokenizer_at(path: Path, size: int, mtime_ns: int, pairs: bool) -> HFTokenizer:
     return HFTokenizer(path, pairs)
+
+
+def tokenizer_problem(located: files.ModelFiles, layout: Layout) -> str:
+    """Why the folder's ``tokenizer.json`` cannot serve ("" when it can): not
+    a ``tokenizers`` file, framing no sequence as the family needs, or
+    another model's vocabulary. Remembered per file size and modification
+    time (of the tokenizer, and the rows its weights' header gives), so
+    listing a catalog parses each file once."""
+    path = located.tokenizer
+    try:
+        stat = path.stat()
+        rows = files.vocab_rows(located.weights, layout)
+    except ModelFilesError as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"{path}: cannot be read: {exc.strerror or exc}"
+    padded = layout.family.vocab_padded
+    return _tokenizer_problem(
+        path, stat.st_size, stat.st_mtime_ns, layout.cross_encoder, rows, padded
+    )
+
+
+@functools.lru_cache(maxsize=64)
+def _tokenizer_problem(
+    path: Path, size: int, mtime_ns: int, pairs: bool, rows: int, padded: bool
+) -> str:
+    try:
+        check_fits(_tokenizer_at(path, size, mtime_ns, pairs), rows, padded)
+    except ModelFilesError as exc:
+        return str(exc)
+    return ""
 
 
 @functools.lru_cache(maxsize=64)
@@ -223,6 +262,8 @@ class CpuTransport(Transport):
                 f"{located.config}: a cross-encoder ({layout.architecture}, "
                 'ForSequenceClassification) scores pairs; give it task = "rerank"'
             )
+        if problem := tokenizer_problem(located, layout):
+            return Availability.no(problem)
         if options.buckets and max(options.buckets) > layout.positions:
             return Availability.no(
                 f"options.buckets: {max(options.buckets)} is longer than the "
@@ -268,9 +309,9 @@ class CpuTransport(Transport):
         try:
             located = model_files(parse_options(model.options))
             layout = files.check_present(located)
-        except (ModelFilesError, ConfigError):
+            return _tokenizer(located.tokenizer, layout.cross_encoder)
+        except (ModelFilesError, ConfigError, OSError):
             return BasicTokenizer()  # the model is unavailable and refused before tokenizing
-        return _tokenizer(located.tokenizer, layout.cross_encoder)
 
     async def launch(self, request: LaunchRequest) -> Launched:
         options: CpuOptions = self.model_options(request.model)

@@ -267,8 +267,13 @@ async def test_another_models_tokenizer_is_refused_naming_it(model_copy: Path) -
     other.post_processor = processors.BertProcessing(("[SEP]", 2), ("[CLS]", 1))
     other.save(str(path))
     async with host(config(entry("mismatch", model_dir=str(model_copy)))) as h:
-        with pytest.raises(synapse.WorkerFault, match="has 4 tokens but the weights embed 30522"):
+        # Found when the catalog is read: unavailable, no worker started.
+        with pytest.raises(synapse.Refused, match="has 4 tokens but the weights embed 30522"):
             await h.embed("mismatch", ["hello"], deadline=deadline())
+        assert h.worker("mismatch") is None
+    # A worker refuses it too, should the file change after the catalog was read.
+    with pytest.raises(files.ModelFilesError, match="has 4 tokens but the weights embed 30522"):
+        runtime.load(str(model_copy), files.MINILM_SHA256, "numpy")
 
 
 def test_buckets_longer_than_the_model_are_refused_in_the_catalog() -> None:
