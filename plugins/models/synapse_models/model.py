@@ -243,10 +243,12 @@ def load(
     min_cosine = None
     graph = None
     if runtime == "onnxruntime":
-        from .onnx_file import cached_graph, default_cache_dir
+        from .onnx_file import cached_graph, default_cache_dir, usable_cache_dir
 
-        root = Path(cache_dir) if cache_dir else default_cache_dir()
-        graph = cached_graph(weights, digest, graph_cache(root))
+        graphs = graph_cache(Path())
+        folders = (str(graphs), "int8") if quantize == "int8" else (str(graphs),)
+        root = usable_cache_dir(Path(cache_dir) if cache_dir else default_cache_dir(), *folders)
+        graph = cached_graph(weights, digest, root / graphs)
         typed = weights.family.token_types(weights.body)
         kept = weights.family.kept_float
         del weights  # the session holds its own copy
