@@ -37,7 +37,7 @@ from synapse_models.folder import Layout
 from synapse_models.tokenizer import HFTokenizer, check_fits
 
 from .cores import LANE_ID, usable_cores
-from .costs import HIDDEN, default_capacity_mib, request_budget, weights_mib
+from .costs import HIDDEN, copies, default_capacity_mib, request_budget, weights_mib
 from .options import CpuOptions, parse_options
 
 WORKER = "synapse_cpu.worker:CpuWorker"
@@ -166,23 +166,28 @@ def verify_before_launch(located: files.ModelFiles) -> None:
 class ModelFacts:
     """What pricing an admission needs, read once per model folder."""
 
+    #: the runtime's memory and every copy of the weights
     weights_mib: int
     hidden: int
     batch_tokens: int
+    #: the copies of the model a worker may hold (``costs.copies``)
+    copies: int = 1
 
 
 def model_facts(model: ModelSpec) -> ModelFacts:
     options = parse_options(model.options, source=f"model {model.name!r}")
     located = model_files(options)
-    return _facts(located.root, runtime_of(options.runtime), options.batch_tokens)
+    runtime = runtime_of(options.runtime)
+    held = copies(runtime, options.threads, usable_cores())
+    return _facts(located.root, runtime, options.batch_tokens, held)
 
 
 @functools.lru_cache(maxsize=64)
-def _facts(root: Path, runtime: str, batch_tokens: int) -> ModelFacts:
+def _facts(root: Path, runtime: str, batch_tokens: int, held: int) -> ModelFacts:
     located = files.ModelFiles(root, "", None)
     hidden = int(files.read_json(located.config).get("hidden_size", HIDDEN))
     size = located.weights.stat().st_size
-    return ModelFacts(weights_mib(size, runtime), hidden, batch_tokens)
+    return ModelFacts(weights_mib(size, runtime, held), hidden, batch_tokens, held)
 
 
 class CpuTransport(Transport):

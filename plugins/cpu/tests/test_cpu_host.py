@@ -23,6 +23,7 @@ import synapse_models.tokenizer
 from synapse_core.plugin import Conversion, Shape
 from synapse_core.testing import host_config, model_entry
 from synapse_cpu import costs
+from synapse_cpu.cores import usable_cores
 from synapse_models import files
 from synapse_models import model as runtime
 from synapse_models.tokenizer import HFTokenizer
@@ -184,10 +185,11 @@ async def test_rerank_is_the_cosine_of_the_embeddings() -> None:
 @asyncio_only
 async def test_weights_are_charged_once_per_worker_and_each_shape_its_working_set() -> None:
     size = files.locate(None, None).weights.stat().st_size
-    weights = costs.weights_mib(size, "onnxruntime")  # the default runtime
+    held = costs.copies("onnxruntime", None, usable_cores())  # the default runtime and share
+    weights = costs.weights_mib(size, "onnxruntime", held)
 
     def working(bucket: int) -> int:
-        return costs.shape_mib(Shape(bucket, 32), 2048)
+        return costs.shape_mib(Shape(bucket, 32), 2048, costs.HIDDEN, held)
 
     async with host(config(entry("a"), entry("b"))) as h:
         await h.embed("a", ["short"], deadline=deadline())
