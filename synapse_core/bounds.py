@@ -34,8 +34,8 @@ import anyio
 from .call import Call
 from .catalog import Catalog, Entry
 from .config import Task
-from .deadline import Deadline, check_deadline
-from .errors import Refused
+from .deadline import Clock, Deadline, check_deadline, wait_bounded
+from .errors import DeadlineExceeded, Refused
 from .naming import shown
 
 # Plan and Truncate are the host's too: it reads them from here.
@@ -48,8 +48,11 @@ class Planning(Protocol):
     """What :func:`started` needs of a host."""
 
     catalog: Catalog
+    clock: Clock
 
     def _check_open(self) -> None: ...
+
+    def _unloading(self, model: str) -> anyio.Event | None: ...
 
     def _call(
         self,
@@ -84,6 +87,14 @@ async def started(host: Planning, asked: Asked) -> Call:
     texts are large. A small call is planned and started without a pause, so
     its refusals and errors are raised before its caller's first await."""
     plan = await plan_large(host, asked)
+    while (unloading := host._unloading(asked.model)) is not None:
+        # The model's idle workers are being let go: its next call starts
+        # them again once their exits are confirmed (never a pause otherwise).
+        expired = DeadlineExceeded(
+            f"deadline passed waiting for {shown(asked.model)}'s idle workers to exit; "
+            "nothing was sent"
+        )
+        await wait_bounded(unloading.wait, asked.deadline or Deadline.never(), host.clock, expired)
     return host._call(*asked, plan)
 
 
