@@ -316,7 +316,7 @@ async def _measure(plan: Plan) -> Series:
     model = runtime.load(runtime="numpy", threads=1)
     fp32 = runtime.load()  # the default: builds the graph the workers then load
     int8 = runtime.load(quantize="int8")
-    loss = quantize.read_loss(_cache_root(), fp32.sha256)
+    loss = quantize.read_loss(_cache_root(), fp32.int8_key)
     assert loss is not None and fp32.graph is not None and int8.min_cosine == loss.min_cosine
     limit = OrtLimit(fp32)
     bulk = mixed_texts(plan.bulk_texts, seed=2000)

@@ -47,6 +47,9 @@ _EXPORTS = {
     "AroundCall": "host",
     "EmbedResult": "call",
     "RerankResult": "call",
+    "OutputsResult": "outputs",
+    "SparseVector": "outputs",
+    "Kind": "kinds",
     "HostSnapshot": "snapshot",
     "hookimpl": "hookspecs",
     "PluginHost": "plugins",
@@ -88,10 +91,12 @@ __all__ = [
     "HostConfig",
     "HostSnapshot",
     "InternalError",
+    "Kind",
     "LaneConfig",
     "LaneLocked",
     "ModelSpec",
     "OutcomeUnknown",
+    "OutputsResult",
     "Overloaded",
     "PluginError",
     "PluginHost",
@@ -100,6 +105,7 @@ __all__ = [
     "RerankResult",
     "RestartBudget",
     "Retired",
+    "SparseVector",
     "SynapseError",
     "Task",
     "TokenPiece",
@@ -141,6 +147,8 @@ if TYPE_CHECKING:
     )
     from .hookspecs import hookimpl
     from .host import CLOSE_SLACK_S, AroundCall, Host, open_host
+    from .kinds import Kind
+    from .outputs import OutputsResult, SparseVector
     from .plugins import PluginHost
     from .snapshot import HostSnapshot
     from .tokenizer import TokenPiece

@@ -17,6 +17,10 @@ HTTP server of ``synapse serve``, a command line) uses besides the host API.
   validator raises :class:`FieldInvalid` (:func:`positive` is one), and
   :func:`structuring_problems` turns a cattrs error into ``path: problem``
   lines for a :class:`~synapse_core.ConfigError`.
+- Tracing calls: a front end sets a host's ``tracer`` to its own
+  :class:`Tracer`, whose :class:`CallTrace` of each call is told the points
+  the call passes (:mod:`synapse_core.tracing`); the default, :data:`NO_TRACER`,
+  hands out :data:`NO_TRACE`, which records nothing.
 """
 
 from __future__ import annotations
@@ -40,15 +44,23 @@ _EXPORTS = {
     "FieldInvalid": "errors",
     "positive": "worker.options",
     "structuring_problems": "config",
+    "CallTrace": "tracing",
+    "NO_TRACE": "tracing",
+    "NO_TRACER": "tracing",
+    "Tracer": "tracing",
 }
 
 __all__ = [
     "APPS_GROUP",
+    "NO_TRACE",
+    "NO_TRACER",
     "OFFLOAD_CHARS",
     "SHOWN_CHARS",
     "ASGIApp",
     "AppFactory",
+    "CallTrace",
     "FieldInvalid",
+    "Tracer",
     "app_factory",
     "bounded",
     "characters",
@@ -67,4 +79,5 @@ if TYPE_CHECKING:
     from .config import structuring_problems
     from .errors import FieldInvalid
     from .naming import SHOWN_CHARS, shown
+    from .tracing import NO_TRACE, NO_TRACER, CallTrace, Tracer
     from .worker.options import positive

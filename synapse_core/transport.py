@@ -21,6 +21,7 @@ import attrs
 
 from .config import ModelSpec
 from .errors import ConfigError
+from .kinds import Kind
 from .launch import LaneInfo, LaneSession, Launched, LaunchRequest, ProcessGroup, WorkerProcess
 from .tokenizer import BasicTokenizer, Tokenizer
 
@@ -69,6 +70,10 @@ class Conversion:
     #: model's on the transport's fixed text set; ``None`` until measured
     min_cosine: float | None = None
     mean_cosine: float | None = None
+    #: a cross-encoder's: the worst and the mean absolute difference of its
+    #: scores (logits) to the unconverted model's (one value has no cosine)
+    max_score_delta: float | None = None
+    mean_score_delta: float | None = None
 
 
 #: how a rerank model scores: see :class:`ModelTraits`
@@ -95,6 +100,10 @@ class ModelTraits:
     scorer: Scorer | None = None
     #: an embed model's pooling (``"mean"``, ``"cls"``...), for ``/info``
     pooling: str | None = None
+    #: the outputs the model computes (dense vectors, sparse vectors, token
+    #: vectors...), when its files say: a call for another one is refused
+    #: before any worker starts; ``None``: not said (the worker's hello says)
+    outputs: frozenset[Kind] | None = None
 
 
 @attrs.frozen

@@ -20,6 +20,7 @@ from synapse_core.plugin import (
     BasicTokenizer,
     ConfigError,
     Conversion,
+    Kind,
     LaneInfo,
     Launched,
     LaunchRequest,
@@ -34,7 +35,9 @@ from synapse_core.plugin import (
 from synapse_models import files
 from synapse_models.errors import ModelFilesError
 from synapse_models.folder import Layout
-from synapse_models.tokenizer import HFTokenizer, check_fits
+from synapse_models.outputs import offered
+from synapse_models.packing import PairTemplate
+from synapse_models.tokenizer import HFTokenizer, check_fits, tokenizer_of
 
 from .cores import LANE_ID, usable_cores
 from .costs import HIDDEN, copies, default_capacity_mib, request_budget, weights_mib
@@ -102,17 +105,31 @@ def model_files(options: CpuOptions) -> files.ModelFiles:
     return files.locate(options.folder(), options.sha256)
 
 
-def _tokenizer(path: Path, pairs: bool = False) -> HFTokenizer:
-    """The host's tokenizer of the file at ``path``: one per file size and
-    modification time, so the one the catalog checked is the one that serves
-    (the file is parsed once) and a replaced file is read again."""
+def _tokenizer(path: Path, layout: Layout) -> HFTokenizer:
+    """The folder's tokenizer, one per file size and modification time and
+    way of framing: it frames and encodes as the worker's does
+    (``synapse_models.model.layout_tokenizer``), so the host counts and cuts
+    what the worker packs; the one the catalog checked is the one that
+    serves (the file is parsed once), and a replaced file is read again."""
     stat = path.stat()
-    return _tokenizer_at(path, stat.st_size, stat.st_mtime_ns, pairs)
+    return _tokenizer_at(path, stat.st_size, stat.st_mtime_ns, *_framing(layout))
+
+
+def _framing(layout: Layout) -> tuple[bool, PairTemplate | None, bool, bool]:
+    return layout.cross_encoder, layout.template, layout.causal, layout.strips_texts
 
 
 @functools.lru_cache(maxsize=64)
-def _tokenizer_at(path: Path, size: int, mtime_ns: int, pairs: bool) -> HFTokenizer:
-    return HFTokenizer(path, pairs)
+def _tokenizer_at(
+    path: Path,
+    size: int,
+    mtime_ns: int,
+    pairs: bool,
+    template: PairTemplate | None,
+    decoder: bool,
+    strip: bool,
+) -> HFTokenizer:
+    return tokenizer_of(path, pairs, template, decoder, strip)
 
 
 def tokenizer_problem(located: files.ModelFiles, layout: Layout) -> str:
@@ -130,17 +147,20 @@ def tokenizer_problem(located: files.ModelFiles, layout: Layout) -> str:
     except OSError as exc:
         return f"{path}: cannot be read: {exc.strerror or exc}"
     padded = layout.family.vocab_padded
-    return _tokenizer_problem(
-        path, stat.st_size, stat.st_mtime_ns, layout.cross_encoder, rows, padded
-    )
+    return _tokenizer_problem(path, stat.st_size, stat.st_mtime_ns, _framing(layout), rows, padded)
 
 
 @functools.lru_cache(maxsize=64)
 def _tokenizer_problem(
-    path: Path, size: int, mtime_ns: int, pairs: bool, rows: int, padded: bool
+    path: Path,
+    size: int,
+    mtime_ns: int,
+    framing: tuple[bool, PairTemplate | None, bool, bool],
+    rows: int,
+    padded: bool,
 ) -> str:
     try:
-        check_fits(_tokenizer_at(path, size, mtime_ns, pairs), rows, padded)
+        check_fits(_tokenizer_at(path, size, mtime_ns, *framing), rows, padded)
     except ModelFilesError as exc:
         return str(exc)
     return ""
@@ -158,7 +178,7 @@ def verify_before_launch(located: files.ModelFiles) -> None:
     layout = files.check_present(located)
     stat = located.weights.stat()
     _verified(located.weights, stat.st_size, stat.st_mtime_ns, located.sha256)
-    tokenizer = _tokenizer(located.tokenizer, layout.cross_encoder)
+    tokenizer = _tokenizer(located.tokenizer, layout)
     check_fits(tokenizer, files.vocab_rows(located.weights, layout), layout.family.vocab_padded)
 
 
@@ -216,21 +236,25 @@ class CpuTransport(Transport):
         )
 
     def model_note(self, model: ModelSpec) -> str:
-        """For int8: that it is lossy, and its worst cosine to float32 once measured."""
+        """For int8: that it is lossy, and its worst cosine (a cross-encoder's:
+        score difference) to float32 once measured."""
         conversion = self.model_conversion(model)
         if conversion is None:
             return ""
+        from synapse_models import quantize
+
+        if conversion.max_score_delta is not None and conversion.mean_score_delta is not None:
+            return quantize.describe_scores(conversion.max_score_delta, conversion.mean_score_delta)
         if conversion.min_cosine is None or conversion.mean_cosine is None:
             return (
                 f"{conversion.name} (dynamic quantization, lossy): worst cosine to float32 "
                 "measured when its graph is first built"
             )
-        from synapse_models import quantize
-
         return quantize.describe(conversion.min_cosine, conversion.mean_cosine)
 
     def model_conversion(self, model: ModelSpec) -> Conversion | None:
-        """For int8: its worst and mean cosine to float32, once its graph is built."""
+        """For int8: its worst and mean cosine (or score difference) to
+        float32, once its graph is built."""
         options: CpuOptions = self.model_options(model)
         if options.quantize is None:
             return None
@@ -243,10 +267,17 @@ class CpuTransport(Transport):
         if sha256 is None:  # a folder without an expected hash: hash it (remembered)
             stat = located.weights.stat()
             sha256 = _verified(located.weights, stat.st_size, stat.st_mtime_ns, None)
-        loss = quantize.read_loss(root, sha256.lower())
+        layout = files.check_present(located)
+        loss = quantize.read_loss(root, files.int8_key(located, layout, sha256.lower()))
         if loss is None:
             return Conversion(options.quantize)
-        return Conversion(options.quantize, loss.min_cosine, loss.mean_cosine)
+        return Conversion(
+            options.quantize,
+            loss.min_cosine,
+            loss.mean_cosine,
+            loss.max_score_delta,
+            loss.mean_score_delta,
+        )
 
     def model_availability(self, model: ModelSpec) -> Availability:
         options: CpuOptions = self.model_options(model)
@@ -298,6 +329,8 @@ class CpuTransport(Transport):
             default_prompt=layout.default_prompt,
             scorer=scorer,
             pooling=None if layout.cross_encoder else layout.pooling,
+            outputs=frozenset(Kind(name) for name in offered(layout))
+            | ({Kind.SCORE} if model.task == "rerank" else set()),
         )
 
     def lane_for(self, model: ModelSpec) -> LaneInfo:
@@ -314,7 +347,7 @@ class CpuTransport(Transport):
         try:
             located = model_files(parse_options(model.options))
             layout = files.check_present(located)
-            return _tokenizer(located.tokenizer, layout.cross_encoder)
+            return _tokenizer(located.tokenizer, layout)
         except (ModelFilesError, ConfigError, OSError):
             return BasicTokenizer()  # the model is unavailable and refused before tokenizing
 

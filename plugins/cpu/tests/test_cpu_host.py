@@ -99,7 +99,9 @@ async def test_the_int8_worker_serves_its_own_identity_within_its_tolerance(
         exact = await h.embed("fp32", texts_of(reference), deadline=deadline())
     assert result.identity == "cpu:all-MiniLM-L6-v2:bert-mean-norm:53aa5117:onnxruntime-int8"
     assert exact.identity == "cpu:all-MiniLM-L6-v2:bert-mean-norm:53aa5117:onnxruntime"
-    loss = quantize.read_loss(onnx_cache, files.MINILM_SHA256)
+    located = files.locate(None, None)
+    key = files.int8_key(located, files.check_present(located), files.MINILM_SHA256)
+    loss = quantize.read_loss(onnx_cache, key)
     assert loss is not None
     vectors = np.array(result.vectors, dtype=np.float32)
     close_to_reference(vectors, reference_vectors, loss.min_cosine)
@@ -112,7 +114,7 @@ def test_the_catalog_notes_int8_as_lossy_with_its_measured_cosine(
 
     transport = synapse_cpu.transport.CpuTransport()
     spec = host_config(entry("m", quantize="int8", cache_dir=str(onnx_cache))).models[0]
-    loss = quantize.read_loss(onnx_cache, files.MINILM_SHA256)
+    loss = quantize.read_loss(onnx_cache, int8_model.int8_key)
     assert loss is not None and loss.min_cosine == int8_model.min_cosine
     note = transport.model_note(spec)
     assert note == loss.describe()

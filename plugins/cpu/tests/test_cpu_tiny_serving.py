@@ -302,3 +302,33 @@ async def test_a_folders_default_prompt_is_applied_by_serve_when_none_is_named(
     assert cosines(plain.vectors, ref["vectors"][:4]).min() >= 0.99999
     assert cosines(served.json(), ref["prompted"]["passage"]).min() >= 0.99999
     assert cosines(named.json(), ref["prompted"]["query"]).min() >= 0.99999
+
+
+def test_an_int8_cross_encoder_reports_its_worst_score_difference(
+    tmp_path: Path,
+) -> None:
+    """A cross-encoder's one logit has no cosine: its int8 loss is the worst
+    score difference to float32, in the model, the catalog note and /info's
+    conversion."""
+    pytest.importorskip("onnxruntime")
+    from synapse_core.plugin import ModelSpec
+
+    folder = str(TINY / "bert-rerank")
+    exact = runtime.load(folder, runtime="onnxruntime", cache_dir=str(tmp_path))
+    int8 = runtime.load(folder, quantize="int8", cache_dir=str(tmp_path))
+    assert int8.min_cosine is None and int8.max_score_delta is not None
+    encode = int8.tokenizer.encode
+    pairs = [("what is a host", "a serving host"), ("café", "a brain junction")]
+    deltas = [
+        abs(float(exact.rerank(encode(q), [encode(d)])[0] - int8.rerank(encode(q), [encode(d)])[0]))
+        for q, d in pairs
+    ]
+    assert max(deltas) < 0.5
+    options = {"model_dir": folder, "quantize": "int8", "cache_dir": str(tmp_path)}
+    spec = ModelSpec(
+        name="r", task="rerank", transport="cpu", package="r", ceiling=128, options=options
+    )
+    transport = synapse_cpu.plugin.CpuTransport()
+    conversion = transport.model_conversion(spec)
+    assert conversion is not None and conversion.max_score_delta == int8.max_score_delta
+    assert "worst score (logit) difference to float32" in transport.model_note(spec)

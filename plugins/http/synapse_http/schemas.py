@@ -193,6 +193,9 @@ class Info(Body):
     quantize: str | None = None
     min_cosine_to_float32: float | None = None
     mean_cosine_to_float32: float | None = None
+    #: a cross-encoder's: the worst absolute difference of its scores (logits)
+    #: to float32's on the same texts, ``None`` until measured
+    max_score_delta_to_float32: float | None = None
     #: Synapse's own, as on ``/v1/models``: whether the model can serve now,
     #: and why not
     available: bool = True

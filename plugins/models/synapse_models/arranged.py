@@ -19,3 +19,5 @@ class Weights:
     ending: Ending
     #: the output's size: a vector's dimensions, or a head's labels
     dims: int
+    #: what the graph ends in (``Layout.graph_end``), in its cached file's name
+    end: str = "mean-norm"

@@ -121,6 +121,33 @@ def vocab_rows(weights: Path, layout: Layout) -> int:
     raise ModelFilesError(str(weights), f"has no word embeddings: not a {family.name} checkpoint")
 
 
+def graph_key(files: ModelFiles, sha256: str) -> str:
+    """What a model's built graph depends on: the weights' ``sha256``, then
+    eight hex digits of the folder's files that shape the graph besides the
+    weights (``config.json``, ``tokenizer.json``, ``modules.json``, each
+    module folder's ``config.json``, a Dense module's weights). Editing ``config.json``
+    (a rotary base, a window, a head's pooling) is then a new graph, never
+    a stale one from the cache."""
+    digest = hashlib.sha256()
+    # the tokenizer too: an LLM reranker's head is the rows of its yes/no tokens
+    shaping = [files.config, files.tokenizer, files.root / "modules.json"]
+    shaping += sorted(files.root.glob("*/config.json")) + sorted(
+        files.root.glob("*_Dense/" + WEIGHTS)
+    )
+    for path in shaping:
+        try:
+            data = path.read_bytes()
+        except OSError:
+            continue  # absent: the folder reader said whether that is allowed
+        digest.update(path.relative_to(files.root).as_posix().encode() + b"\0" + data)
+    return f"{sha256}-{digest.hexdigest()[:8]}"
+
+
+def int8_key(files: ModelFiles, layout: Layout, sha256: str) -> str:
+    """The name the measured loss of the model's int8 graph is kept under."""
+    return f"{graph_key(files, sha256)}-{layout.graph_end}"
+
+
 def sha256_of(path: Path) -> str:
     digest = hashlib.sha256()
     try:

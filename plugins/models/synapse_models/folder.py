@@ -6,7 +6,10 @@ pooling and normalisation from ``modules.json`` and ``1_Pooling/config.json``,
 the longest input from ``sentence_bert_config.json`` (``max_seq_length``),
 the prompts from ``config_sentence_transformers.json``. A ``config.json``
 naming a ``*ForSequenceClassification`` architecture with one label is a
-cross-encoder (a rerank model). Cheap: no weights are read, nothing is hashed.
+cross-encoder (a rerank model); a causal language model whose family has a
+pair prompt (:class:`~synapse_models.packing.PairTemplate`), in a folder with
+no sentence-transformers modules, is an LLM reranker (Qwen3-Reranker).
+Cheap: no weights are read, nothing is hashed.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from .errors import ModelFilesError
 from .families import Family, cross_encoders, family_for
 from .heads import POOLINGS as POOLINGS
 from .heads import Activation, Pooling
+from .packing import PairTemplate
 
 _POOLING_KEYS: dict[str, Pooling | None] = {
     "pooling_mode_cls_token": "cls",
@@ -30,6 +34,8 @@ _POOLING_KEYS: dict[str, Pooling | None] = {
     "pooling_mode_mean_sqrt_len_tokens": None,
     "pooling_mode_weightedmean_tokens": None,
 }
+#: bge-m3's extra heads, as FlagEmbedding saves them (``torch.save`` of a Linear's state)
+SPARSE_LINEAR, COLBERT_LINEAR = "sparse_linear.pt", "colbert_linear.pt"
 _MODULE = "sentence_transformers.models."
 TRANSFORMER, POOLING, DENSE, NORMALIZE = (
     _MODULE + name for name in ("Transformer", "Pooling", "Dense", "Normalize")
@@ -89,6 +95,15 @@ class Layout:
     default_prompt: str | None = None
     #: sentence-transformers ``Dense`` modules after the pooling, in order
     dense: tuple[DenseModule, ...] = ()
+    #: a sparse head: ``"splade"`` (a SparseEncoder folder: its masked-LM
+    #: head, and no dense output), ``"m3"`` (bge-m3's ``sparse_linear.pt``)
+    sparse: Literal["splade", "m3"] | None = None
+    #: bge-m3's ``colbert_linear.pt``: ColBERT token vectors
+    colbert: bool = False
+    #: a decoder: causal attention, no start token needed (:class:`Sizes`)
+    causal: bool = False
+    #: an LLM reranker (``cross_encoder`` too): the prompt a pair is scored in
+    template: PairTemplate | None = None
 
     @property
     def family(self) -> Family:
@@ -96,6 +111,14 @@ class Layout:
         from .families import FAMILIES
 
         return next(f for f in FAMILIES.values() if f.name == self.architecture)
+
+    @property
+    def strips_texts(self) -> bool:
+        """Texts lose their surrounding spaces before they are encoded, unless
+        the family keeps them (:func:`~synapse_models.families.strips_texts`)."""
+        from .families import strips_texts
+
+        return strips_texts(self.family)
 
     @property
     def dims(self) -> int:
@@ -106,10 +129,24 @@ class Layout:
     def kind(self) -> str:
         """Names what the model computes, for its identity: ``bert-mean-norm``,
         ``xlm-roberta-cls-raw``, ``bert-cross-encoder``."""
+        if self.template is not None:
+            return f"{self.architecture}-llm-reranker"
         if self.cross_encoder:
             return f"{self.architecture}-cross-encoder"
+        if self.sparse == "splade":
+            return f"{self.architecture}-splade"
         dense = f"-dense{len(self.dense)}" if self.dense else ""
         return f"{self.architecture}-{self.pooling}{dense}-{'norm' if self.normalize else 'raw'}"
+
+    @property
+    def graph_end(self) -> str:
+        """What the model's graph ends in, for its cached file's name:
+        ``head``, or the pooling, its Dense modules and Normalize
+        (``mean-norm``, ``mean-dense2-norm``)."""
+        if self.cross_encoder:
+            return "head"
+        dense = f"-dense{len(self.dense)}" if self.dense else ""
+        return f"{self.pooling}{dense}{'-norm' if self.normalize else ''}"
 
     def buckets(self) -> tuple[int, ...]:
         """The default buckets: powers of two below the ceiling, and the ceiling."""
@@ -138,9 +175,33 @@ def read_layout(root: Path) -> Layout:
     if cross:
         ceiling = _ceiling(_tokenizer_limit(root), positions)
         return Layout(name, True, "cls", False, positions, ceiling, hidden, offset)
-    pooling, dense, normalize = _modules(root)
+    if sizes.template is not None and not _sentence_transformer(root):
+        # A causal LM with no sentence-transformers modules: an LLM reranker
+        # (Qwen3-Reranker); Qwen3-Embedding names the same architecture but
+        # has modules.json and its pooling.
+        ceiling = _ceiling(_tokenizer_limit(root), positions)
+        return Layout(
+            name,
+            True,
+            "lasttoken",
+            False,
+            positions,
+            ceiling,
+            hidden,
+            offset,
+            causal=sizes.causal,
+            template=sizes.template,
+        )
     limit = _max_seq_length(root)
     prompts, default = _prompts(root)
+    if _splade(root):
+        ceiling = _ceiling(limit, positions)
+        return Layout(
+            name, False, "max", False, positions, ceiling, hidden, offset, prompts, default,
+            sparse="splade",
+        )  # fmt: skip
+    pooling, dense, normalize = _modules(root)
+    m3 = {"sparse": "m3" if (root / SPARSE_LINEAR).is_file() else None}
     return Layout(
         name,
         False,
@@ -153,7 +214,53 @@ def read_layout(root: Path) -> Layout:
         prompts,
         default,
         dense,
+        causal=sizes.causal,
+        colbert=(root / COLBERT_LINEAR).is_file(),
+        **m3,  # type: ignore[arg-type]
     )
+
+
+def _splade(root: Path) -> bool:
+    """Whether ``modules.json`` is a SparseEncoder's: ``MLMTransformer``, then
+    ``SpladePooling`` (max pooling of ReLU; others are refused)."""
+    path = root / MODULES_FILE
+    if not path.is_file():
+        return False
+    types = [str(m.get("type", "")) for m in read_modules(path)]
+    if not types or not types[0].endswith("MLMTransformer"):
+        return False
+    pooling = next((m for m in read_modules(path) if "SpladePooling" in str(m.get("type"))), None)
+    folder = str(pooling.get("path") or "1_SpladePooling") if pooling else "1_SpladePooling"
+    config = read_json(root / folder / "config.json")
+    if (config.get("pooling_strategy"), config.get("activation_function", "relu")) != (
+        "max",
+        "relu",
+    ):
+        raise ModelFilesError(
+            str(path), "a SparseEncoder folder needs SpladePooling with max pooling of relu"
+        )
+    return True
+
+
+def read_modules(path: Path) -> list[dict[str, Any]]:
+    """``modules.json``'s modules."""
+    raw = read_json_any(path)
+    if not isinstance(raw, list) or not all(isinstance(m, dict) for m in raw):
+        raise ModelFilesError(str(path), "expected a JSON list of modules")
+    return [cast(dict[str, Any], m) for m in raw]
+
+
+def read_json_any(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelFilesError(str(path), f"cannot read it as JSON: {exc}") from None
+
+
+def _sentence_transformer(root: Path) -> bool:
+    """Whether the folder has sentence-transformers modules (or an early
+    export's bare pooling config)."""
+    return (root / MODULES_FILE).is_file() or (root / POOLING_CONFIG).is_file()
 
 
 def _ceiling(limit: int | None, positions: int) -> int:

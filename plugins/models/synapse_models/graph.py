@@ -90,6 +90,26 @@ class Graph:
         cdf = self.op("Mul", self.op("Add", self.op("Erf", half_x), self.f32(1.0)), self.f32(0.5))
         return self.op("Mul", x, cdf)
 
+    def gelu_tanh(self, x: str) -> str:
+        """The tanh approximation of GELU: ``x/2 * (1 + tanh(sqrt(2/pi) * (x + 0.044715 x³)))``."""
+        cubic = self.op("Mul", self.op("Mul", self.op("Mul", x, x), x), self.f32(0.044715))
+        inner = self.op("Mul", self.op("Add", x, cubic), self.f32(float(np.sqrt(2.0 / np.pi))))
+        cdf = self.op("Mul", self.op("Add", self.op("Tanh", inner), self.f32(1.0)), self.f32(0.5))
+        return self.op("Mul", x, cdf)
+
+    def rms_norm(self, x: str, g: Array, eps: float) -> str:
+        """RMSNorm over the last axis: ``x / sqrt(mean(x²) + eps) * g``."""
+        mean_square = self.op("ReduceMean", self.op("Mul", x, x), axes=[-1], keepdims=1)
+        root = self.op("Sqrt", self.op("Add", mean_square, self.f32(eps)))
+        return self.op("Mul", self.op("Div", x, root), self.const(g))
+
+    def rotate(self, x: str, cos: str, sin: str, dims: int) -> str:
+        """``x`` (..., width, dims) turned by its position's angles (rotate-half),
+        ``cos`` and ``sin`` (width, dims)."""
+        first, second = self.ops("Split", [x, self.i64(dims // 2, dims // 2)], 2, axis=-1)
+        turned = self.op("Concat", self.op("Neg", second), first, axis=-1)
+        return self.op("Add", self.op("Mul", x, cos), self.op("Mul", turned, sin))
+
     def activate(self, x: str, activation: str) -> str:
         if activation == "tanh":
             return self.op("Tanh", x)

@@ -6,8 +6,9 @@ A family's body gives token vectors (rows, width, hidden); an embedder pools
 them (``cls``, ``mean``, ``max`` or ``lasttoken``, over the mask, as
 sentence-transformers' Pooling module does), runs its Dense modules in order,
 and may L2-normalise; a cross-encoder's :class:`Classifier` reads the first
-token (or the mean of the tokens) and gives one logit per row. The ONNX graph
-of each is in :mod:`synapse_models.onnx_file`: the two compute the same.
+token (or the mean of the tokens, or an LLM reranker's last token) and gives
+one logit per row. The ONNX graph of each is in :mod:`synapse_models.onnx_file`:
+the two compute the same.
 """
 
 from __future__ import annotations
@@ -52,16 +53,20 @@ class Classifier:
     BERT's is its pooler (``tanh``) and ``classifier``; XLM-R's is
     ``classifier.dense`` (``tanh``) and ``classifier.out_proj``; ModernBERT's
     is ``head.dense`` (GELU) and ``head.norm`` on the CLS token or the mean,
-    then ``classifier``. ``out_w`` has one column per label.
+    then ``classifier``. ``out_w`` has one column per label. An LLM
+    reranker's is no dense layer and one column, ``w_yes - w_no`` (its
+    language-model head's rows), on the last real token.
     """
 
-    dense_w: F32
+    #: ``None``: no dense layer (nor activation) before ``out``
+    dense_w: F32 | None
     dense_b: F32 | None
     activation: Activation
     out_w: F32  # (hidden, labels)
     out_b: F32
-    #: the rows the head reads: the first token's vector or the masked mean
-    pooling: Literal["cls", "mean"] = "cls"
+    #: the rows the head reads: the first token's vector, the masked mean or
+    #: each row's last real token
+    pooling: Literal["cls", "mean", "lasttoken"] = "cls"
     norm_g: F32 | None = None
     norm_b: F32 | None = None
     norm_eps: float = 1e-5
@@ -117,10 +122,11 @@ def finish(ending: Ending, hidden: F32, mask: F32) -> F32:
 
 def classify(head: Classifier, hidden: F32, mask: F32) -> F32:
     x = pool(hidden, mask, head.pooling)
-    x = x @ head.dense_w
-    if head.dense_b is not None:
-        x += head.dense_b
-    x = activate(x, head.activation)
+    if head.dense_w is not None:
+        x = x @ head.dense_w
+        if head.dense_b is not None:
+            x += head.dense_b
+        x = activate(x, head.activation)
     if head.norm_g is not None:
         x = layer_norm(x, head.norm_g, head.norm_b, head.norm_eps)
     logits: F32 = x @ head.out_w + head.out_b

@@ -69,3 +69,61 @@ def key_bias(mask: F32) -> F32:
     """(rows, 1, 1, width): what padding keys add to every query's scores."""
     out: F32 = ((np.float32(1.0) - mask) * MASKED)[:, None, None, :]
     return out
+
+
+_TANH_C = np.float32(np.sqrt(2.0 / np.pi))
+_CUBIC = np.float32(0.044715)
+
+
+def gelu_tanh(x: F32) -> F32:
+    """The tanh approximation of GELU (torch's ``gelu(approximate="tanh")``,
+    transformers' ``gelu_pytorch_tanh``), computed in place in ``x``."""
+    inner = x * x
+    inner *= _CUBIC
+    inner += _ONE
+    inner *= x
+    inner *= _TANH_C
+    np.tanh(inner, out=inner)
+    inner += _ONE
+    inner *= _HALF
+    x *= inner
+    return x
+
+
+def rms_norm(x: F32, g: F32, eps: float) -> F32:
+    """RMSNorm over the last axis: ``x / sqrt(mean(x²) + eps) * g``."""
+    mean_square = (x * x).mean(axis=-1, keepdims=True)
+    mean_square += np.float32(eps)
+    out: F32 = x / np.sqrt(mean_square) * g
+    return out
+
+
+def rotary(positions: int, dims: int, base: float) -> tuple[F32, F32]:
+    """The cosines and sines (positions, dims) of rotary position embeddings
+    in their rotate-half layout (each frequency twice: once per half), in
+    float32 as transformers computes them."""
+    exponents = np.arange(0, dims, 2, dtype=np.float32) / np.float32(dims)
+    inverse = (np.float32(1.0) / np.power(np.float32(base), exponents)).astype(np.float32)
+    angles = np.arange(positions, dtype=np.float32)[:, None] * inverse[None, :]
+    angles = np.concatenate([angles, angles], axis=1)
+    return np.cos(angles), np.sin(angles)
+
+
+def rotate(x: F32, cos: F32, sin: F32) -> F32:
+    """``x`` (..., width, dims) turned by its position's angles (rotate-half):
+    ``x * cos + (-x₂, x₁) * sin`` with ``cos`` and ``sin`` (width, dims)."""
+    half = x.shape[-1] // 2
+    turned = np.concatenate([-x[..., half:], x[..., :half]], axis=-1)
+    turned *= sin
+    out: F32 = x * cos
+    out += turned
+    return out
+
+
+def silu(x: F32) -> F32:
+    """``x * sigmoid(x)``, with the sigmoid as ``(1 + tanh(x/2)) / 2`` (no overflow)."""
+    sigmoid = np.tanh(x * _HALF)
+    sigmoid += _ONE
+    sigmoid *= _HALF
+    out: F32 = x * sigmoid
+    return out

@@ -3,7 +3,8 @@
 What follows the body (pooling, Dense modules, Normalize, or a
 classification head) is written here, shared by every family, computing what
 :mod:`synapse_models.heads` computes in numpy. The file is cached on disk
-under the weights' sha256 and what the graph ends in, so a worker builds it
+under the weights' sha256, a digest of the folder's files that shape it and
+what the graph ends in, so a worker builds it
 once per checkpoint.
 
 Inputs are ``input_ids`` (int64), ``token_type_ids`` (int64, for a family
@@ -15,7 +16,6 @@ output ``output`` is (rows, dims) vectors, (rows,) one-label logits or
 from __future__ import annotations
 
 import functools
-import hashlib
 import logging
 import os
 import tempfile
@@ -105,32 +105,16 @@ def fallback_notice(root: str, reason: str, fallback: str) -> None:
     )
 
 
-def graph_name(weights: Weights, sha256: str) -> str:
-    """The cached file's name: the same weights ending another way are another graph."""
-    ending = weights.ending
-    if isinstance(ending, Classifier):
-        end = "head"
-    else:
-        end = ending.pooling + (f"-dense-{_digest(ending)}" if ending.dense else "")
-        end += "-norm" if ending.normalize else ""
-    return f"{sha256}-{end}-v{GRAPH_VERSION}.onnx"
+def graph_name(weights: Weights, key: str) -> str:
+    """The cached file's name: ``key`` (:func:`synapse_models.files.graph_key`:
+    the weights and the folder's files that shape the graph), and what the
+    graph ends in (the same weights ending another way are another graph)."""
+    return f"{key}-{weights.end}-v{GRAPH_VERSION}.onnx"
 
 
-def _digest(ending: Embedding) -> str:
-    """Eight hex digits of the Dense modules' weights and activations: the
-    body's sha256 does not cover the files they come from."""
-    digest = hashlib.sha256()
-    for dense in ending.dense:
-        digest.update(dense.activation.encode())
-        for array in (dense.weight, dense.bias):
-            if array is not None:
-                digest.update(np.ascontiguousarray(array).tobytes())
-    return digest.hexdigest()[:8]
-
-
-def cached_graph(weights: Weights, sha256: str, cache_dir: Path) -> Path:
-    """The graph file for weights of ``sha256``, built and cached if it is not there yet."""
-    path = cache_dir / graph_name(weights, sha256)
+def cached_graph(weights: Weights, key: str, cache_dir: Path) -> Path:
+    """The graph file of ``key``, built and cached if it is not there yet."""
+    path = cache_dir / graph_name(weights, key)
     if path.is_file():
         return path
     cache_dir.mkdir(parents=True, exist_ok=True)
@@ -184,8 +168,10 @@ def _finish(g: Graph, ending: Ending, x: str, dims: int) -> list[Any]:
     first = g.op("Gather", x, zero, axis=1)  # (rows, hidden): the first token
     if isinstance(ending, Classifier):
         h = ending
-        pooled = first if h.pooling == "cls" else _pooled(g, "mean", x, first, mask3)
-        dense = g.activate(g.linear(pooled, h.dense_w, h.dense_b), h.activation)
+        pooled = first if h.pooling == "cls" else _pooled(g, h.pooling, x, first, mask3)
+        dense = pooled
+        if h.dense_w is not None:
+            dense = g.activate(g.linear(pooled, h.dense_w, h.dense_b), h.activation)
         if h.norm_g is not None:
             dense = g.layer_norm(dense, h.norm_g, h.norm_b, h.norm_eps)
         logits = g.linear(dense, h.out_w, h.out_b)
@@ -224,3 +210,58 @@ def _pooled(g: Graph, pooling: str, x: str, first: str, mask3: str) -> str:
     return g.op(
         "ReduceSum", g.op("Mul", x, g.op("Unsqueeze", onehot, g.i64(2))), g.i64(1), keepdims=0
     )
+
+
+#: bump when the float16 conversion changes: cached files of another version are not reused
+FP16_VERSION = 1
+#: the operators a float16 graph keeps in float32, with casts around them:
+#: the reductions whose sums float16's 11-bit mantissa (and its 65,504
+#: ceiling) would lose: LayerNormalization's mean and variance, Softmax's
+#: exponentials, the pooling's sums and division by the row's length, the
+#: normalising ReduceL2 with its Max and Div, and max and last-token pooling's
+#: comparisons. The products (MatMul), their bias, GELU (Erf), residual adds,
+#: reshapes and transposes run in float16: where the time and the memory go.
+FP32_OPS = (
+    "LayerNormalization",
+    "Softmax",
+    "ReduceSum",
+    "ReduceMean",
+    "ReduceL2",
+    "ReduceMax",
+    "Max",
+    "Div",
+    "Range",
+    "Equal",
+    "Greater",
+    "Where",
+)
+
+
+def fp16_name(graph: Path) -> str:
+    """The float16 file's name beside its float32 graph."""
+    return f"{graph.stem}-fp16-v{FP16_VERSION}.onnx"
+
+
+def cached_fp16(graph: Path) -> Path:
+    """The float16 version of the float32 graph at ``graph``, converted once
+    and cached beside it: weights and activations float16, inputs and the
+    output float32 (callers feed and read the same arrays as for float32),
+    the operators of :data:`FP32_OPS` in float32."""
+    path = graph.with_name(fp16_name(graph))
+    if path.is_file():
+        return path
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    converted = convert_float_to_float16(
+        onnx.load(str(graph)), keep_io_types=True, op_block_list=list(FP32_OPS)
+    )
+    fd, tmp = tempfile.mkstemp(dir=graph.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(converted.SerializeToString())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

@@ -20,7 +20,9 @@ class Framing:
     """The special tokens a model's tokenizer frames sequences with, as its
     post-processor adds them: ``[CLS] a [SEP]`` and ``[CLS] a [SEP] b [SEP]``
     (BERT, second segment of token type 1), ``<s> a </s>`` and
-    ``<s> a </s></s> b </s>`` (XLM-R, MPNet)."""
+    ``<s> a </s></s> b </s>`` (XLM-R, MPNet), ``a <|endoftext|>`` (a decoder
+    such as Qwen3-Embedding: nothing before). An LLM reranker's pair framing
+    is its prompt (:class:`PairTemplate`): prefix, between and suffix ids."""
 
     before: tuple[int, ...]
     after: tuple[int, ...]
@@ -39,6 +41,42 @@ class Framing:
     def pair(self) -> int:
         """Positions the specials of a pair take."""
         return len(self.before) + len(self.between) + len(self.pair_after)
+
+
+@attrs.frozen
+class PairTemplate:
+    """An LLM reranker's prompt around a (query, document) pair, as texts:
+    ``prefix``, ``lead + query``, ``between``, ``lead + document``, ``suffix``,
+    each tokenised alone, the ids then joined (the host counts and cuts a
+    pair by its ids: the query's and the document's are encoded apart).
+
+    ``prefix`` holds the instruction (``{instruction}``, :attr:`instruction`
+    by default). ``lead`` is what the prompt puts right before each text (the
+    space after ``<Query>:``): it is encoded with the text, so the text's
+    first token is the one the whole prompt's tokenization gives (byte-level
+    BPE joins a word to the space before it). The score is
+    ``logit(yes) - logit(no)`` at the last position: the rows of the tokens
+    ``yes`` and ``no`` in the first tensor of ``logits`` the checkpoint holds
+    (its language-model head, or the tied embedding table).
+    """
+
+    prefix: str
+    between: str
+    suffix: str
+    lead: str = ""
+    instruction: str = ""
+    yes: str = "yes"
+    no: str = "no"
+    logits: tuple[str, ...] = ("lm_head.weight",)
+
+    @property
+    def prefix_text(self) -> str:
+        """The prefix with its instruction in place."""
+        return self.prefix.replace("{instruction}", self.instruction)
+
+    def with_instruction(self, instruction: str) -> PairTemplate:
+        """The same prompt with another instruction (a catalog's override)."""
+        return attrs.evolve(self, instruction=instruction)
 
 
 def pack(sequences: Sequence[Sequence[int]], framing: Framing) -> tuple[I64, I64, F32]:

@@ -75,22 +75,37 @@ Encode = Callable[[Sequence[str]], list[Packed]]
 
 @attrs.frozen
 class Loss:
-    """How far the int8 vectors are from float32's on :data:`TEXTS`."""
+    """How far the int8 outputs are from float32's on :data:`TEXTS`: the
+    cosines of an embedder's vectors, or the absolute differences of a
+    cross-encoder's scores (logits), whose one value has no cosine."""
 
-    min_cosine: float
-    mean_cosine: float
+    min_cosine: float | None
+    mean_cosine: float | None
     texts: int
     onnxruntime: str
+    max_score_delta: float | None = None
+    mean_score_delta: float | None = None
 
     def describe(self) -> str:
+        if self.max_score_delta is not None and self.mean_score_delta is not None:
+            return describe_scores(self.max_score_delta, self.mean_score_delta, self.texts)
+        assert self.min_cosine is not None and self.mean_cosine is not None
         return describe(self.min_cosine, self.mean_cosine, self.texts)
 
 
 def describe(min_cosine: float, mean_cosine: float, texts: int = len(TEXTS)) -> str:
-    """The line ``synapse catalog`` shows under an int8 model."""
+    """The line ``synapse catalog`` shows under an int8 embedder."""
     return (
         f"int8 (dynamic quantization, lossy): worst cosine to float32 "
         f"{min_cosine:.4f}, mean {mean_cosine:.4f} on {texts} fixed texts"
+    )
+
+
+def describe_scores(max_delta: float, mean_delta: float, texts: int = len(TEXTS)) -> str:
+    """The line ``synapse catalog`` shows under an int8 cross-encoder."""
+    return (
+        f"int8 (dynamic quantization, lossy): worst score (logit) difference to float32 "
+        f"{max_delta:.4f}, mean {mean_delta:.4f} on {texts} fixed texts"
     )
 
 
@@ -98,19 +113,22 @@ def int8_path(graph: Path) -> Path:
     return graph.with_name(f"{graph.stem}-int8-r{RECIPE_VERSION}.onnx")
 
 
-def loss_path(cache_root: Path, sha256: str) -> Path:
-    """Where the measured loss of the weights' int8 graph is kept (read by the catalog)."""
-    return cache_root / "int8" / f"{sha256}-r{RECIPE_VERSION}.json"
+def loss_path(cache_root: Path, key: str) -> Path:
+    """Where the measured loss of an int8 graph is kept (read by the catalog),
+    under its model's :func:`synapse_models.files.int8_key`."""
+    return cache_root / "int8" / f"{key}-r{RECIPE_VERSION}.json"
 
 
-def read_loss(cache_root: Path, sha256: str) -> Loss | None:
+def read_loss(cache_root: Path, key: str) -> Loss | None:
     try:
-        data = json.loads(loss_path(cache_root, sha256).read_text(encoding="utf-8"))
+        data = json.loads(loss_path(cache_root, key).read_text(encoding="utf-8"))
         return Loss(
-            float(data["min_cosine"]),
-            float(data["mean_cosine"]),
+            _number(data["min_cosine"]),
+            _number(data["mean_cosine"]),
             int(data["texts"]),
             str(data["onnxruntime"]),
+            _number(data["max_score_delta"]),
+            _number(data["mean_score_delta"]),
         )
     except (OSError, ValueError, KeyError, TypeError):
         return None
@@ -120,7 +138,7 @@ def cached_int8(
     graph: Path,
     encode: Encode,
     cache_root: Path,
-    sha256: str,
+    key: str,
     kept: Sequence[tuple[int, str]] = KEPT_FLOAT,
 ) -> tuple[Path, Loss]:
     """The int8 graph of the float32 ``graph`` and its loss, built and measured
@@ -132,11 +150,11 @@ def cached_int8(
     built = not target.is_file()
     if built:
         _atomic(target, lambda tmp: quantize(graph, tmp, kept))
-    loss = read_loss(cache_root, sha256)
+    loss = read_loss(cache_root, key)
     if built or loss is None or loss.onnxruntime != ort.__version__:
         loss = measure(graph, target, encode(TEXTS))
         data = json.dumps(attrs.asdict(loss), indent=1)
-        _atomic(loss_path(cache_root, sha256), lambda tmp: _write(tmp, data))
+        _atomic(loss_path(cache_root, key), lambda tmp: _write(tmp, data))
     return target, loss
 
 
@@ -191,18 +209,30 @@ def kept_float(model: Any, kept: Sequence[tuple[int, str]] = KEPT_FLOAT) -> list
     return [layers[n][part] for n, part in kept if n < len(layers)]
 
 
+def _number(value: object) -> float | None:
+    return None if value is None else float(value)  # type: ignore[arg-type]
+
+
 def measure(graph: Path, quantized: Path, sequences: Sequence[Packed]) -> Loss:
-    """Cosines of each sequence's int8 vector with its float32 vector."""
+    """Cosines of each sequence's int8 vector with its float32 vector, or,
+    for one value a sequence (a cross-encoder's logit), their differences."""
     import onnxruntime as ort
 
     from .sessions import onnx_session, usable_cores
 
     sessions = [onnx_session(path, usable_cores()) for path in (graph, quantized)]
-    cosines = []
+    cosines, deltas = [], []
     for packed in sequences:
         exact, approx = (_embed(s, *packed) for s in sessions)
-        cosines.append(float(exact @ approx / (np.linalg.norm(exact) * np.linalg.norm(approx))))
-    return Loss(min(cosines), float(np.mean(cosines)), len(cosines), ort.__version__)
+        if exact.size == 1:
+            deltas.append(float(abs(exact[0] - approx[0])))
+        else:
+            norms = np.linalg.norm(exact) * np.linalg.norm(approx)
+            cosines.append(float(exact @ approx / norms))
+    version = ort.__version__
+    if deltas:
+        return Loss(None, None, len(deltas), version, max(deltas), float(np.mean(deltas)))
+    return Loss(min(cosines), float(np.mean(cosines)), len(cosines), version)
 
 
 def _embed(

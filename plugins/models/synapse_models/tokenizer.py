@@ -16,7 +16,7 @@ from typing import Any
 from synapse_core.plugin import TokenPiece
 
 from .errors import ModelFilesError
-from .packing import Framing
+from .packing import Framing, PairTemplate
 
 #: texts this long or longer are tokenised with the GIL released (the cost of
 #: letting go of it is tens of microseconds, a small part of theirs)
@@ -39,11 +39,32 @@ class HFTokenizer:
     (``pairs``) with the specials of a pair, ``[CLS] q [SEP] d [SEP]`` or
     ``<s> q </s></s> d </s>``, which it encodes; a bi-encoder with those of
     one sequence, although it embeds the two separately.
+
+    Texts lose their surrounding whitespace before they are encoded unless
+    ``strip`` is false (:func:`tokenizer_of` asks the model's family).
     """
 
-    def __init__(self, path: Path, pairs: bool = False) -> None:
+    def __init__(
+        self,
+        path: Path,
+        pairs: bool = False,
+        template: PairTemplate | None = None,
+        start: bool = True,
+        strip: bool = True,
+    ) -> None:
         self.path = path
         self.pairs = pairs
+        #: an LLM reranker's prompt: a pair is framed by it (:meth:`framing`),
+        #: and every text is encoded after its ``lead``
+        self.template = template
+        #: the model reads its first token (an encoder's ``[CLS]``): its
+        #: tokenizer must start a sequence with a special token
+        self.start = start
+        #: texts are stripped before encoding (sentence-transformers before
+        #: version 6 did); a decoder's are encoded as given, as the model
+        #: card's code, TEI and sentence-transformers 6 encode them
+        self.strip = strip or template is not None
+        self._lead = template.lead if template is not None else ""
         self._lock = threading.Lock()
         self._inner: object | None = None
         self._framing: Framing | None = None
@@ -53,7 +74,10 @@ class HFTokenizer:
         with self._lock:
             if self._inner is None:
                 inner = load_tokenizer(self.path)
-                self._framing = framing_of(inner, self.path)
+                if self.template is None:
+                    self._framing = framing_of(inner, self.path, self.start)
+                else:
+                    self._framing = template_framing(inner, self.template)
                 self._inner = inner
             return self._inner
 
@@ -67,7 +91,10 @@ class HFTokenizer:
     def encode(self, text: str) -> list[int]:
         # Stripped first, as sentence-transformers strips every text (it
         # matters to tokenizers that keep spaces as tokens, XLM-R's does).
-        ids: list[int] = self._encoding(text.strip(), False).ids
+        stripped = text.strip() if self.strip else text
+        if self._lead and not stripped:
+            return []  # blank stays blank (the host refuses it), lead or not
+        ids: list[int] = self._encoding(self._lead + stripped, False).ids
         return ids
 
     def _encoding(self, text: str, special: bool) -> Any:
@@ -84,9 +111,20 @@ class HFTokenizer:
     def encode_batch(self, texts: list[str]) -> list[list[int]]:
         """:meth:`encode` of each text, with the GIL released and on every
         core (``tokenizers``' own threads)."""
-        stripped = [text.strip() for text in texts]
+        stripped = [text.strip() for text in texts] if self.strip else list(texts)
+        if self._lead:
+            stripped = [self._lead + text if text else text for text in stripped]
         encodings = self.load().encode_batch(stripped, add_special_tokens=False)  # type: ignore[attr-defined]
         return [e.ids for e in encodings]
+
+    def token_id(self, token: str) -> int:
+        """The id of the vocabulary entry ``token``; :class:`ModelFilesError` if there is none."""
+        found = self.load().token_to_id(token)  # type: ignore[attr-defined]
+        if found is None:
+            raise ModelFilesError(
+                str(self.path), f"has no token {token!r}, which the model's score reads"
+            )
+        return int(found)
 
     def vocab_size(self) -> int:
         """``SizedTokenizer``'s size: the host refuses ids past it, so a worker
@@ -104,10 +142,16 @@ class HFTokenizer:
         """:meth:`pieces` as columns (ids, texts, special flags, starts,
         stops), made without an object per token: a long ``/tokenize``
         answer is built from them while holding the GIL as little as it can."""
-        stripped = text.strip()
-        lead = len(text) - len(text.lstrip())  # spans count from the text as given
-        encoding = self._encoding(stripped, special)
-        offsets: list[tuple[int, int]] = encoding.offsets
+        stripped = text.strip() if self.strip else text
+        lead = (
+            len(text) - len(text.lstrip()) if self.strip else 0
+        )  # spans count from the text as given
+        # A template's lead is encoded with the text (see encode) but is none of its characters.
+        extra = len(self._lead) if stripped else 0
+        encoding = self._encoding(self._lead[:extra] + stripped, special)
+        offsets: list[tuple[int, int]] = [
+            (max(a - extra, 0), max(b - extra, 0)) for a, b in encoding.offsets
+        ]
         ids: list[int] = encoding.ids
         texts = [stripped[a:b] for a, b in offsets]
         starts: list[int | None] = [a + lead for a, _ in offsets]
@@ -130,6 +174,22 @@ class HFTokenizer:
         return count + pair + (framing.pair if self.pairs else framing.single)
 
 
+def tokenizer_of(
+    path: Path,
+    pairs: bool = False,
+    template: PairTemplate | None = None,
+    decoder: bool = False,
+    strip: bool = True,
+) -> HFTokenizer:
+    """The tokenizer at ``path`` as a model of a folder's layout frames and
+    encodes texts (``Layout.cross_encoder``, ``.template``, ``.causal`` and
+    ``.strips_texts``): pairs for a cross-encoder, an LLM reranker's prompt,
+    and for a decoder a framing with no start token and texts encoded as
+    given; ``strip`` false keeps a text's surrounding spaces (a family whose
+    tokenizer makes tokens of them)."""
+    return HFTokenizer(path, pairs, template, start=not decoder, strip=strip and not decoder)
+
+
 def check_fits(tokenizer: HFTokenizer, vocab_rows: int, padded: bool = False) -> None:
     """Refuse a tokenizer whose ids the weights cannot embed (another model's).
 
@@ -145,9 +205,14 @@ def check_fits(tokenizer: HFTokenizer, vocab_rows: int, padded: bool = False) ->
     tokenizer.framing()
 
 
-def framing_of(inner: object, path: Path) -> Framing:
+def framing_of(inner: object, path: Path, start: bool = True) -> Framing:
     """Where the tokenizer's post-processor puts its special tokens, found by
-    framing one token, and a pair of them, as the model's own tokenizer does."""
+    framing one token, and a pair of them, as the model's own tokenizer does.
+
+    ``start``: the model reads a sequence's first token (an encoder's
+    ``[CLS]``), so the framing must begin with a special token; a decoder's
+    (``start`` false) may frame with nothing before (``a <|endoftext|>``),
+    or with nothing at all."""
     tok: Any = inner
     try:
         one = tok.encode("a", add_special_tokens=False)
@@ -156,9 +221,9 @@ def framing_of(inner: object, path: Path) -> Framing:
     except Exception as exc:
         raise ModelFilesError(str(path), f"cannot frame a sequence: {exc}") from None
     n = len(one.ids)
-    slots = _slots(single.ids, single.special_tokens_mask)
-    pairs = _slots(pair.ids, pair.special_tokens_mask)
-    if n == 0 or len(slots) != 2 or len(pairs) != 3 or not slots[0]:
+    slots = _slots(single.ids, single.special_tokens_mask, n, 1)
+    pairs = _slots(pair.ids, pair.special_tokens_mask, n, 2)
+    if n == 0 or slots is None or pairs is None or (start and not slots[0]):
         raise ModelFilesError(
             str(path),
             "its post-processor does not frame sequences as a BERT-family encoder needs "
@@ -174,18 +239,36 @@ def framing_of(inner: object, path: Path) -> Framing:
     )
 
 
-def _slots(ids: list[int], special: list[int]) -> list[list[int]]:
-    """The special tokens before, between and after the sequences' tokens."""
-    slots: list[list[int]] = [[]]
-    in_text = False
-    for token, flag in zip(ids, special, strict=True):
-        if flag and in_text:
-            slots.append([])
-        in_text = not flag
-        if flag:
-            slots[-1].append(token)
-    if in_text:
-        slots.append([])
+def template_framing(inner: object, template: PairTemplate) -> Framing:
+    """An LLM reranker's framing: its prompt's pieces, each tokenised alone
+    (one sequence alone is framed by the prefix)."""
+    tok: Any = inner
+
+    def ids(text: str) -> tuple[int, ...]:
+        return tuple(tok.encode(text, add_special_tokens=False).ids)
+
+    prefix, between, suffix = template.prefix_text, template.between, template.suffix
+    return Framing(before=ids(prefix), after=(), between=ids(between), pair_after=ids(suffix))
+
+
+def _slots(ids: list[int], special: list[int], n: int, texts: int) -> list[list[int]] | None:
+    """The special tokens before, between and after ``texts`` runs of ``n``
+    text tokens each (``texts + 1`` slots, any of them empty), or ``None``
+    when the sequence is not framed so."""
+    slots: list[list[int]] = []
+    at = 0
+    for _ in range(texts):
+        slot = []
+        while at < len(ids) and special[at]:
+            slot.append(ids[at])
+            at += 1
+        slots.append(slot)
+        if at + n > len(ids) or any(special[at : at + n]):
+            return None
+        at += n
+    if not all(special[at:]):
+        return None
+    slots.append(list(ids[at:]))
     return slots
 
 

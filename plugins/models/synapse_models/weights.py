@@ -39,6 +39,11 @@ class LazyTensors(dict[str, Any]):
         super().pop(key, *default)
         return self._file.get_tensor(key)
 
+    def rows(self, key: str, indexes: Iterable[int]) -> Any:
+        """Rows of the tensor ``key``, read alone and leaving it to be taken."""
+        part = self._file.get_slice(key)
+        return np.concatenate([part[i : i + 1] for i in indexes])
+
 
 class Tensors:
     """Takes a checkpoint's tensors by the names a family knows them by.
@@ -65,6 +70,27 @@ class Tensors:
                 return np.ascontiguousarray(self.tensors.pop(prefix + name), dtype=np.float32)
         raise ModelFilesError(
             self.source, f"tensor {name!r} is missing: not a {self.kind} checkpoint"
+        )
+
+    def rows(self, names: Iterable[str], indexes: Iterable[int]) -> F32:
+        """Rows ``indexes`` of the first of ``names`` the checkpoint holds (with
+        or without a prefix), as float32; the tensor is left to be taken (an
+        LLM reranker reads two rows of the embedding table its body takes)."""
+        names = tuple(names)
+        for name in names:
+            for prefix in self.prefixes:
+                key = prefix + name
+                if key in self.tensors:
+                    found = self.tensors
+                    rows = (
+                        found.rows(key, indexes)
+                        if isinstance(found, LazyTensors)
+                        else np.asarray(found[key])[list(indexes)]
+                    )
+                    return np.ascontiguousarray(rows, dtype=np.float32)
+        raise ModelFilesError(
+            self.source,
+            f"tensor {' or '.join(map(repr, names))} is missing: not a {self.kind} checkpoint",
         )
 
     def matrix(self, name: str) -> F32:

@@ -163,7 +163,7 @@ def test_the_int8_graph_and_its_loss_are_built_once(
 ) -> None:
     from synapse_models import quantize
 
-    loss = quantize.read_loss(onnx_cache, int8_model.sha256)
+    loss = quantize.read_loss(onnx_cache, int8_model.int8_key)
     assert loss is not None and loss.min_cosine == int8_model.min_cosine
     assert loss.texts == len(quantize.TEXTS) and loss.min_cosine <= loss.mean_cosine <= 1.0
 

@@ -337,3 +337,23 @@ def _config_entry(options: Any, key: str) -> str:
         return str(options.get_session_config_entry(key))
     except RuntimeError:
         return ""
+
+
+def test_an_edited_config_is_a_new_graph_never_a_stale_one(
+    tmp_path: Path, onnx_cache: Path
+) -> None:
+    """The cached graph's name covers config.json and the module configs, not
+    only the weights: a changed layer norm epsilon builds its own graph."""
+    pytest.importorskip("onnxruntime")
+    root = tmp_path / "edited"
+    copy_folder(TINY / "bert-mean-raw", root)
+    before = runtime.load(str(root), runtime="onnxruntime", cache_dir=str(onnx_cache))
+    config = json.loads((root / "config.json").read_text())
+    config["layer_norm_eps"] = 0.5
+    (root / "config.json").write_text(json.dumps(config))
+    after = runtime.load(str(root), runtime="onnxruntime", cache_dir=str(onnx_cache))
+    assert after.graph != before.graph and after.sha256 == before.sha256
+    by_numpy = runtime.load(str(root), runtime="numpy")
+    ids = [after.tokenizer.encode("an edited model")]
+    assert np.abs(after.embed(ids) - by_numpy.embed(ids)).max() <= 1e-5
+    assert np.abs(after.embed(ids) - before.embed(ids)).max() > 1e-3

@@ -22,13 +22,17 @@ from .protocol import Sizes as Sizes
 
 
 def _registry() -> dict[str, Family]:
-    from . import deberta, encoder
+    from . import deberta, encoder, gemma3, modernbert, nomic, qwen3
 
     families: tuple[Family, ...] = (
         encoder.BERT,
         encoder.XLM_ROBERTA,
         encoder.MPNET,
         deberta.DEBERTA_V2,
+        modernbert.MODERNBERT,
+        nomic.NOMIC,
+        gemma3.GEMMA3,
+        qwen3.QWEN3,
     )
     return {model_type: f for f in families for model_type in f.model_types}
 
@@ -49,6 +53,18 @@ def family_for(config: Mapping[str, Any], source: str) -> Family:
             "(docs/models.md lists the hub models of each)",
         )
     return family
+
+
+def strips_texts(family: Family) -> bool:
+    """Whether texts lose their surrounding whitespace before they are encoded.
+
+    A family may say ``strips_texts = False`` (an optional attribute, true
+    where absent): the encoder family's references were computed on stripped
+    texts (transformers rebuilds XLM-R's pipeline, which drops them), while
+    sentence-transformers gives a tokenizer that keeps spaces as tokens
+    (Gemma's) the text as written.
+    """
+    return bool(getattr(family, "strips_texts", True))
 
 
 def cross_encoders() -> tuple[str, ...]:

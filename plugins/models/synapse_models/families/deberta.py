@@ -41,8 +41,9 @@ import numpy.typing as npt
 from ..errors import ModelFilesError
 from ..graph import Graph
 from ..heads import Activation, Classifier
-from ..numerics import gelu, key_bias, layer_norm, softmax_
+from ..numerics import key_bias, layer_norm, softmax_
 from ..weights import F32, I64, Tensors
+from .postnorm import heads_graph, layer_end, layer_end_graph
 from .protocol import Sizes
 
 #: ``pos_att_type`` entries served
@@ -358,11 +359,7 @@ class Deberta:
             scores += bias
             softmax_(scores)
             context = (scores @ v).transpose(0, 2, 1, 3).reshape(rows * width, c.hidden)
-            x = layer_norm(
-                x + (context @ layer.out_w + layer.out_b), layer.ln1_g, layer.ln1_b, c.eps
-            )
-            up = gelu(x @ layer.up_w + layer.up_b)
-            x = layer_norm(x + (up @ layer.down_w + layer.down_b), layer.ln2_g, layer.ln2_b, c.eps)
+            x = layer_end(x, context, layer, c.eps)
         out: F32 = x.reshape(rows, width, c.hidden)
         return out
 
@@ -396,12 +393,7 @@ class Deberta:
         merge_heads = g.i64(0, 0, c.hidden)
         expanded: tuple[str, str] | None = None
         for layer in body.layers:
-            qkv = g.linear(x, layer.qkv_w, layer.qkv_b)
-            parts = g.ops("Split", [qkv, g.i64(c.hidden, c.hidden, c.hidden)], 3, axis=-1)
-            q, k, v = (g.op("Reshape", part, split_heads) for part in parts)
-            q = g.op("Transpose", q, perm=[0, 2, 1, 3])  # (rows, heads, width, head)
-            k = g.op("Transpose", k, perm=[0, 2, 1, 3])
-            v = g.op("Transpose", v, perm=[0, 2, 1, 3])
+            q, k, v = heads_graph(g, x, layer, c.hidden, split_heads)
             scores = g.op("MatMul", q, g.op("Transpose", k, perm=[0, 1, 3, 2]))
             if expanded is None:
                 shape = g.op("Shape", scores)
@@ -415,13 +407,7 @@ class Deberta:
                 p2c = g.op("GatherElements", p2c, expanded[1], axis=-1)
                 scores = g.op("Add", scores, g.op("Transpose", p2c, perm=[0, 1, 3, 2]))
             probs = g.op("Softmax", g.op("Add", scores, bias), axis=-1)
-            context = g.op("Transpose", g.op("MatMul", probs, v), perm=[0, 2, 1, 3])
-            context = g.op("Reshape", context, merge_heads)
-            attended = g.linear(context, layer.out_w, layer.out_b)
-            x = g.layer_norm(g.op("Add", x, attended), layer.ln1_g, layer.ln1_b, c.eps)
-            up = g.linear(x, layer.up_w, layer.up_b)
-            down = g.linear(g.gelu(up), layer.down_w, layer.down_b)
-            x = g.layer_norm(g.op("Add", x, down), layer.ln2_g, layer.ln2_b, c.eps)
+            x = layer_end_graph(g, x, probs, v, merge_heads, layer, c.eps)
         return x
 
 

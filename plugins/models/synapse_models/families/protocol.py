@@ -10,6 +10,7 @@ import attrs
 
 from ..graph import Graph
 from ..heads import Classifier
+from ..packing import PairTemplate
 from ..weights import F32, I64, Tensors
 
 
@@ -23,6 +24,13 @@ class Sizes:
     #: the position table's row of a sequence's first token (XLM-R and MPNet
     #: skip the padding index's rows: ``pad_token_id + 1``)
     offset: int = 0
+    #: a decoder (causal attention): it reads no start token, so its
+    #: tokenizer need not add one (Qwen3's appends ``<|endoftext|>`` only)
+    causal: bool = False
+    #: a causal language model's prompt for scoring a pair: a folder of this
+    #: family without sentence-transformers modules is served as an LLM
+    #: reranker with it (``None``: the family has none)
+    template: PairTemplate | None = None
 
 
 class Family(Protocol):
@@ -32,7 +40,9 @@ class Family(Protocol):
     (:meth:`graph`) compute the same token vectors; both see ``ids`` and
     ``types`` (int64) and ``mask`` (float32, 1 for a real position), all
     (rows, width), right-padded. Padding must not change a real position's
-    vector: mask padding keys out of attention.
+    vector: mask padding keys out of attention (a decoder also masks later
+    keys: right padding then changes nothing, as rotary positions are
+    relative and a row's last real token is its ``lasttoken``).
     """
 
     @property
