@@ -202,6 +202,10 @@ class Host(OutputCalls):
         self._check_open()
         return await self._idle.unload(self._retired)
 
+    def _unloading(self, model: str) -> anyio.Event | None:
+        """Set once ``model``'s idle workers being let go have exited (``None``: none are)."""
+        return self._idle.unloading.get(model)
+
     def resident(self, model: str) -> bool:  # a worker process, or one starting
         return self._idle.resident(model)
 
