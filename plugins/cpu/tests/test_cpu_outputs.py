@@ -30,9 +30,12 @@ config = functools.partial(host_config, source="test", exit_grace_s=5.0, exchang
 DEADLINE_S = 60.0  # bounds a broken worker; not a timing claim
 
 
-def entry(name: str) -> dict[str, Any]:
+RUNTIMES = ["numpy", "onnxruntime"]
+
+
+def entry(name: str, runtime: str = "numpy") -> dict[str, Any]:
     folder = DATA / "tiny-models-2" / name
-    return model_entry(name, transport="cpu", ceiling=512, model_dir=str(folder), runtime="numpy")
+    return model_entry(name, transport="cpu", ceiling=512, model_dir=str(folder), runtime=runtime)
 
 
 def assert_sparse_equal(got: list[synapse.SparseVector], expected: list[dict[str, Any]]) -> None:
@@ -50,10 +53,12 @@ def assert_tokens_close(got: list[list[list[float]]], expected: list[Any]) -> No
         assert cos.min() >= 0.99999
 
 
+@pytest.mark.parametrize("runtime", RUNTIMES)
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_splade_sparse_vectors_equal_the_sparse_encoders() -> None:
+async def test_splade_sparse_vectors_equal_the_sparse_encoders(runtime: str) -> None:
     ref = REFERENCE["splade"]
-    async with synapse.open_host(config(entry("splade")), plugins=[synapse_cpu.plugin]) as h:
+    with_runtime = config(entry("splade", runtime))
+    async with synapse.open_host(with_runtime, plugins=[synapse_cpu.plugin]) as h:
         assert h.catalog.entry("splade", "embed").traits.outputs == {
             synapse.Kind.SPARSE,
             synapse.Kind.MULTI,
@@ -67,11 +72,15 @@ async def test_splade_sparse_vectors_equal_the_sparse_encoders() -> None:
     assert_sparse_equal(got, ref["sparse_vectors"])
 
 
+@pytest.mark.parametrize("runtime", RUNTIMES)
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_m3_dense_sparse_and_colbert_come_from_one_request_as_the_references() -> None:
+async def test_m3_dense_sparse_and_colbert_come_from_one_request_as_the_references(
+    runtime: str,
+) -> None:
     ref = REFERENCE["m3-multi"]
     kinds = [synapse.Kind.DENSE, synapse.Kind.SPARSE, synapse.Kind.MULTI]
-    async with synapse.open_host(config(entry("m3-multi")), plugins=[synapse_cpu.plugin]) as h:
+    with_runtime = config(entry("m3-multi", runtime))
+    async with synapse.open_host(with_runtime, plugins=[synapse_cpu.plugin]) as h:
         result = await h.embed_outputs(
             "m3-multi", ref["texts"], kinds, truncate=True, deadline=synapse.Deadline.after(60)
         )
