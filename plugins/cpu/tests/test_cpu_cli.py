@@ -82,7 +82,8 @@ def test_embed_sparse_and_all_print_the_folders_outputs() -> None:
     folder = str(tiny / "m3-multi")
     sparse = run("embed", "--model", folder, "--sparse", "--json", *texts)
     assert sparse.exit_code == 0, sparse.stderr
-    for got, want in zip(json.loads(sparse.stdout)["sparse"], ref["m3-multi"]["sparse_weights"]):
+    expected = ref["m3-multi"]["sparse_weights"][:3]
+    for got, want in zip(json.loads(sparse.stdout)["sparse"], expected, strict=True):
         assert got["indices"] == want["indices"]
         assert np.allclose(got["values"], want["values"], rtol=0, atol=1e-5)
     shown = run("embed", "--model", folder, "--all", *texts)
