@@ -270,6 +270,10 @@ def _model_note(entry: Entry) -> str:
 _SCORERS = {
     "cross-encoder": "cross-encoder: query and document scored together (sigmoid of the logit)",
     "bi-encoder": "bi-encoder: cosine of separate embeddings (not a cross-encoder)",
+    "maxsim": (
+        "MaxSim: each query token's best cosine over the document's ColBERT vectors, "
+        "averaged over the query's tokens"
+    ),
     "llm-reranker": (
         "LLM reranker: a language model judges each pair in its prompt "
         "(sigmoid of logit(yes) - logit(no))"

@@ -270,7 +270,8 @@ class CpuTransport(Transport):
 
     def traits(self, model: ModelSpec) -> ModelTraits:
         """The folder's prompts, and whether a rerank model is a cross-encoder,
-        an LLM reranker (with the instruction its prompt holds) or a bi-encoder."""
+        an LLM reranker (with the instruction its prompt holds), a ColBERT
+        model scoring by MaxSim or a bi-encoder."""
         layout = _layout(self.model_options(model))
         if layout is None:
             return ModelTraits()
@@ -279,6 +280,8 @@ class CpuTransport(Transport):
             scorer = "cross-encoder" if layout.cross_encoder else "bi-encoder"
             if layout.template is not None:
                 scorer = "llm-reranker"
+            elif layout.colbert and not layout.cross_encoder:
+                scorer = "maxsim"
         return ModelTraits(
             prompts=layout.prompts,
             default_prompt=layout.default_prompt,

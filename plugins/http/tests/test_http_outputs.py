@@ -42,8 +42,9 @@ def entry(name: str) -> dict[str, Any]:
 async def served() -> AsyncIterator[httpx.AsyncClient]:
     from synapse_http import create_app
 
+    rerank = {**entry("m3-multi"), "name": "m3-rerank", "task": "rerank"}
     config = host_config(
-        entry("m3-multi"), entry("splade"), entry("nomic-mean"), exchange_timeout_s=60.0
+        entry("m3-multi"), entry("splade"), entry("nomic-mean"), rerank, exchange_timeout_s=60.0
     )
     async with synapse.open_host(config, plugins=[synapse_cpu_plugin]) as host:
         transport = httpx.ASGITransport(app=create_app(host))
@@ -138,3 +139,21 @@ async def test_no_text_is_cut_without_truncate() -> None:
             assert answer.status_code == 422, answer.text
             assert answer.json()["error_type"] == "over-ceiling"
             assert answer.json()["index"] == 1
+
+
+async def test_rerank_of_a_colbert_model_is_its_maxsim() -> None:
+    """Expected: FlagEmbedding's ``colbert_score`` of the reference's ColBERT
+    vectors in float64 (the mean over query tokens of the best dot product)."""
+    ref = REFERENCE["m3-multi"]
+    texts, vectors = ref["texts"], ref["colbert_vectors"]
+    docs = [1, 2, 3]
+    body = {"query": texts[0], "texts": [texts[i] for i in docs], "raw_scores": True}
+    async with served() as http:
+        answer = await http.post("/rerank?model=m3-rerank", json=body)
+        info = await http.get("/info?model=m3-rerank")
+    assert answer.status_code == 200, answer.text
+    assert info.json()["model_type"]["reranker"]["scorer"] == "maxsim"
+    q = np.array(vectors[0], dtype=np.float64)
+    want = [float((q @ np.array(vectors[i]).T).max(axis=1).mean()) for i in docs]
+    got = {r["index"]: r["score"] for r in answer.json()}
+    assert np.allclose([got[i] for i in range(len(docs))], want, rtol=0, atol=1e-5)

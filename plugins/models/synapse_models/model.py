@@ -216,8 +216,14 @@ class Model:
 
     def rerank(self, query: Sequence[int], documents: Sequence[Sequence[int]]) -> F32:
         """One score per document: a cross-encoder's logit for the pair (the
-        host turns it into a probability), or a bi-encoder's cosine of the
-        query's vector and the document's."""
+        host turns it into a probability), a ColBERT model's MaxSim of the
+        query's token vectors and the document's (:func:`.token_heads.maxsim`),
+        or a bi-encoder's cosine of the query's vector and the document's."""
+        if self.layout.colbert and not self.layout.cross_encoder:
+            from .token_heads import maxsim
+
+            (rows,) = self.outputs([query, *documents], ["multi"])
+            return np.array([maxsim(rows[0], row) for row in rows[1:]], dtype=np.float32)
         if not self.layout.cross_encoder:
             vectors = self.embed([query, *documents])
             scores: F32 = vectors[1:] @ vectors[0]

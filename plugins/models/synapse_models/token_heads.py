@@ -147,6 +147,14 @@ def colbert(heads: M3Heads, hidden: F32, mask: F32) -> list[F32]:
     return token_rows(colbert_vectors(heads, hidden), mask.sum(axis=1).astype(np.int64) - 1)
 
 
+def maxsim(query: F32, document: F32) -> float:
+    """Late interaction of two rows of ColBERT vectors (normalised): each
+    query token's largest cosine over the document's tokens, summed and
+    divided by the query's token count, as FlagEmbedding's
+    ``BGEM3FlagModel.colbert_score`` computes it."""
+    return float((query @ document.T).max(axis=1).sum() / len(query))
+
+
 def last_hidden(hidden: F32, mask: F32) -> list[F32]:
     """Every real token's last hidden state, per row (TEI's ``/embed_all``)."""
     return token_rows(hidden, mask.sum(axis=1).astype(np.int64))
