@@ -248,7 +248,7 @@ def typecheck(session: nox.Session) -> None:
     session.run("mypy", f"{EXAMPLE}/synapse_hash_transport")
     # Editable installs hide the plugin packages from mypy's import search.
     plugin_paths = ":".join(
-        f"plugins/{name}" for name in ("mock_transport", "models", "cpu", "http")
+        f"plugins/{name}" for name in ("mock_transport", "models", "cpu", "cuda", "http")
     )
     session.run("mypy", "benchmarks", env={"MYPYPATH": plugin_paths})
     # synapse-ray: Ray is a large install, so only here and in `ray`.

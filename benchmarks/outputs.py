@@ -18,8 +18,9 @@ from typing import Any
 
 import anyio
 
-from synapse_core.host import Host, open_host
+from synapse_core.host import Host
 from synapse_core.kinds import Kind
+from synapse_core.opening import open_host
 from synapse_core.testing import host_config, model_entry
 
 from .harness import Figure, Mode, Series, Target, skipped

@@ -41,7 +41,7 @@ _EXPORTS = {
     "RestartBudget": "config",
     "Deadline": "deadline",
     "FakeClock": "deadline",
-    "open_host": "host",
+    "open_host": "opening",
     "CLOSE_SLACK_S": "host",
     "Host": "host",
     "AroundCall": "host",
@@ -146,8 +146,9 @@ if TYPE_CHECKING:
         WorkerRejected,
     )
     from .hookspecs import hookimpl
-    from .host import CLOSE_SLACK_S, AroundCall, Host, open_host
+    from .host import CLOSE_SLACK_S, AroundCall, Host
     from .kinds import Kind
+    from .opening import open_host
     from .outputs import OutputsResult, SparseVector
     from .plugins import PluginHost
     from .snapshot import HostSnapshot

@@ -35,8 +35,8 @@ from .call import Call
 from .catalog import Catalog, Entry
 from .config import Task
 from .cut import fits_budget
-from .deadline import Deadline, check_deadline
-from .errors import Refused
+from .deadline import Clock, Deadline, check_deadline, wait_bounded
+from .errors import DeadlineExceeded, Refused
 from .kinds import Kind
 from .naming import shown
 
@@ -51,9 +51,12 @@ class Planning(Protocol):
     """What :func:`started` needs of a host."""
 
     catalog: Catalog
+    clock: Clock
     tracer: Tracer
 
     def _check_open(self) -> None: ...
+
+    def _unloading(self, model: str) -> anyio.Event | None: ...
 
     def _call(
         self,
@@ -94,6 +97,13 @@ async def started(host: Planning, asked: Asked) -> Call:
     trace = host.tracer.call(asked.model, asked.task)  # in the caller's context
     plan = await plan_large(host, asked)
     model, task, texts, query, deadline, truncate, outputs = asked
+    while (unloading := host._unloading(model)) is not None:
+        # The model's idle workers are being let go: its next call starts
+        # them again once their exits are confirmed (never a pause otherwise).
+        expired = DeadlineExceeded(
+            f"deadline passed waiting for {shown(model)}'s idle workers to exit; nothing was sent"
+        )
+        await wait_bounded(unloading.wait, deadline or Deadline.never(), host.clock, expired)
     return host._call(model, task, texts, query, deadline, truncate, plan, trace, outputs)
 
 

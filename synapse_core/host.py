@@ -1,9 +1,8 @@
-"""The host: the public face of Synapse (``open_host``, ``Host``)."""
+"""The host: the public face of Synapse (``Host``; :mod:`.opening` opens one)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
 
 import anyio
@@ -11,11 +10,11 @@ from anyio.abc import TaskGroup
 
 from .bounds import Asked, Plan, Truncate, planned_for, small, started
 from .call import Call, EmbedResult, RerankResult
-from .catalog import Catalog, Entry, default_config
+from .catalog import Catalog, Entry
 from .coalesce import Coalescer
 from .config import HostConfig, Task
 from .cut import request_budget, selection_of
-from .deadline import Clock, Deadline, check_deadline, monotonic
+from .deadline import Clock, Deadline, check_deadline
 from .errors import HostClosed, Retired
 from .idle import Idle
 from .kinds import Kind
@@ -203,6 +202,10 @@ class Host(OutputCalls):
         self._check_open()
         return await self._idle.unload(self._retired)
 
+    def _unloading(self, model: str) -> anyio.Event | None:
+        """Set once ``model``'s idle workers being let go have exited (``None``: none are)."""
+        return self._idle.unloading.get(model)
+
     def resident(self, model: str) -> bool:  # a worker process, or one starting
         return self._idle.resident(model)
 
@@ -362,49 +365,3 @@ class Host(OutputCalls):
             )
             self._coalescers[model] = coalescer
         return coalescer
-
-
-@asynccontextmanager
-async def open_host(
-    config: HostConfig | None = None,
-    *,
-    plugins: PluginHost | Iterable[object] | None = None,
-    clock: Clock = monotonic,
-    host_class: type[Host] = Host,
-    around_call: AroundCall | None = None,
-) -> AsyncIterator[Host]:
-    """Open a host. Spawns nothing until a model is loaded or called.
-
-    ``plugins``: a :class:`PluginHost`, or plugin objects to register instead
-    of the installed entry points (tests), or ``None`` for the installed ones.
-    ``host_class``: a subclass of :class:`Host` to open instead (one that
-    does something before each call, say); it is constructed as ``Host`` is.
-    ``around_call``: an :class:`AroundCall` the host runs around every embed
-    and rerank call, with the call's model (a tool's hook: no subclass needed).
-    Leaving the block retires every worker and confirms its exit.
-    """
-    if config is None:
-        config = default_config()
-    if isinstance(plugins, PluginHost):
-        plugin_host = plugins
-    elif plugins is None:
-        plugin_host = PluginHost(load_entry_points=True)
-    else:
-        plugin_host = PluginHost(plugins)
-    try:
-        async with anyio.create_task_group() as tg:
-            if around_call is None:
-                host = host_class(config, plugin_host, clock, tg)
-            else:
-                host = host_class(config, plugin_host, clock, tg, around_call=around_call)
-            try:
-                yield host
-            finally:
-                await host.aclose()
-                tg.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        # Detached tasks never raise, so a group holds the caller's own error:
-        # give it back as raised, so ``except Refused:`` works around a host.
-        if len(group.exceptions) == 1:
-            raise group.exceptions[0] from None
-        raise

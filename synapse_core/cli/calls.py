@@ -22,8 +22,9 @@ from ..call import EmbedResult, RerankResult
 from ..config import HostConfig, Task
 from ..deadline import Deadline
 from ..errors import IdentityChanged, Refused
-from ..host import Host, open_host
+from ..host import Host
 from ..kinds import Kind
+from ..opening import open_host
 from ..outputs import OutputsResult
 from ..plan import Truncate
 from ..plugins import PluginHost

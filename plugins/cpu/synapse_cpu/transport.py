@@ -40,7 +40,7 @@ from synapse_models.packing import PairTemplate
 from synapse_models.tokenizer import HFTokenizer, check_fits, tokenizer_of
 
 from .cores import LANE_ID, usable_cores
-from .costs import HIDDEN, default_capacity_mib, request_budget, weights_mib
+from .costs import HIDDEN, copies, default_capacity_mib, request_budget, weights_mib
 from .options import CpuOptions, parse_options
 
 WORKER = "synapse_cpu.worker:CpuWorker"
@@ -105,20 +105,65 @@ def model_files(options: CpuOptions) -> files.ModelFiles:
     return files.locate(options.folder(), options.sha256)
 
 
+def _tokenizer(path: Path, layout: Layout) -> HFTokenizer:
+    """The folder's tokenizer, one per file size and modification time and
+    way of framing: it frames and encodes as the worker's does
+    (``synapse_models.model.layout_tokenizer``), so the host counts and cuts
+    what the worker packs; the one the catalog checked is the one that
+    serves (the file is parsed once), and a replaced file is read again."""
+    stat = path.stat()
+    return _tokenizer_at(path, stat.st_size, stat.st_mtime_ns, *_framing(layout))
+
+
+def _framing(layout: Layout) -> tuple[bool, PairTemplate | None, bool, bool]:
+    return layout.cross_encoder, layout.template, layout.causal, layout.strips_texts
+
+
 @functools.lru_cache(maxsize=64)
-def _tokenizer_of(
-    path: Path, pairs: bool, template: PairTemplate | None, decoder: bool, strip: bool
+def _tokenizer_at(
+    path: Path,
+    size: int,
+    mtime_ns: int,
+    pairs: bool,
+    template: PairTemplate | None,
+    decoder: bool,
+    strip: bool,
 ) -> HFTokenizer:
     return tokenizer_of(path, pairs, template, decoder, strip)
 
 
-def _tokenizer(path: Path, layout: Layout) -> HFTokenizer:
-    """The folder's tokenizer, one per folder and way of framing: it frames
-    and encodes as the worker's does (``synapse_models.model.layout_tokenizer``),
-    so the host counts and cuts what the worker packs."""
-    return _tokenizer_of(
-        path, layout.cross_encoder, layout.template, layout.causal, layout.strips_texts
-    )
+def tokenizer_problem(located: files.ModelFiles, layout: Layout) -> str:
+    """Why the folder's ``tokenizer.json`` cannot serve ("" when it can): not
+    a ``tokenizers`` file, framing no sequence as the family needs, or
+    another model's vocabulary. Remembered per file size and modification
+    time (of the tokenizer, and the rows its weights' header gives), so
+    listing a catalog parses each file once."""
+    path = located.tokenizer
+    try:
+        stat = path.stat()
+        rows = files.vocab_rows(located.weights, layout)
+    except ModelFilesError as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"{path}: cannot be read: {exc.strerror or exc}"
+    padded = layout.family.vocab_padded
+    return _tokenizer_problem(path, stat.st_size, stat.st_mtime_ns, _framing(layout), rows, padded)
+
+
+@functools.lru_cache(maxsize=64)
+def _tokenizer_problem(
+    path: Path,
+    size: int,
+    mtime_ns: int,
+    framing: tuple[bool, PairTemplate | None, bool, bool],
+    rows: int,
+    padded: bool,
+) -> str:
+    try:
+        check_fits(_tokenizer_at(path, size, mtime_ns, *framing), rows, padded)
+    except ModelFilesError as exc:
+        return str(exc)
+    return ""
 
 
 @functools.lru_cache(maxsize=64)
@@ -141,23 +186,28 @@ def verify_before_launch(located: files.ModelFiles, instruction: str | None = No
 class ModelFacts:
     """What pricing an admission needs, read once per model folder."""
 
+    #: the runtime's memory and every copy of the weights
     weights_mib: int
     hidden: int
     batch_tokens: int
+    #: the copies of the model a worker may hold (``costs.copies``)
+    copies: int = 1
 
 
 def model_facts(model: ModelSpec) -> ModelFacts:
     options = parse_options(model.options, source=f"model {model.name!r}")
     located = model_files(options)
-    return _facts(located.root, runtime_of(options.runtime), options.batch_tokens)
+    runtime = runtime_of(options.runtime)
+    held = copies(runtime, options.threads, usable_cores())
+    return _facts(located.root, runtime, options.batch_tokens, held)
 
 
 @functools.lru_cache(maxsize=64)
-def _facts(root: Path, runtime: str, batch_tokens: int) -> ModelFacts:
+def _facts(root: Path, runtime: str, batch_tokens: int, held: int) -> ModelFacts:
     located = files.ModelFiles(root, "", None)
     hidden = int(files.read_json(located.config).get("hidden_size", HIDDEN))
     size = located.weights.stat().st_size
-    return ModelFacts(weights_mib(size, runtime), hidden, batch_tokens)
+    return ModelFacts(weights_mib(size, runtime, held), hidden, batch_tokens, held)
 
 
 class CpuTransport(Transport):
@@ -252,6 +302,8 @@ class CpuTransport(Transport):
                 f"{located.config}: a cross-encoder ({layout.architecture}, "
                 'ForSequenceClassification) scores pairs; give it task = "rerank"'
             )
+        if problem := tokenizer_problem(located, layout):
+            return Availability.no(problem)
         if options.buckets and max(options.buckets) > layout.positions:
             return Availability.no(
                 f"options.buckets: {max(options.buckets)} is longer than the "
@@ -307,9 +359,9 @@ class CpuTransport(Transport):
             options = parse_options(model.options)
             located = model_files(options)
             layout = files.check_present(located).with_instruction(options.instruction)
-        except (ModelFilesError, ConfigError, ValueError):
+            return _tokenizer(located.tokenizer, layout)
+        except (ModelFilesError, ConfigError, ValueError, OSError):
             return BasicTokenizer()  # the model is unavailable and refused before tokenizing
-        return _tokenizer(located.tokenizer, layout)
 
     async def launch(self, request: LaunchRequest) -> Launched:
         options: CpuOptions = self.model_options(request.model)

@@ -310,11 +310,13 @@ def load(
     min_cosine = max_score_delta = None
     graph = None
     if runtime == "onnxruntime":
-        from .onnx_file import cached_graph, default_cache_dir
+        from .onnx_file import cached_graph, default_cache_dir, usable_cache_dir
 
-        root = Path(cache_dir) if cache_dir else default_cache_dir()
+        graphs = graph_cache(Path())
+        folders = (str(graphs), "int8") if quantize == "int8" else (str(graphs),)
+        root = usable_cache_dir(Path(cache_dir) if cache_dir else default_cache_dir(), *folders)
         key = files.graph_key(located, digest)
-        graph = cached_graph(weights, key, graph_cache(root))
+        graph = cached_graph(weights, key, root / graphs)
         typed = weights.family.token_types(weights.body)
         kept = weights.family.kept_float
         # The session holds its own copy, the token heads' too: none in numpy.

@@ -21,6 +21,8 @@ but the first (rows, width - 1, dims)).
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import tempfile
 from pathlib import Path
@@ -29,6 +31,7 @@ from typing import Any
 import numpy as np
 
 from .arranged import Weights
+from .errors import ModelFilesError
 from .graph import Graph
 from .heads import MAX_POOL_FILL, Classifier, Embedding, Ending
 from .token_heads import M3Heads, SpladeHead
@@ -36,11 +39,77 @@ from .token_heads import M3Heads, SpladeHead
 #: bump when the graphs change: cached files of another version are not reused
 GRAPH_VERSION = 3
 OPSET = 17  # LayerNormalization
+log = logging.getLogger(__name__)
 
 
 def default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "synapse" / "onnx"
+
+
+def usable_cache_dir(root: Path, *folders: str) -> Path:
+    """``root`` when a file can be written in each of ``folders`` under it
+    (made if missing), else a temporary folder (:func:`fallback_cache_dir`),
+    logged once per process naming ``root`` and why. Raises
+    :class:`ModelFilesError` naming both when neither can be written."""
+    try:
+        _probe(root, folders)
+        return root
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+    try:
+        fallback = fallback_cache_dir()
+        _probe(fallback, folders)
+    except OSError as exc:
+        raise ModelFilesError(
+            str(root),
+            f"the graph cache cannot be written ({reason}), nor a folder in the temporary "
+            f"folder {tempfile.gettempdir()} ({exc.strerror or exc}): set options.cache_dir "
+            "(or XDG_CACHE_HOME) to a writable folder",
+        ) from None
+    fallback_notice(str(root), reason, str(fallback))
+    return fallback
+
+
+def _probe(root: Path, folders: tuple[str, ...]) -> None:
+    """Makes each folder under ``root`` and writes (and removes) a file in it."""
+    for name in folders or ("",):
+        folder = root / name
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, suffix=".probe")
+        os.close(fd)
+        os.unlink(probe)
+
+
+def fallback_cache_dir() -> Path:
+    """Where graphs go when the cache folder cannot be written: this user's
+    ``synapse-onnx-<uid>`` in the temporary folder (``TMPDIR``), made
+    private, so this user's workers share what they build; a folder of that
+    name that another user owns or others may write is not trusted, and a
+    fresh one is made instead."""
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    folder = Path(tempfile.gettempdir()) / f"synapse-onnx-{uid}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        stat = folder.lstat()
+        mine = folder.is_dir() and not folder.is_symlink() and stat.st_uid == uid
+        if mine and not stat.st_mode & 0o022:
+            return folder
+    except OSError:
+        pass
+    return Path(tempfile.mkdtemp(prefix="synapse-onnx-"))
+
+
+@functools.cache
+def fallback_notice(root: str, reason: str, fallback: str) -> None:
+    """Once per process and folder: the cache could not be written, graphs go elsewhere."""
+    log.warning(
+        "synapse-models: the graph cache %s cannot be written (%s); graphs are built in "
+        "%s instead (set options.cache_dir or XDG_CACHE_HOME to keep them)",
+        root,
+        reason,
+        fallback,
+    )
 
 
 def graph_name(weights: Weights, key: str) -> str:
