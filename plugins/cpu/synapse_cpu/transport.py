@@ -234,7 +234,8 @@ class CpuTransport(Transport):
 
     def traits(self, model: ModelSpec) -> ModelTraits:
         """The folder's prompts, and whether a rerank model is a cross-encoder,
-        an LLM reranker (with the instruction its prompt holds) or a bi-encoder."""
+        an LLM reranker (with the instruction its prompt holds), a ColBERT
+        model scoring by MaxSim or a bi-encoder."""
         layout = _layout(self.model_options(model))
         return ModelTraits() if layout is None else traits_of(layout, model.task)
 

@@ -21,7 +21,7 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from synapse_core import ConfigError, Host, HostConfig, PluginHost, SynapseError
 
-from . import openapi, routes_cohere, routes_openai, routes_rerank, routes_tei
+from . import openapi, routes_cohere, routes_encode, routes_openai, routes_rerank, routes_tei
 from .errors import HTTPError, unexpected
 from .metrics import CONTENT_TYPE
 from .openapi import Answer, answers
@@ -59,6 +59,9 @@ ROUTES = [
     Route("/v2/embed", routes_cohere.embed_v2, methods=["POST"]),
     Route("/", routes_tei.served, methods=["POST"]),
     Route("/embed", routes_tei.embed, methods=["POST"]),
+    Route("/embed_sparse", routes_tei.embed_sparse, methods=["POST"]),
+    Route("/embed_all", routes_tei.embed_all, methods=["POST"]),
+    Route("/v1/encode", routes_encode.encode, methods=["POST"]),
     Route("/rerank", routes_tei.rerank, methods=["POST"]),
     Route("/tokenize", routes_tei.tokenize, methods=["POST"]),
     Route("/info", routes_tei.info, methods=["GET"]),

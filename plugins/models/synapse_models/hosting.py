@@ -110,12 +110,15 @@ def folder_problem(
 def traits_of(layout: Layout, task: Task) -> ModelTraits:
     """What a catalog shows of the model: its prompts, its pooling, the
     outputs it computes, and whether a rerank model is a cross-encoder, an
-    LLM reranker (with the instruction its prompt holds) or a bi-encoder."""
+    LLM reranker (with the instruction its prompt holds), a multi-vector
+    model scoring by MaxSim, or a bi-encoder."""
     scorer: Scorer | None = None
     if task == "rerank":
         scorer = "cross-encoder" if layout.cross_encoder else "bi-encoder"
         if layout.template is not None:
             scorer = "llm-reranker"
+        elif layout.colbert and not layout.cross_encoder:
+            scorer = "maxsim"
     return ModelTraits(
         prompts=layout.prompts,
         default_prompt=layout.default_prompt,
