@@ -56,6 +56,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 # -- transport ---------------------------------------------------------------
 
 
+# Long because its docstring is all a transport author needs, in one place.
 @hookspec
 def synapse_register_transports(register: Callable[[Transport], None]) -> None:
     """Register the transports this plugin provides.

@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import attrs
 import click
@@ -136,6 +136,23 @@ def catalog_command(
     emit(doc, as_json, lambda: render.catalog_lines(doc))
 
 
+def _output_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--sparse`` and ``--all``: an output other than dense vectors."""
+    sparse = click.option(
+        "--sparse",
+        "output",
+        flag_value="sparse",
+        help="Sparse vectors (a SPLADE or bge-m3 model's) in place of dense ones.",
+    )
+    every = click.option(
+        "--all",
+        "output",
+        flag_value="multi",
+        help="Every token's vector (a ColBERT head's, else the last hidden state).",
+    )
+    return sparse(every(command))
+
+
 @click.command("embed")
 @click.argument("model", required=False)
 @click.argument("texts", nargs=-1)
@@ -146,18 +163,7 @@ def catalog_command(
     metavar="NAME",
     help="Put the model's prompt NAME in front of each text (synapse catalog lists them).",
 )
-@click.option(
-    "--sparse",
-    "output",
-    flag_value="sparse",
-    help="Sparse vectors (a SPLADE or bge-m3 model's) in place of dense ones.",
-)
-@click.option(
-    "--all",
-    "output",
-    flag_value="multi",
-    help="Every token's vector (a ColBERT head's, else the last hidden state).",
-)
+@_output_options
 @truncate_option
 @deadline_option
 @json_option
@@ -192,18 +198,26 @@ def embed_command(
     config, model, texts = called_model(state, catalog, models, transport, model, texts)
     inputs = gather(texts, file, "text")
     if output is not None:
-        with progress(len(inputs.items), "embedding", "texts") as on_batch:
-            outputs = run_outputs(
-                config, state.plugins, model, inputs, deadline, on_batch, Kind(output),
-                prompt_name, truncate,
-            )  # fmt: skip
-        emit(render.outputs_doc(outputs), as_json, lambda: render.outputs_lines(outputs, inputs))
+        call = (config, state.plugins, model, inputs, deadline)
+        _emit_outputs(call, Kind(output), prompt_name, truncate, as_json)
         return
     with progress(len(inputs.items), "embedding", "texts") as on_batch:
         result = run_embed(
             config, state.plugins, model, inputs, deadline, on_batch, prompt_name, truncate
         )
     emit(render.embed_doc(result), as_json, lambda: render.embed_lines(result, inputs))
+
+
+def _emit_outputs(
+    call: tuple[Any, ...], kind: Kind, prompt_name: str | None, truncate: Truncate, as_json: bool
+) -> None:
+    """``embed --sparse`` / ``--all``: the texts' outputs of ``kind``, printed."""
+    config, plugins, model, inputs, deadline = call
+    with progress(len(inputs.items), "embedding", "texts") as on_batch:
+        outputs = run_outputs(
+            config, plugins, model, inputs, deadline, on_batch, kind, prompt_name, truncate
+        )
+    emit(render.outputs_doc(outputs), as_json, lambda: render.outputs_lines(outputs, inputs))
 
 
 @click.command("rerank")
