@@ -48,6 +48,8 @@ _EXPORTS = {
     "EmbedResult": "call",
     "RerankResult": "call",
     "OutputsResult": "outputs",
+    "ClassifyResult": "classify",
+    "Prediction": "classify",
     "SparseVector": "outputs",
     "Kind": "kinds",
     "HostSnapshot": "snapshot",
@@ -79,6 +81,7 @@ __all__ = [
     "DEFAULT_CATALOG_SOURCE",
     "AroundCall",
     "CapacityExhausted",
+    "ClassifyResult",
     "ConfigError",
     "Deadline",
     "DeadlineExceeded",
@@ -100,6 +103,7 @@ __all__ = [
     "Overloaded",
     "PluginError",
     "PluginHost",
+    "Prediction",
     "ProtocolError",
     "Refused",
     "RerankResult",
@@ -126,6 +130,7 @@ __getattr__ = lazy_getattr(__name__, __name__, _EXPORTS, globals())
 if TYPE_CHECKING:
     from .call import EmbedResult, RerankResult
     from .catalog import DEFAULT_CATALOG_SOURCE, Entry, default_catalog_text, default_config
+    from .classify import ClassifyResult, Prediction
     from .config import HostConfig, LaneConfig, ModelSpec, RestartBudget
     from .deadline import Deadline, FakeClock
     from .errors import (

@@ -90,12 +90,13 @@ class Asked(NamedTuple):
     outputs: tuple[Kind, ...] = ()
 
 
-async def started(host: Planning, asked: Asked) -> Call:
+async def started(host: Planning, asked: Asked, plan: Plan | None = None) -> Call:
     """``host._call`` of the call, planned first by :func:`plan_large` when its
-    texts are large. A small call is planned and started without a pause, so
-    its refusals and errors are raised before its caller's first await."""
+    texts are large (unless its ``plan`` is given). A small call is planned
+    and started without a pause, so its refusals and errors are raised
+    before its caller's first await."""
     trace = host.tracer.call(asked.model, asked.task)  # in the caller's context
-    plan = await plan_large(host, asked)
+    plan = plan or await plan_large(host, asked)
     model, task, texts, query, deadline, truncate, outputs = asked
     while (unloading := host._unloading(model)) is not None:
         # The model's idle workers are being let go: its next call starts

@@ -11,6 +11,7 @@ from anyio.abc import TaskGroup
 from .bounds import Asked, Plan, Truncate, planned_for, small, started
 from .call import Call, EmbedResult, RerankResult
 from .catalog import Catalog, Entry
+from .classify import ClassifyCalls
 from .coalesce import Coalescer
 from .config import HostConfig, Task
 from .cut import request_budget, selection_of
@@ -45,8 +46,8 @@ class AroundCall(Protocol):
     def __call__(self, model: str, call: Callable[[], Awaitable[_R]], /) -> Awaitable[_R]: ...
 
 
-class Host(OutputCalls):
-    """Serves embed and rerank calls. Create it with :func:`open_host`."""
+class Host(OutputCalls, ClassifyCalls):
+    """Serves embed, rerank and classify calls. Create it with :func:`open_host`."""
 
     def __init__(
         self,

@@ -42,7 +42,8 @@ class Kind(enum.Enum):
 
 
 #: the one output of a task, for a peer that names none (protocol 2)
-TASK_OUTPUT: dict[str, Kind] = {"embed": Kind.DENSE, "rerank": Kind.SCORE}
+#: (a classify call's rows are dense: one logit per label, ``dims`` the labels)
+TASK_OUTPUT: dict[str, Kind] = {"embed": Kind.DENSE, "rerank": Kind.SCORE, "classify": Kind.DENSE}
 
 
 def check_part(

@@ -114,6 +114,12 @@ class ModelTraits:
     #: an LLM reranker's instruction, the one its prompt holds (the model
     #: card's or the catalog's), for ``synapse catalog`` and ``/info``
     instruction: str | None = None
+    #: a classify model's labels, one per value of its rows, in order
+    #: (``Host.classify``); empty: not said (``LABEL_0``, ``LABEL_1``...)
+    labels: tuple[str, ...] = ()
+    #: a classify model's labels are independent: each one's probability is
+    #: the sigmoid of its logit, not the softmax over the labels
+    multi_label: bool = False
 
 
 @attrs.frozen

@@ -37,7 +37,7 @@ DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 #: request carries (a batch of 2**40 is a worker's bug, not its capacity)
 MAX_BATCH = 65536
 
-Task = Literal["embed", "rerank"]
+Task = Literal["embed", "rerank", "classify"]
 
 
 class Frame(msgspec.Struct, tag_field="t", frozen=True, forbid_unknown_fields=False):

@@ -139,6 +139,11 @@ class ModelWorker:
         """One relevance score per document (token sequence), in order."""
         raise Declined(f"{self.model!r} does not rerank", "unsupported-task")
 
+    def classify(self, query: list[int] | None, batch: list[list[int]]) -> Rows:
+        """A classifier's logits, one row of :attr:`dims` (its labels) per
+        sequence, in order; with ``query``, of each pair (``query``, sequence)."""
+        raise Declined(f"{self.model!r} does not classify", "unsupported-task")
+
     def sparse(self, batch: list[list[int]]) -> Any:
         """One sparse vector per sequence, ``(indices, weights)`` (sequences
         or 1-D arrays; each index below ``widths[Kind.SPARSE]``, none twice)."""
@@ -315,6 +320,9 @@ class ModelLogic:
             assert query is not None
             out: Any = call_author(worker.rerank, query, batch)
             width = 1
+        elif frame.task == "classify":
+            out = call_author(worker.classify, query, batch)
+            width = self.dims
         else:
             out = call_author(worker.embed, batch)
             width = self.dims

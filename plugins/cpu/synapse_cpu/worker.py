@@ -2,7 +2,8 @@
 
 The transport starts it as ``synapse_cpu.worker:CpuWorker``. It loads and
 checks the model once, then embeds each request's token ids (or scores each
-document with the query: a cross-encoder's logit, a bi-encoder's cosine); the
+document with the query: a cross-encoder's logit, a bi-encoder's cosine; or
+gives a classifier's logits of each text or pair); the
 kit does the protocol, the shape checks, tracing and the fault knobs.
 """
 
@@ -79,6 +80,9 @@ class CpuWorker(ModelWorker):
 
     def rerank(self, query: list[int], batch: list[list[int]]) -> runtime.Vectors:
         return self.runner.rerank(query, batch)
+
+    def classify(self, query: list[int] | None, batch: list[list[int]]) -> runtime.Vectors:
+        return self.runner.classify(query, batch)
 
     def trace_facts(self) -> dict[str, object]:
         return {

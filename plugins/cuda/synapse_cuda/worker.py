@@ -122,6 +122,9 @@ class CudaWorker(ModelWorker):
     def rerank(self, query: list[int], batch: list[list[int]]) -> runtime.Vectors:
         return self.runner.rerank(query, batch)
 
+    def classify(self, query: list[int] | None, batch: list[list[int]]) -> runtime.Vectors:
+        return self.runner.classify(query, batch)
+
     def trace_facts(self) -> dict[str, object]:
         return {
             "runtime": self.runner.runtime,

@@ -6,7 +6,9 @@ pooling and normalisation from ``modules.json`` and ``1_Pooling/config.json``,
 the longest input from ``sentence_bert_config.json`` (``max_seq_length``),
 the prompts from ``config_sentence_transformers.json``. A ``config.json``
 naming a ``*ForSequenceClassification`` architecture with one label is a
-cross-encoder (a rerank model); a causal language model whose family has a
+cross-encoder (a rerank model), with more than one a classifier (its labels
+from ``id2label``, softmaxed or, for ``multi_label_classification``, each
+one's sigmoid); a causal language model whose family has a
 pair prompt (:class:`~synapse_models.packing.PairTemplate`), in a folder with
 no sentence-transformers modules, is an LLM reranker (Qwen3-Reranker).
 Cheap: no weights are read, nothing is hashed.
@@ -76,7 +78,8 @@ class Layout:
 
     #: the family's name (``bert``, ``xlm-roberta``, ``modernbert``, ...)
     architecture: str
-    #: a ``*ForSequenceClassification`` head with one label: scores pairs
+    #: a ``*ForSequenceClassification`` head (or an LLM reranker's): reads a
+    #: text or a pair; one label: a cross-encoder scoring pairs, more: a classifier
     cross_encoder: bool
     #: how token vectors become one vector (a cross-encoder's head reads the first token)
     pooling: Pooling
@@ -108,6 +111,16 @@ class Layout:
     #: an LLM reranker's instruction given in place of the model card's
     #: (:meth:`with_instruction`); ``None``: the card's
     instruction: str | None = None
+    #: a classifier's labels (``id2label``, in id order); empty for any other model
+    labels: tuple[str, ...] = ()
+    #: a classifier whose labels are independent (``multi_label_classification``:
+    #: each label's sigmoid), not exclusive (softmax over the labels)
+    multi_label: bool = False
+
+    @property
+    def classifier(self) -> bool:
+        """A ``*ForSequenceClassification`` head of more than one label."""
+        return bool(self.labels)
 
     @property
     def family(self) -> Family:
@@ -126,7 +139,10 @@ class Layout:
 
     @property
     def dims(self) -> int:
-        """An embedder's vector size: the last Dense module's, else the hidden size."""
+        """An embedder's vector size: the last Dense module's, else the hidden
+        size; a classifier's labels."""
+        if self.classifier:
+            return len(self.labels)
         return self.dense[-1].out_features if self.dense else self.hidden
 
     @property
@@ -138,6 +154,8 @@ class Layout:
             told = self.instruction
             mark = "" if told is None else f"-i{hashlib.sha256(told.encode()).hexdigest()[:8]}"
             return f"{self.architecture}-llm-reranker{mark}"
+        if self.classifier:
+            return f"{self.architecture}-classifier{len(self.labels)}"
         if self.cross_encoder:
             return f"{self.architecture}-cross-encoder"
         if self.sparse == "splade":
@@ -192,12 +210,16 @@ def read_layout(root: Path) -> Layout:
     config_path = root / CONFIG
     config = read_json(config_path)
     family = family_for(config, str(config_path))
-    cross = _cross_encoder(config, config_path, family)
+    head = _sequence_head(config, config_path, family)
     sizes = family.sizes(config, str(config_path))
     name, hidden, positions, offset = family.name, sizes.hidden, sizes.positions, sizes.offset
-    if cross:
+    if head is not None:
         ceiling = _ceiling(_tokenizer_limit(root), positions)
-        return Layout(name, True, "cls", False, positions, ceiling, hidden, offset)
+        labels, multi = head
+        return Layout(
+            name, True, "cls", False, positions, ceiling, hidden, offset,
+            labels=labels, multi_label=multi,
+        )  # fmt: skip
     if sizes.template is not None and not _sentence_transformer(root):
         # A causal LM with no sentence-transformers modules: an LLM reranker
         # (Qwen3-Reranker); Qwen3-Embedding names the same architecture but
@@ -290,46 +312,71 @@ def _ceiling(limit: int | None, positions: int) -> int:
     return positions if limit is None else min(limit, positions)
 
 
-def task_of(root: Path) -> Literal["embed", "rerank"]:
-    """What the folder's model does: ``"rerank"`` for a
-    ``*ForSequenceClassification`` model (a cross-encoder) or an LLM reranker
-    (a causal LM of a family with a pair prompt, without sentence-transformers
-    modules), else ``"embed"``. A folder :func:`read_layout` refuses is
-    judged by ``config.json``'s ``architectures`` alone (whether the family
-    is served is for :func:`read_layout` to say)."""
+def task_of(root: Path) -> Literal["embed", "rerank", "classify"]:
+    """What the folder's model does: ``"classify"`` for a
+    ``*ForSequenceClassification`` model of several labels, ``"rerank"`` for
+    one of one label (a cross-encoder) or an LLM reranker (a causal LM of a
+    family with a pair prompt, without sentence-transformers modules), else
+    ``"embed"``. A folder :func:`read_layout` refuses is judged by
+    ``config.json``'s ``architectures`` (and its labels) alone (whether the
+    family is served is for :func:`read_layout` to say)."""
     config = read_json(root / CONFIG)
     try:
-        if read_layout(root).cross_encoder:
-            return "rerank"
+        layout = read_layout(root)
+        if layout.cross_encoder:
+            return "classify" if layout.classifier else "rerank"
     except ModelFilesError:
         pass
     named = config.get("architectures")
     names = named if isinstance(named, list) else []
     heads = [a for a in names if isinstance(a, str) and a.endswith("ForSequenceClassification")]
-    return "rerank" if heads else "embed"
+    if not heads:
+        return "embed"
+    return "classify" if _label_count(config) > 1 else "rerank"
 
 
-def _cross_encoder(config: dict[str, Any], path: Path, family: Family) -> bool:
-    """Whether ``config.json`` names a one-label ``*ForSequenceClassification``
-    head that ``family`` serves as a cross-encoder."""
+def _label_count(config: dict[str, Any]) -> int:
+    labels = config.get("id2label")
+    count = len(labels) if isinstance(labels, dict) else config.get("num_labels", 2)
+    return count if isinstance(count, int) else 2
+
+
+def _sequence_head(
+    config: dict[str, Any], path: Path, family: Family
+) -> tuple[tuple[str, ...], bool] | None:
+    """The labels (empty for one: a cross-encoder) and whether they are
+    multi-label, of the ``*ForSequenceClassification`` head ``config.json``
+    names and ``family`` serves; ``None``: it names none."""
     named = config.get("architectures") or []
     heads = [a for a in named if isinstance(a, str) and a.endswith("ForSequenceClassification")]
     if not heads:
-        return False
+        return None
     if heads[0] not in family.cross_encoders:
         raise ModelFilesError(
             str(path),
-            f"architecture {heads[0]} is not supported; cross-encoders supported: "
-            f"{', '.join(cross_encoders())}",
+            f"architecture {heads[0]} is not supported; cross-encoders and classifiers "
+            f"supported: {', '.join(cross_encoders())}",
         )
-    labels = config.get("id2label")
-    count = len(labels) if isinstance(labels, dict) else config.get("num_labels", 2)
-    if count != 1:
+    count = _label_count(config)
+    if count == 1:
+        return (), False
+    problem = config.get("problem_type")
+    if problem not in (None, "single_label_classification", "multi_label_classification"):
         raise ModelFilesError(
             str(path),
-            f"{heads[0]} has {count} labels; a cross-encoder (rerank) model has one label",
+            f"problem_type {problem!r} is not supported; supported: "
+            "single_label_classification, multi_label_classification",
         )
-    return True
+    given = config.get("id2label")
+    names = given if isinstance(given, dict) else {}
+    try:
+        by_id = {int(key): str(value) for key, value in names.items()}
+    except ValueError:
+        raise ModelFilesError(str(path), "id2label's keys must be label ids") from None
+    if by_id and sorted(by_id) != list(range(count)):
+        raise ModelFilesError(str(path), f"id2label must name the ids 0 to {count - 1}")
+    labels = tuple(by_id.get(i, f"LABEL_{i}") for i in range(count))
+    return labels, problem == "multi_label_classification"
 
 
 def _modules(root: Path) -> tuple[Pooling, tuple[DenseModule, ...], bool]:

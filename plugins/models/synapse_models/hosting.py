@@ -90,8 +90,22 @@ def folder_problem(
 ) -> str:
     """Why the folder cannot serve a catalog entry of ``task`` with
     ``buckets`` ("" when it can): a cross-encoder asked to embed, a
-    tokenizer that does not fit, buckets longer than the model's positions."""
-    if layout.cross_encoder and task != "rerank":
+    classifier asked for anything but classify (or another model asked to
+    classify), a tokenizer that does not fit, buckets longer than the
+    model's positions."""
+    if layout.classifier and task != "classify":
+        return (
+            f"{located.config}: a classifier of {len(layout.labels)} labels "
+            f"({', '.join(layout.labels)}; {layout.architecture}, ForSequenceClassification) "
+            'labels texts and pairs; give it task = "classify"'
+        )
+    if task == "classify" and not layout.classifier:
+        return (
+            f"{located.config}: not a classifier (a *ForSequenceClassification "
+            f"model of more than one label); this folder is a {layout.kind}, give it "
+            f'task = "{"rerank" if layout.cross_encoder else "embed"}"'
+        )
+    if layout.cross_encoder and task == "embed":
         return (
             f"{located.config}: a cross-encoder ({layout.architecture}, "
             'ForSequenceClassification) scores pairs; give it task = "rerank"'
@@ -109,7 +123,7 @@ def folder_problem(
 
 def traits_of(layout: Layout, task: Task) -> ModelTraits:
     """What a catalog shows of the model: its prompts, its pooling, the
-    outputs it computes, and whether a rerank model is a cross-encoder, an
+    outputs it computes, a classifier's labels, and whether a rerank model is a cross-encoder, an
     LLM reranker (with the instruction its prompt holds), a multi-vector
     model scoring by MaxSim, or a bi-encoder."""
     scorer: Scorer | None = None
@@ -127,6 +141,8 @@ def traits_of(layout: Layout, task: Task) -> ModelTraits:
         outputs=frozenset(Kind(name) for name in offered(layout))
         | ({Kind.SCORE} if task == "rerank" else set()),
         instruction=None if layout.template is None else layout.template.instruction,
+        labels=layout.labels,
+        multi_label=layout.multi_label,
     )
 
 

@@ -159,7 +159,9 @@ class Model:
 
     @property
     def dims(self) -> int:
-        return 1 if self.layout.cross_encoder else self.layout.dims
+        """A row's width: the vector's, a classifier's labels, or one score."""
+        layout = self.layout
+        return 1 if layout.cross_encoder and not layout.classifier else layout.dims
 
     @property
     def int8_key(self) -> str:
@@ -224,12 +226,29 @@ class Model:
 
             (rows,) = self.outputs([query, *documents], ["multi"])
             return np.array([maxsim(rows[0], row) for row in rows[1:]], dtype=np.float32)
+        if self.layout.classifier:
+            raise ValueError(f"{self.files.name} is a classifier; it classifies, not reranks")
         if not self.layout.cross_encoder:
             vectors = self.embed([query, *documents])
             scores: F32 = vectors[1:] @ vectors[0]
             return scores
+        return self._pairs(query, documents)
+
+    def classify(self, query: Sequence[int] | None, sequences: Sequence[Sequence[int]]) -> F32:
+        """A classifier's logits (rows, labels), one row per sequence, in
+        order; with ``query``, each row is the pair (``query``, sequence),
+        framed as a cross-encoder frames a pair (an NLI model's premise and
+        hypothesis)."""
+        if not self.layout.classifier:
+            raise ValueError(f"{self.files.name} is not a classifier of several labels")
+        return self.embed(sequences) if query is None else self._pairs(query, sequences)
+
+    def _pairs(self, query: Sequence[int], documents: Sequence[Sequence[int]]) -> F32:
+        """The head's logits of each pair (``query``, document): one per row
+        for one label, (rows, labels) for several."""
         framing = self.framing
-        out = np.empty(len(documents), dtype=np.float32)
+        shape = (len(documents), self.dims) if self.layout.classifier else (len(documents),)
+        out = np.empty(shape, dtype=np.float32)
         widths = [len(query) + len(d) + framing.pair for d in documents]
         self._enter(max(widths, default=0) * len(widths))
         try:
@@ -399,7 +418,14 @@ def read_weights(located: files.ModelFiles, layout: Layout) -> Weights:
         dims = 1
     elif layout.cross_encoder:
         ending = family.classifier(tensors, config)
-        dims = 1
+        dims = layout.dims if layout.classifier else 1
+        labels = int(ending.out_w.shape[1])
+        if labels != max(1, len(layout.labels)):
+            raise ModelFilesError(
+                source,
+                f"the classifier has {labels} outputs; config.json names "
+                f"{max(1, len(layout.labels))} labels",
+            )
     else:
         dense = tuple(_dense(located.root / d.folder, d) for d in layout.dense)
         ending = Embedding(layout.pooling, dense, layout.normalize)
