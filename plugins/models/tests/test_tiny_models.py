@@ -204,8 +204,9 @@ def copy_folder(source: Path, target: Path) -> None:
         ),
         (
             "bert-rerank",
-            ("config.json", {"id2label": {"0": "NO", "1": "YES"}}),
-            "has 2 labels; a cross-encoder (rerank) model has one label",
+            # Two labels are a classifier (test_classifier.py); a regression head is not.
+            ("config.json", {"id2label": {"0": "NO", "1": "YES"}, "problem_type": "regression"}),
+            "problem_type 'regression' is not supported",
         ),
         (
             "bert-cls",
