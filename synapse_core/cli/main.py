@@ -17,6 +17,7 @@ import click
 
 from .. import __version__
 from ..plugins import PluginHost
+from .classify import classify_command
 from .commands import BUILTIN, AppState
 from .report import EXIT_FAILED, EXIT_OK, PROG, fail, warn
 
@@ -100,7 +101,7 @@ def make_cli(load_plugins: LoadPlugins | None = None) -> SynapseGroup:
     )(click.version_option(__version__, prog_name=PROG)(click.pass_context(_start)))
     if load_plugins is not None:
         group.load_plugins = load_plugins
-    for command in BUILTIN:
+    for command in (*BUILTIN, classify_command):
         group.add_command(command)
     return group
 

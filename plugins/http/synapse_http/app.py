@@ -21,7 +21,15 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from synapse_core import ConfigError, Host, HostConfig, PluginHost, SynapseError
 
-from . import openapi, routes_cohere, routes_encode, routes_openai, routes_rerank, routes_tei
+from . import (
+    openapi,
+    routes_cohere,
+    routes_encode,
+    routes_openai,
+    routes_predict,
+    routes_rerank,
+    routes_tei,
+)
 from .errors import HTTPError, unexpected
 from .metrics import CONTENT_TYPE
 from .openapi import Answer, answers
@@ -63,6 +71,7 @@ ROUTES = [
     Route("/embed_all", routes_tei.embed_all, methods=["POST"]),
     Route("/v1/encode", routes_encode.encode, methods=["POST"]),
     Route("/rerank", routes_tei.rerank, methods=["POST"]),
+    Route("/predict", routes_predict.predict, methods=["POST"]),
     Route("/tokenize", routes_tei.tokenize, methods=["POST"]),
     Route("/info", routes_tei.info, methods=["GET"]),
     Route("/health", routes_tei.health, methods=["GET"]),

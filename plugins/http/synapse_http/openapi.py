@@ -67,6 +67,7 @@ TASKS = {
     "/v1/rerank": "rerank",
     "/v2/rerank": "rerank",
     "/v2/embed": "embed",
+    "/predict": "classify",
 }
 #: how a request names its model besides its body (see ``pipeline.model_of``)
 MODEL_PARAMETERS = [
@@ -208,7 +209,9 @@ def _operation(path: str, endpoint: object, types: list[object]) -> dict[str, An
     posts = _posts(endpoint)
     if posts:
         request = _one_of([p.schema for p in posts], types)
-        answer = _one_of([p.answers for p in posts], types)
+        # A route answering one of several types gives them as a tuple.
+        found = [p.answers for p in posts]
+        answer = _one_of([t for a in found for t in (a if isinstance(a, tuple) else [a])], types)
         operation: dict[str, Any] = {
             "summary": _summary(endpoint),
             "parameters": [*MODEL_PARAMETERS, TIMEOUT_PARAMETER],

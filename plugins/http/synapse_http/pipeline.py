@@ -270,7 +270,8 @@ class PostRoute(Generic[T]):
 
 def post(schema: type[T], answers: object) -> Callable[[Handler[T]], PostRoute[T]]:
     """Make ``handler(request, service, body)`` a POST route for a JSON body
-    of ``schema``, answering a body of type ``answers``."""
+    of ``schema``, answering a body of type ``answers`` (a tuple of types:
+    one of them)."""
 
     def wrap(handler: Handler[T]) -> PostRoute[T]:
         return PostRoute(schema, handler, answers)

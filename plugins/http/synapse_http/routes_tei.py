@@ -37,6 +37,7 @@ from .pipeline import (
     service_of,
     truncated_header,
 )
+from .routes_predict import predict
 from .schemas import (
     UNSET,
     EmbedAllRequest,
@@ -276,9 +277,18 @@ async def info(request: Request) -> Response:
     config = service.host.config
     spec = entry.spec
     traits = entry.traits
+    labels = dict(enumerate(traits.labels))
     kind: dict[str, dict[str, object]] = (
         {"embedding": {"pooling": traits.pooling or "mean"}}
         if spec.task == "embed"
+        else {
+            "classifier": {
+                "id2label": {str(i): label for i, label in labels.items()},
+                "label2id": {label: i for i, label in labels.items()},
+                "multi_label": traits.multi_label,  # Synapse's own: sigmoid, not softmax
+            }
+        }
+        if spec.task == "classify"
         else {
             "reranker": {
                 "id2label": {"0": "LABEL_0"},
@@ -414,4 +424,4 @@ def prompted_inputs(
 
 
 #: ``POST /``
-served = ServedTask({"embed": embed, "rerank": rerank})
+served = ServedTask({"embed": embed, "rerank": rerank, "classify": predict})

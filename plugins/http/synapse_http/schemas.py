@@ -218,6 +218,25 @@ class Rank(Body):
     text: str | msgspec.UnsetType = UNSET
 
 
+#: a pair of texts (an NLI model's premise and hypothesis)
+Pair = Annotated[list[Text], msgspec.Meta(min_length=2, max_length=2)]
+#: TEI's ``/predict`` inputs: a text, a pair, or a list of texts and pairs (a
+#: list of two texts is one pair, as TEI reads it)
+PredictInputs = Text | Annotated[list[Text | Pair], msgspec.Meta(extra_json_schema=COUNTED)]
+
+
+class PredictRequest(Body):
+    inputs: PredictInputs
+    raw_scores: bool = False
+    truncate: bool | None = False
+    truncation_direction: Direction = "Right"
+
+
+class Prediction(Body):
+    score: float
+    label: str
+
+
 class TokenizeRequest(Body):
     inputs: str | Annotated[list[str], msgspec.Meta(extra_json_schema={MAX_INPUTS: True})]
     add_special_tokens: bool = True
