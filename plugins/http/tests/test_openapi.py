@@ -86,7 +86,14 @@ async def test_every_route_is_described_with_the_schemas_of_its_structs() -> Non
         "anyOf": [
             {"$ref": "#/components/schemas/EmbedRequest"},
             {"$ref": "#/components/schemas/RerankRequest"},
+            {"$ref": "#/components/schemas/PredictRequest"},
         ]
+    }
+    # /predict answers one input's labels, or a list of them per input.
+    predicted = doc["paths"]["/predict"]["post"]["responses"]["200"]["content"]
+    labels = {"type": "array", "items": {"$ref": "#/components/schemas/Prediction"}}
+    assert predicted["application/json"]["schema"] == {
+        "anyOf": [labels, {"type": "array", "items": labels}]
     }
 
 
