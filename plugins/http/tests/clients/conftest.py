@@ -149,7 +149,18 @@ MINILM = [
 ]
 #: the mock models, first after MiniLM's (TEI's routes serve the first of a task)
 MOCK = [model("mock-e"), model("mock-r", task="rerank")]
-MODELS = [*MINILM, *MOCK]
+CLASSIFY = "tiny-classifier"
+#: a tiny seeded BERT classifier of four labels (``POST /predict``)
+CLASSIFIER = [
+    model_entry(
+        CLASSIFY,
+        task="classify",
+        transport="cpu",
+        ceiling=128,
+        model_dir=str(Path(__file__).parents[3] / "models/tests/data/classifier/bert-classify"),
+    )
+]
+MODELS = [*MINILM, *MOCK, *CLASSIFIER]
 SETTINGS: dict[str, Any] = {"exit_grace_s": 5.0, "exchange_timeout_s": 30.0}
 #: cosine a client's vector must reach with ``host.embed``'s for the same text
 MIN_COSINE = 0.9999

@@ -34,7 +34,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from synapse_http.schemas import RerankRequest
+from synapse_http.schemas import EmbedRequest, RerankRequest
 from synapse_http.testing import AUTH, Server, metric
 
 from .conftest import MODELS, serving
@@ -92,7 +92,7 @@ MODEL_DEPENDENT = {
 #: request names, which the document cannot tie to the body it takes
 SERVED = {
     task: [entry["name"] for entry in MODELS if entry["task"] == task]
-    for task in ("embed", "rerank")
+    for task in ("embed", "rerank", "classify")
 }
 
 
@@ -119,7 +119,9 @@ def name_models(case: Any, data: st.DataObject) -> None:
         served = SERVED[body_task(case.body)]
         case.query = {**(case.query or {}), "model": data.draw(st.sampled_from(served))}
         return
-    served = SERVED["rerank" if "rerank" in case.operation.path else "embed"]
+    path = case.operation.path
+    task = "rerank" if "rerank" in path else "classify" if path == "/predict" else "embed"
+    served = SERVED[task]
     name = data.draw(st.sampled_from([None, *served, *served]))
     if name is not None:
         for part, key in ((case.query, "model"), (case.headers, MODEL)):
@@ -128,12 +130,16 @@ def name_models(case: Any, data: st.DataObject) -> None:
 
 
 def body_task(body: object) -> str:
-    """The task ``POST /``'s ``body`` is for: ``rerank`` if it is TEI's rerank body."""
-    try:
-        msgspec.convert(body, RerankRequest)
-    except msgspec.ValidationError:
-        return "embed"
-    return "rerank"
+    """The task ``POST /``'s ``body`` is for: ``rerank`` if it is TEI's rerank
+    body, else ``embed`` if it is TEI's embed body, else ``classify`` (a
+    predict body of pairs)."""
+    for schema, task in ((RerankRequest, "rerank"), (EmbedRequest, "embed")):
+        try:
+            msgspec.convert(body, schema)
+        except msgspec.ValidationError:
+            continue
+        return task
+    return "classify"
 
 
 def quiet(server: Server) -> dict[str, Any]:
