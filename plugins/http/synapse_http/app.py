@@ -30,6 +30,7 @@ from . import (
     routes_rerank,
     routes_tei,
 )
+from .access import logged
 from .errors import HTTPError, unexpected
 from .metrics import CONTENT_TYPE
 from .openapi import Answer, answers
@@ -210,9 +211,12 @@ class SynapseApp(Starlette):
             metrics.answered += 1
         finally:
             metrics.inside -= 1
-            metrics.observe(scope["path"], status, time.perf_counter() - start)
+            took = time.perf_counter() - start
+            metrics.observe(scope["path"], status, took)
             if span is not None:
                 span.end(status)
+            if service.settings.access_log:
+                logged(scope, scope["path"], status, took)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = time.perf_counter()
@@ -318,9 +322,12 @@ class Observed:
             await self.app(scope, receive, sending)
         finally:
             self.metrics.inside -= 1
-            self.metrics.observe(route, status, time.perf_counter() - start)
+            took = time.perf_counter() - start
+            self.metrics.observe(route, status, took)
             if span is not None:
                 span.end(status)
+            if self.service.settings.access_log:
+                logged(scope, route, status, took)
 
 
 class ApiKey:
