@@ -34,7 +34,7 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from synapse_http.schemas import EmbedRequest, RerankRequest
+from synapse_http.schemas import EmbedRequest, PredictRequest, RerankRequest
 from synapse_http.testing import AUTH, Server, metric
 
 from .conftest import MODELS, serving
@@ -131,15 +131,19 @@ def name_models(case: Any, data: st.DataObject) -> None:
 
 def body_task(body: object) -> str:
     """The task ``POST /``'s ``body`` is for: ``rerank`` if it is TEI's rerank
-    body, else ``embed`` if it is TEI's embed body, else ``classify`` (a
-    predict body of pairs)."""
-    for schema, task in ((RerankRequest, "rerank"), (EmbedRequest, "embed")):
+    body, ``classify`` if it is a predict body and no embed body (pairs),
+    else ``embed``."""
+
+    def fits(schema: type) -> bool:
         try:
             msgspec.convert(body, schema)
         except msgspec.ValidationError:
-            continue
-        return task
-    return "classify"
+            return False
+        return True
+
+    if fits(RerankRequest):
+        return "rerank"
+    return "classify" if fits(PredictRequest) and not fits(EmbedRequest) else "embed"
 
 
 def quiet(server: Server) -> dict[str, Any]:
