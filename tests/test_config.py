@@ -163,8 +163,8 @@ def test_unknown_nested_key_is_named() -> None:
 
 
 def test_bad_task_literal_lists_the_choices() -> None:
-    assert problems_of(catalog_toml(model(task="classify"))) == [
-        "models[0].task: expected one of 'embed', 'rerank'"
+    assert problems_of(catalog_toml(model(task="predict"))) == [
+        "models[0].task: expected one of 'embed', 'rerank', 'classify'"
     ]
 
 
