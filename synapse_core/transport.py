@@ -99,6 +99,9 @@ class ModelTraits:
     scorer: Scorer | None = None
     #: an embed model's pooling (``"mean"``, ``"cls"``...), for ``/info``
     pooling: str | None = None
+    #: the memory one of its workers holds, in MiB, as estimated from its
+    #: files (``/info`` shows it); ``None``: not said
+    worker_mib: int | None = None
 
 
 @attrs.frozen

@@ -184,8 +184,14 @@ class CpuTransport(Transport):
         )
 
     def model_note(self, model: ModelSpec) -> str:
-        """For int8: that it is lossy, and its worst cosine (a cross-encoder's:
-        score difference) to float32 once measured."""
+        """The memory one worker holds (:func:`worker_mib`); for int8: that it
+        is lossy, and its worst cosine (a cross-encoder's: score difference)
+        to float32 once measured."""
+        memory = memory_note(self.model_options(model))
+        conversion_note = self._conversion_note(model)
+        return "; ".join(note for note in (memory, conversion_note) if note)
+
+    def _conversion_note(self, model: ModelSpec) -> str:
         conversion = self.model_conversion(model)
         if conversion is None:
             return ""
@@ -246,6 +252,15 @@ class CpuTransport(Transport):
                 f"{located.config}: a cross-encoder ({layout.architecture}, "
                 'ForSequenceClassification) scores pairs; give it task = "rerank"'
             )
+        memory = worker_mib(options)
+        capacity = default_capacity_mib()
+        if memory > capacity:
+            return Availability.no(
+                f"{located.weights}: one worker of this model holds about {memory} MiB "
+                f"(weights file {memory - runtime_mib(options)} MiB + runtime "
+                f"{runtime_mib(options)} MiB), more than the {capacity} MiB of lane "
+                f"{LANE_ID} (half this machine's memory)"
+            )
         if options.buckets and max(options.buckets) > layout.positions:
             return Availability.no(
                 f"options.buckets: {max(options.buckets)} is longer than the "
@@ -271,6 +286,7 @@ class CpuTransport(Transport):
         if model.task == "rerank":
             scorer = "cross-encoder" if layout.cross_encoder else "bi-encoder"
         return ModelTraits(
+            worker_mib=worker_mib(self.model_options(model)),
             prompts=layout.prompts,
             default_prompt=layout.default_prompt,
             scorer=scorer,
@@ -305,6 +321,30 @@ class CpuTransport(Transport):
         threads = str(options.threads or usable_cores())
         env = {f"{pool}_NUM_THREADS": threads for pool in ("OPENBLAS", "OMP", "MKL")}
         return await spawn_worker(self.worker, request, env=env)
+
+
+def worker_mib(options: CpuOptions) -> int:
+    """The memory one worker of the model holds, in MiB, from its weights
+    file's size (nothing is loaded): the weights, held once however many
+    thread counts the worker runs with, and the runtime
+    (:func:`synapse_cpu.costs.weights_mib`; an int8 worker holds less)."""
+    located = model_files(options)
+    return weights_mib(located.weights.stat().st_size, runtime_of(options.runtime))
+
+
+def runtime_mib(options: CpuOptions) -> int:
+    """The runtime's part of :func:`worker_mib`."""
+    return weights_mib(0, runtime_of(options.runtime))
+
+
+def memory_note(options: CpuOptions) -> str:
+    """The catalog's line on a worker's memory; empty when the files are missing."""
+    try:
+        memory = worker_mib(options)
+    except (OSError, ModelFilesError):
+        return ""
+    int8 = "" if options.quantize is None else " (from the float32 weights; int8 holds less)"
+    return f"memory per worker: about {memory} MiB{int8}"
 
 
 def _layout(options: CpuOptions) -> Layout | None:
