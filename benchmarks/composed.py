@@ -16,7 +16,8 @@ import anyio
 import attrs
 from anyio.abc import ByteSendStream
 
-from synapse_core.host import Host, open_host
+from synapse_core.host import Host
+from synapse_core.opening import open_host
 from synapse_core.tokenizer import Tokenizer
 from synapse_core.transport import Launched, LaunchRequest
 from synapse_core.wire import PREFIX, Codec, HostFrame, Infer

@@ -36,7 +36,8 @@ import attrs
 from synapse_core.catalog import default_catalog_text
 from synapse_core.config import HostConfig
 from synapse_core.deadline import Deadline
-from synapse_core.host import Host, open_host
+from synapse_core.host import Host
+from synapse_core.opening import open_host
 from synapse_core.testing import host_config, model_entry
 
 from .harness import Figure, Mode, Series, Target, blocked_p50, rotating_p50, skipped
@@ -318,6 +319,7 @@ async def _measure(plan: Plan) -> Series:
     int8 = runtime.load(quantize="int8")
     loss = quantize.read_loss(_cache_root(), fp32.int8_key)
     assert loss is not None and fp32.graph is not None and int8.min_cosine == loss.min_cosine
+    assert loss.min_cosine is not None and loss.mean_cosine is not None  # an embedder's
     limit = OrtLimit(fp32)
     bulk = mixed_texts(plan.bulk_texts, seed=2000)
     texts = mixed_texts(plan.composed_texts)

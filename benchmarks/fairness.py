@@ -45,7 +45,8 @@ import anyio
 import attrs
 
 from synapse_core.deadline import Deadline
-from synapse_core.host import Host, open_host
+from synapse_core.host import Host
+from synapse_core.opening import open_host
 from synapse_core.testing import host_config
 
 from . import cpu

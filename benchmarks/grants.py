@@ -16,7 +16,7 @@ import time
 import anyio
 
 from synapse_core.deadline import Deadline
-from synapse_core.host import open_host
+from synapse_core.opening import open_host
 from synapse_core.wire import Shape
 from synapse_mock_transport.inprocess import InProcessTransport
 

@@ -28,7 +28,7 @@ from pathlib import Path
 import anyio
 
 from synapse_core.deadline import Deadline
-from synapse_core.host import open_host
+from synapse_core.opening import open_host
 from synapse_core.testing import catalog_toml, host_config
 
 from . import cpu

@@ -21,7 +21,7 @@ import msgspec
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from synapse_core.config import HostConfig
-from synapse_core.host import open_host
+from synapse_core.opening import open_host
 from synapse_core.testing import transport_plugin
 from synapse_http.app import create_app
 from synapse_http.server import backend_options, bind, run_app

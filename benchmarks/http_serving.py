@@ -31,7 +31,7 @@ from pathlib import Path
 import anyio
 import anyio.abc
 
-from synapse_core.host import open_host
+from synapse_core.opening import open_host
 from synapse_core.testing import catalog_toml
 
 from . import rig

@@ -25,7 +25,7 @@ from contextlib import ExitStack
 
 import anyio
 
-from synapse_core.host import open_host
+from synapse_core.opening import open_host
 from synapse_core.tokenizer import BasicTokenizer
 from synapse_core.wire import Shape
 from synapse_mock_transport.logic import embed_tokens

@@ -17,8 +17,9 @@ from typing import Any
 import anyio
 
 from synapse_core.hookspecs import hookimpl
-from synapse_core.host import Host, open_host
+from synapse_core.host import Host
 from synapse_core.observation import Event
+from synapse_core.opening import open_host
 from synapse_core.residency.supervisor import Supervisor
 
 from . import rig

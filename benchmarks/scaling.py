@@ -15,7 +15,8 @@ import time
 
 import anyio
 
-from synapse_core.host import Host, open_host
+from synapse_core.host import Host
+from synapse_core.opening import open_host
 
 from . import rig
 from .harness import Figure, Mode, Series, Target

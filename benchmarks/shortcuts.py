@@ -30,7 +30,7 @@ from collections.abc import Awaitable, Callable, Sequence
 
 import anyio
 
-from synapse_core.host import open_host
+from synapse_core.opening import open_host
 from synapse_core.wire import Shape
 
 from . import rig

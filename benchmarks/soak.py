@@ -18,7 +18,8 @@ import os
 
 import anyio
 
-from synapse_core.host import Host, open_host
+from synapse_core.host import Host
+from synapse_core.opening import open_host
 
 from . import rig
 from .harness import FULL, Figure, Mode, Series, Target

@@ -41,12 +41,15 @@ _EXPORTS = {
     "RestartBudget": "config",
     "Deadline": "deadline",
     "FakeClock": "deadline",
-    "open_host": "host",
+    "open_host": "opening",
     "CLOSE_SLACK_S": "host",
     "Host": "host",
     "AroundCall": "host",
     "EmbedResult": "call",
     "RerankResult": "call",
+    "OutputsResult": "outputs",
+    "SparseVector": "outputs",
+    "Kind": "kinds",
     "HostSnapshot": "snapshot",
     "hookimpl": "hookspecs",
     "PluginHost": "plugins",
@@ -88,10 +91,12 @@ __all__ = [
     "HostConfig",
     "HostSnapshot",
     "InternalError",
+    "Kind",
     "LaneConfig",
     "LaneLocked",
     "ModelSpec",
     "OutcomeUnknown",
+    "OutputsResult",
     "Overloaded",
     "PluginError",
     "PluginHost",
@@ -100,6 +105,7 @@ __all__ = [
     "RerankResult",
     "RestartBudget",
     "Retired",
+    "SparseVector",
     "SynapseError",
     "Task",
     "TokenPiece",
@@ -140,7 +146,10 @@ if TYPE_CHECKING:
         WorkerRejected,
     )
     from .hookspecs import hookimpl
-    from .host import CLOSE_SLACK_S, AroundCall, Host, open_host
+    from .host import CLOSE_SLACK_S, AroundCall, Host
+    from .kinds import Kind
+    from .opening import open_host
+    from .outputs import OutputsResult, SparseVector
     from .plugins import PluginHost
     from .snapshot import HostSnapshot
     from .tokenizer import TokenPiece

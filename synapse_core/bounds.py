@@ -34,22 +34,29 @@ import anyio
 from .call import Call
 from .catalog import Catalog, Entry
 from .config import Task
-from .deadline import Deadline, check_deadline
-from .errors import Refused
+from .cut import fits_budget
+from .deadline import Clock, Deadline, check_deadline, wait_bounded
+from .errors import DeadlineExceeded, Refused
+from .kinds import Kind
 from .naming import shown
 
 # Plan and Truncate are the host's too: it reads them from here.
 from .plan import Plan as Plan
 from .plan import Truncate as Truncate
 from .plan import plan_call
+from .tracing import NO_TRACE, CallTrace, Tracer
 
 
 class Planning(Protocol):
     """What :func:`started` needs of a host."""
 
     catalog: Catalog
+    clock: Clock
+    tracer: Tracer
 
     def _check_open(self) -> None: ...
+
+    def _unloading(self, model: str) -> anyio.Event | None: ...
 
     def _call(
         self,
@@ -60,6 +67,8 @@ class Planning(Protocol):
         deadline: Deadline | None,
         truncate: Truncate = False,
         plan: Plan | None = None,
+        trace: CallTrace = NO_TRACE,
+        outputs: tuple[Kind, ...] = (),
     ) -> Call: ...
 
 
@@ -77,14 +86,25 @@ class Asked(NamedTuple):
     query: str | None
     deadline: Deadline | None
     truncate: Truncate
+    #: the outputs asked for (``Plan.outputs``); empty: the task's own
+    outputs: tuple[Kind, ...] = ()
 
 
 async def started(host: Planning, asked: Asked) -> Call:
     """``host._call`` of the call, planned first by :func:`plan_large` when its
     texts are large. A small call is planned and started without a pause, so
     its refusals and errors are raised before its caller's first await."""
+    trace = host.tracer.call(asked.model, asked.task)  # in the caller's context
     plan = await plan_large(host, asked)
-    return host._call(*asked, plan)
+    model, task, texts, query, deadline, truncate, outputs = asked
+    while (unloading := host._unloading(model)) is not None:
+        # The model's idle workers are being let go: its next call starts
+        # them again once their exits are confirmed (never a pause otherwise).
+        expired = DeadlineExceeded(
+            f"deadline passed waiting for {shown(model)}'s idle workers to exit; nothing was sent"
+        )
+        await wait_bounded(unloading.wait, deadline or Deadline.never(), host.clock, expired)
+    return host._call(model, task, texts, query, deadline, truncate, plan, trace, outputs)
 
 
 #: characters a text may have per token of the model's ceiling
@@ -157,7 +177,7 @@ async def plan_large(host: Planning, asked: Asked) -> Plan | None:
     (:func:`planned`)."""
     if characters(asked.texts, asked.query) <= OFFLOAD_CHARS:
         return None
-    model, task, texts, query, deadline, truncate = asked
+    model, task, texts, query, deadline, truncate, _ = asked
     host._check_open()
     check_deadline(deadline)
     entry = host.catalog.entry(model, task)
@@ -188,6 +208,48 @@ async def plan_large(host: Planning, asked: Asked) -> Plan | None:
         finally:
             del outcome  # its traceback holds this frame: no cycle with it
     return outcome
+
+
+def planned_for(
+    entry: Entry,
+    texts: Texts,
+    query: str | None,
+    truncate: Truncate,
+    plan: Plan | None,
+    outputs: tuple[Kind, ...],
+) -> Plan:
+    """``plan`` (made off the loop), else the call's plan (:func:`planned`),
+    asking for ``outputs`` (refused first if the model lacks one)."""
+    if outputs:
+        refuse_outputs(entry, outputs)
+    plan = plan or planned(entry, texts, query, truncate)
+    if outputs:
+        plan.outputs = outputs
+    return plan
+
+
+def small(entry: Entry, plan: Plan) -> bool:
+    """Whether ``plan`` is one request's worth (``cut.is_small``)."""
+    assert entry.transport is not None  # the catalog refused the call otherwise
+    return fits_budget(plan, entry.spec, entry.transport.transport)
+
+
+def refuse_outputs(entry: Entry, outputs: tuple[Kind, ...]) -> None:
+    """Refuse a call for ``outputs`` the model's files say it does not
+    compute (``ModelTraits.outputs``), before any worker starts."""
+    known = entry.traits.outputs
+    if known is None:
+        return
+    missing = [kind.value for kind in outputs if kind not in known]
+    if missing:
+        model = entry.spec.name
+        offered = ", ".join(sorted(kind.value for kind in known)) or "none"
+        raise Refused(
+            "unsupported-output",
+            f"model {shown(model)} does not compute {' or '.join(missing)} outputs (it "
+            f"computes: {offered}); ask another model for them",
+            model=model,
+        )
 
 
 def _with_cut(plan: Plan, cut: tuple[int, ...]) -> Plan:

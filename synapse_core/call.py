@@ -29,7 +29,8 @@ from .errors import SynapseError
 from .handoff import OneShot
 from .plan import Group, Item, Plan
 from .residency.supervisor import Lease
-from .wire import Infer, Output, rows_of
+from .tracing import NO_TRACE, CallTrace, joined
+from .wire import Infer, Output, more_rows, rows_of
 
 if TYPE_CHECKING:
     from .residency.supervisor import Supervisor
@@ -158,10 +159,21 @@ class Call:
     joined: Joined | None = None
     #: told once the call has ended, whichever way (the coalescing queue moves on)
     on_end: Callable[[], None] | None = None
+    #: told each point of the serving path the call passes (:mod:`.tracing`)
+    trace: CallTrace = NO_TRACE
+    #: the rows of each output asked for after the first (``Plan.outputs``),
+    #: one list per output, in input order as ``rows`` is
+    more: list[list[object]] = attrs.field(factory=list)
 
     @classmethod
-    def new(cls, plan: Plan, deadline: Deadline, done: OneShot) -> Self:
-        return cls(plan, deadline, [None] * len(plan.items), done)
+    def new(
+        cls, plan: Plan, deadline: Deadline, done: OneShot, trace: CallTrace = NO_TRACE
+    ) -> Self:
+        call = cls(plan, deadline, [None] * len(plan.items), done)
+        call.trace = trace
+        if len(plan.outputs) > 1:
+            call.more = [[None] * len(plan.items) for _ in plan.outputs[1:]]
+        return call
 
     def is_abandoned(self) -> bool:
         """``abandoned``, read after an await (a call, so type checkers do not narrow it)."""
@@ -248,6 +260,10 @@ class Call:
     def store_rows(self, step: Group, output: Output) -> None:
         """Put the rows of ``step``'s reply at their inputs' places."""
         rows = rows_of(output)
+        if output.more:
+            for kept, more in zip(self.more, more_rows(output), strict=True):
+                for item, row in zip(step.items, more, strict=True):
+                    kept[item.index] = row
         if len(rows) == len(self.rows):
             # One request held every input, in input order.
             self.rows = rows  # type: ignore[assignment]
@@ -318,7 +334,7 @@ class Coalesced(Call):
         plan = Plan(first.model, first.task, tuple(items), first.tokenizer, ceiling=ceiling)
         # It runs to the latest deadline; each caller still waits to its own.
         deadline = max((caller.deadline for caller in callers), key=lambda d: d.when)
-        call = cls.new(plan, deadline, done)
+        call = cls.new(plan, deadline, done, joined([caller.trace for caller in callers]))
         call.callers = callers
         call.admitted = True  # its callers were let in already
         for caller in callers:
@@ -349,6 +365,7 @@ class Coalesced(Call):
             end = start + len(caller.rows)
             if self.error is None:
                 caller.rows = self.rows[start:end]
+                caller.more = [rows[start:end] for rows in self.more]
                 caller.identity = self.identity
             else:
                 caller.error = self.error

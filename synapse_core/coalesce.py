@@ -102,7 +102,7 @@ class Coalescer:
         request then never runs a tokenizer that could fail on one caller's
         text."""
         items = plan.items
-        if plan.task != "embed" or not all(item.ids is not None for item in items):
+        if plan.task != "embed" or plan.outputs or not all(item.ids is not None for item in items):
             return False
         budget = self._budget
         return budget is None or plan.within(budget)

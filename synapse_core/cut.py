@@ -27,12 +27,12 @@ from operator import attrgetter
 import attrs
 
 from .config import ModelSpec
-from .errors import PluginError
+from .errors import PluginError, Refused
 from .plan import Group, Item, Plan, over_ceiling
 from .plugins import PluginHost
 from .residency.worker import Worker
 from .transport import Transport
-from .wire import Hello, Infer, Shape
+from .wire import Hello, Infer, Shape, widths_of
 
 #: a joined request holds at most this many budgets of positions, so the
 #: small call that comes while it runs (and makes the rest keep to the
@@ -80,9 +80,25 @@ def cut(plan: Plan, selection: Selection) -> list[Group]:
         longest = plan.longest
         if longest.length > ceiling:
             raise over_ceiling(plan.model, longest, ceiling, pair=plan.query is not None)
+    if plan.outputs:
+        unsupported(plan, selection.hello)
     return group_by_bucket(
         plan.items, selection.select, selection.hello.max_batch, selection.budget
     )
+
+
+def unsupported(plan: Plan, hello: Hello) -> None:
+    """Refuse ``plan`` if its worker does not compute an output it asks for."""
+    widths = widths_of(hello)
+    missing = [kind.value for kind in plan.outputs if kind not in widths]
+    if missing:
+        offered = ", ".join(kind.value for kind in widths) or "none"
+        raise Refused(
+            "unsupported-output",
+            f"model {plan.model!r} does not compute {' or '.join(missing)} outputs "
+            f"(it computes: {offered}); ask another model for them",
+            model=plan.model,
+        )
 
 
 def steps_of(plan: Plan, worker: Worker, plugins: PluginHost) -> list[Group]:
@@ -212,9 +228,5 @@ def step_shape(worker: Worker, step: Group) -> Shape:
 def infer_request(plan: Plan, request_id: int, shape: Shape, step: Group) -> Infer:
     """The request of ``step`` (its inputs encoded now, unless they are already)."""
     return Infer(
-        request_id,
-        shape,
-        plan.task,  # type: ignore[arg-type]
-        plan.encode(step.items),
-        plan.query,
+        request_id, shape, plan.task, plan.encode(step.items), plan.query, list(plan.outputs)
     )

@@ -42,8 +42,9 @@ class Refused(SynapseError):
     without a query), ``invalid-text`` (an input that is not a string, or
     holds a lone surrogate), ``invalid-token`` (a token id that is not an
     integer, is negative, is not a 32-bit integer or is past the model's
-    vocabulary), ``empty-sequence``, ``over-ceiling`` and ``unknown-prompt``
-    (a prompt name the model does not have);
+    vocabulary), ``empty-sequence``, ``over-ceiling``, ``unknown-prompt``
+    (a prompt name the model does not have) and ``unsupported-output`` (an
+    output, say sparse vectors, the model does not compute);
     ``index`` names the offending input (``None`` when the refusal is about
     the whole call or the rerank query).
     """
@@ -59,6 +60,7 @@ class Refused(SynapseError):
         "empty-sequence",
         "over-ceiling",
         "unknown-prompt",
+        "unsupported-output",
     )
 
     def __init__(self, code: str, message: str, *, model: str, index: int | None = None) -> None:

@@ -17,6 +17,13 @@ HTTP server of ``synapse serve``, a command line) uses besides the host API.
   validator raises :class:`FieldInvalid` (:func:`positive` is one), and
   :func:`structuring_problems` turns a cattrs error into ``path: problem``
   lines for a :class:`~synapse_core.ConfigError`.
+- Tracing calls: a front end sets a host's ``tracer`` to its own
+  :class:`Tracer`, whose :class:`CallTrace` of each call is told the points
+  the call passes (:mod:`synapse_core.tracing`); the default, :data:`NO_TRACER`,
+  hands out :data:`NO_TRACE`, which records nothing. What a trace is told
+  of is published here too: the call's :class:`Plan`, each exchange's
+  :class:`Infer` request and its :class:`Output` or :class:`Failure` reply
+  (:class:`Frame`), their :class:`Shape`, and a worker's :class:`Fault`.
 """
 
 from __future__ import annotations
@@ -40,15 +47,38 @@ _EXPORTS = {
     "FieldInvalid": "errors",
     "positive": "worker.options",
     "structuring_problems": "config",
+    "CallTrace": "tracing",
+    "NO_TRACE": "tracing",
+    "NO_TRACER": "tracing",
+    "Tracer": "tracing",
+    # what a call trace is told of: the plan, each exchange's frames, a fault
+    "Plan": "plan",
+    "Fault": "errors",
+    "Frame": "wire",
+    "Infer": "wire",
+    "Output": "wire",
+    "Failure": "wire",
+    "Shape": "wire",
 }
 
 __all__ = [
     "APPS_GROUP",
+    "NO_TRACE",
+    "NO_TRACER",
     "OFFLOAD_CHARS",
     "SHOWN_CHARS",
     "ASGIApp",
     "AppFactory",
+    "CallTrace",
+    "Failure",
+    "Fault",
     "FieldInvalid",
+    "Frame",
+    "Infer",
+    "Output",
+    "Plan",
+    "Shape",
+    "Tracer",
     "app_factory",
     "bounded",
     "characters",
@@ -65,6 +95,9 @@ if TYPE_CHECKING:
     from .apps import APPS_GROUP, AppFactory, ASGIApp, app_factory
     from .bounds import OFFLOAD_CHARS, bounded, characters, give_back, map_large_blocks
     from .config import structuring_problems
-    from .errors import FieldInvalid
+    from .errors import Fault, FieldInvalid
     from .naming import SHOWN_CHARS, shown
+    from .plan import Plan
+    from .tracing import NO_TRACE, NO_TRACER, CallTrace, Tracer
+    from .wire import Failure, Frame, Infer, Output, Shape
     from .worker.options import positive

@@ -79,8 +79,9 @@ def synapse_register_transports(register: Callable[[Transport], None]) -> None:
       for a rerank model its ``scorer``: a ``"cross-encoder"`` worker's
       ``rerank(query, batch)`` scores each (query, document) pair together
       and returns the logit, whose sigmoid the host returns as the score
-      (the logits as ``raw_scores``); a ``"bi-encoder"`` returns a
-      similarity of separate embeddings, as is;
+      (the logits as ``raw_scores``); an ``"llm-reranker"`` returns a
+      language model's ``logit(yes) - logit(no)``, treated the same; a
+      ``"bi-encoder"`` returns a similarity of separate embeddings, as is;
     - says which lane a model runs on with ``lane_for()``: a
       :class:`~synapse_core.plugin.LaneInfo` with a lane id such as
       ``"ane:0"``, a default capacity in reservation units, and whether the

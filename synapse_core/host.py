@@ -1,23 +1,24 @@
-"""The host: the public face of Synapse (``open_host``, ``Host``)."""
+"""The host: the public face of Synapse (``Host``; :mod:`.opening` opens one)."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Sequence
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Protocol, TypeVar
 
 import anyio
 from anyio.abc import TaskGroup
 
-from .bounds import Asked, Plan, Truncate, planned, started
+from .bounds import Asked, Plan, Truncate, planned_for, small, started
 from .call import Call, EmbedResult, RerankResult
-from .catalog import Catalog, Entry, default_config
+from .catalog import Catalog, Entry
 from .coalesce import Coalescer
 from .config import HostConfig, Task
-from .cut import fits_budget, request_budget, selection_of
-from .deadline import Clock, Deadline, check_deadline, monotonic
+from .cut import request_budget, selection_of
+from .deadline import Clock, Deadline, check_deadline
 from .errors import HostClosed, Retired
 from .idle import Idle
+from .kinds import Kind
+from .outputs import OutputCalls
 from .plugins import PluginHost
 from .prompts import prompted
 from .replicas import for_each
@@ -27,6 +28,7 @@ from .roster import Roster
 from .scoring import scores_of
 from .serving import CallRunner
 from .snapshot import HostSnapshot, take
+from .tracing import NO_TRACE, NO_TRACER, CallTrace, Tracer
 
 #: scheduling slack on top of the bounds a close is made of
 CLOSE_SLACK_S = 1.0
@@ -43,7 +45,7 @@ class AroundCall(Protocol):
     def __call__(self, model: str, call: Callable[[], Awaitable[_R]], /) -> Awaitable[_R]: ...
 
 
-class Host:
+class Host(OutputCalls):
     """Serves embed and rerank calls. Create it with :func:`open_host`."""
 
     def __init__(
@@ -80,7 +82,10 @@ class Host:
         # Invariant: at most one per model, made on its first small call and
         #   kept for the host's life (closed with the host).
         self._coalescers: dict[str, Coalescer] = {}
-        self._around = around_call
+        self._around: AroundCall | None = around_call
+        #: told of every call as it passes the serving path's points (a front
+        #: end that traces calls installs its own; the default records nothing)
+        self.tracer: Tracer = NO_TRACER
         self._idle = Idle(self.catalog.config, clock, self._roster)
         if self._idle.limits:  # models idle past their idle_unload_s let go
             tg.start_soon(self._idle.run, self._retired, name="idle models")
@@ -197,6 +202,10 @@ class Host:
         self._check_open()
         return await self._idle.unload(self._retired)
 
+    def _unloading(self, model: str) -> anyio.Event | None:
+        """Set once ``model``'s idle workers being let go have exited (``None``: none are)."""
+        return self._idle.unloading.get(model)
+
     def resident(self, model: str) -> bool:  # a worker process, or one starting
         return self._idle.resident(model)
 
@@ -266,22 +275,26 @@ class Host:
         deadline: Deadline | None,
         truncate: Truncate = False,
         plan: Plan | None = None,
+        trace: CallTrace = NO_TRACE,
+        outputs: tuple[Kind, ...] = (),
     ) -> Call:
         """Plan (unless given ``plan``) and start a call, raising refusals and
-        head-start errors before the caller's first await (then it waits)."""
+        head-start errors before the caller's first await (then it waits);
+        ``trace`` is told each point the call passes."""
         if self._closed:  # an attribute read: open hosts pay no call
             self._check_open()
         check_deadline(deadline)
         entry = self.catalog.entry(model, task)
-        plan = plan or planned(entry, texts, query, truncate)
+        plan = planned_for(entry, texts, query, truncate, plan, outputs)
+        trace.planned(plan)
         self._check_not_retired(model)
         self._idle.touch(model)
         deadline = deadline or Deadline.never()
         if self.config.coalesce and (coalescer := self._coalescer(entry)).joins(plan):
-            call = Call.new(plan, deadline, anyio.Event())
+            call = Call.new(plan, deadline, anyio.Event(), trace)
             coalescer.submit(call)
             return call
-        return self._start(plan, deadline)
+        return self._start(plan, deadline, trace=trace)
 
     def _launch(self, call: Call) -> None:
         """Start ``call``, made already: queued to be coalesced, or coalesced."""
@@ -289,14 +302,20 @@ class Host:
             self._check_not_retired(call.plan.model)
         self._start(call.plan, call.deadline, call)
 
-    def _start(self, plan: Plan, deadline: Deadline, call: Call | None = None) -> Call:
+    def _start(
+        self,
+        plan: Plan,
+        deadline: Deadline,
+        call: Call | None = None,
+        trace: CallTrace = NO_TRACE,
+    ) -> Call:
         """Start a call of ``plan`` (``call``, or a new one): its head start
         now, its detached task next. The first request is written before a
         new call's record is made, which then overlaps the worker's compute."""
         runner = self._runner
         entry = self.catalog.entries[plan.model]
         replicas = self._roster.replicas_of(entry)
-        worker = replicas.choose(len(replicas.slots) > 1 and self._small(entry, plan))
+        worker = replicas.choose(len(replicas.slots) > 1 and small(entry, plan))
         if isinstance(worker, int):  # an empty slot: a worker starts there for this call
             if call is None or not call.admitted:
                 runner.check_room()  # a refused call leaves no worker record behind
@@ -309,7 +328,7 @@ class Host:
         # Nothing that can fail goes here: a request written and never
         # recorded would keep the channel's turn.
         if call is None:
-            call = Call.new(plan, deadline, anyio.Event())
+            call = Call.new(plan, deadline, anyio.Event(), trace)
         runner.start(call, head)
         # A task of its own in the host's task group, so the caller's
         # cancellation never reaches the exchange. anyio runs a task started
@@ -320,12 +339,6 @@ class Host:
         if vacant is not None:
             self._start_in_background(entry, vacant)
         return call
-
-    @staticmethod
-    def _small(entry: Entry, plan: Plan) -> bool:
-        """Whether ``plan`` is one request's worth (``cut.is_small``)."""
-        assert entry.transport is not None  # the catalog refused the call otherwise
-        return fits_budget(plan, entry.spec, entry.transport.transport)
 
     def _start_in_background(self, entry: Entry, slot: int) -> None:
         """Start a worker in ``slot`` of ``entry``'s model for calls to come (none waits;
@@ -352,49 +365,3 @@ class Host:
             )
             self._coalescers[model] = coalescer
         return coalescer
-
-
-@asynccontextmanager
-async def open_host(
-    config: HostConfig | None = None,
-    *,
-    plugins: PluginHost | Iterable[object] | None = None,
-    clock: Clock = monotonic,
-    host_class: type[Host] = Host,
-    around_call: AroundCall | None = None,
-) -> AsyncIterator[Host]:
-    """Open a host. Spawns nothing until a model is loaded or called.
-
-    ``plugins``: a :class:`PluginHost`, or plugin objects to register instead
-    of the installed entry points (tests), or ``None`` for the installed ones.
-    ``host_class``: a subclass of :class:`Host` to open instead (one that
-    does something before each call, say); it is constructed as ``Host`` is.
-    ``around_call``: an :class:`AroundCall` the host runs around every embed
-    and rerank call, with the call's model (a tool's hook: no subclass needed).
-    Leaving the block retires every worker and confirms its exit.
-    """
-    if config is None:
-        config = default_config()
-    if isinstance(plugins, PluginHost):
-        plugin_host = plugins
-    elif plugins is None:
-        plugin_host = PluginHost(load_entry_points=True)
-    else:
-        plugin_host = PluginHost(plugins)
-    try:
-        async with anyio.create_task_group() as tg:
-            if around_call is None:
-                host = host_class(config, plugin_host, clock, tg)
-            else:
-                host = host_class(config, plugin_host, clock, tg, around_call=around_call)
-            try:
-                yield host
-            finally:
-                await host.aclose()
-                tg.cancel_scope.cancel()
-    except BaseExceptionGroup as group:
-        # Detached tasks never raise, so a group holds the caller's own error:
-        # give it back as raised, so ``except Refused:`` works around a host.
-        if len(group.exceptions) == 1:
-            raise group.exceptions[0] from None
-        raise

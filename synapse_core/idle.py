@@ -1,6 +1,8 @@
 """Idle models let go: a model with no call for its ``idle_unload_s`` has its
 workers retired (exits confirmed, reservations refunded, as ``Host.retire``
-does), and its next call starts them again, as a first call does.
+does), and its next call starts them again, as a first call does; a call
+that comes while they are being let go waits for their exits (within its
+deadline), then starts them again, never refused as retired.
 
 The host checks every so often in a task of its own (:meth:`Idle.run`); a
 test drives :meth:`Idle.unload` itself, with a fake clock, so nothing waits
@@ -39,6 +41,9 @@ class Idle:
                 self.limits[spec.name] = limit
         #: per model, when it was last called (or found busy)
         self._last: dict[str, float] = {}
+        #: per model whose workers are being let go, set once their exits are confirmed
+        # Invariant: a model is here only while :meth:`unload` retires its workers.
+        self.unloading: dict[str, anyio.Event] = {}
 
     def touch(self, model: str) -> None:
         """``model`` is called now."""
@@ -67,7 +72,12 @@ class Idle:
                 self._last[model] = now
                 continue
             del self._last[model]
-            await for_each(lambda w: sups[w.lane.lane_id].retire(w), workers)
+            done = self.unloading[model] = anyio.Event()
+            try:
+                await for_each(lambda w: sups[w.lane.lane_id].retire(w), workers)
+            finally:
+                del self.unloading[model]
+                done.set()  # calls that came meanwhile start the model again
             gone.append(model)
         return gone
 

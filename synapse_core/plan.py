@@ -21,7 +21,9 @@ import attrs
 from .catalog import Entry
 from .errors import PluginError, Refused
 from .inputs import has_surrogate, invalid_text, invalid_token, token_id_limit, tokenizer_failed
+from .kinds import Kind
 from .tokenizer import BatchTokenizer, CountingTokenizer, Tokenizer
+from .wire import Task
 
 #: calls of at most this many texts are encoded while they are planned (a
 #: pass of counting first would only cost them; larger calls are encoded
@@ -52,7 +54,7 @@ class Item:
 @attrs.define(eq=False)
 class Plan:
     model: str
-    task: str
+    task: Task
     items: tuple[Item, ...]
     tokenizer: Tokenizer
     query: list[int] | None = None
@@ -61,6 +63,9 @@ class Plan:
     #: the ceiling every input was checked against (or cut to) when planned;
     #: ``None``: not checked, so cutting the plan into requests checks it
     ceiling: int | None = None
+    #: the outputs asked for, in order; empty: the task's own (a dense
+    #: vector, or a score), which a worker of any protocol computes
+    outputs: tuple[Kind, ...] = ()
     # The requests the plan was cut into (:func:`synapse_core.cut.steps_of`)
     # and the bucket choice they were cut by: a plan is cut once.
     # Invariant: _steps is not None ⇔ _cut_by is not None

@@ -64,6 +64,7 @@ _EXPORTS = {
     "hookimpl": "hookspecs",
     "ModelSpec": "config",
     "Task": "wire",
+    "Kind": "kinds",
     "BasicTokenizer": "tokenizer",
     "BatchTokenizer": "tokenizer",
     "CountingTokenizer": "tokenizer",
@@ -139,6 +140,7 @@ __all__ = [
     "HashWorker",
     "InProcessProcess",
     "InProcessWorkers",
+    "Kind",
     "LaneInfo",
     "LaneLocked",
     "LaneSession",
@@ -190,6 +192,7 @@ if TYPE_CHECKING:
     from .errors import ConfigError, Declined, FieldInvalid, LaneLocked, SynapseError, WireError
     from .hookspecs import hookimpl
     from .inprocess import InProcessProcess, InProcessWorkers, LaunchRecord
+    from .kinds import Kind
     from .process import confirm_exit, launch_spec, spawn_worker
     from .tokenizer import (
         BasicTokenizer,

@@ -2,7 +2,9 @@
 
 A cross-encoder's worker returns the logit of each (query, document) pair;
 its scores are their sigmoid, as sentence-transformers' ``CrossEncoder.predict``
-and TEI give them. Any other scorer's values are its scores as they are.
+and TEI give them. An LLM reranker's returns ``logit(yes) - logit(no)``,
+whose sigmoid is the model card's ``softmax([no, yes])[yes]``. Any other
+scorer's values are its scores as they are.
 """
 
 from __future__ import annotations
@@ -22,6 +24,6 @@ def sigmoid(x: float) -> float:
 
 def scores_of(traits: ModelTraits, raw: list[float]) -> list[float]:
     """The scores of a rerank model whose worker returned ``raw``."""
-    if traits.scorer == "cross-encoder":
+    if traits.scorer in ("cross-encoder", "llm-reranker"):
         return [sigmoid(logit) for logit in raw]
     return raw

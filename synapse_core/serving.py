@@ -41,11 +41,12 @@ from .errors import (
     WireError,
     WorkerFault,
 )
+from .kinds import Kind
 from .plan import Group, Plan
 from .plugins import PluginHost
 from .residency.supervisor import Backlog, Lease, Supervisor
 from .residency.worker import Worker
-from .wire import Frame, Infer, Output, expect_output
+from .wire import TASK_OUTPUT, Frame, Hello, Infer, Output, expect_output, widths_of
 
 
 class CallRunner:
@@ -135,6 +136,7 @@ class CallRunner:
         holding nothing: calls arriving in one burst see each other here)."""
         if head is not None:
             call.hold(head)
+            call.trace.admitted(head.lease.shape)  # admitted without a wait
             return
         if not self.permit_waiters:  # first come, first served
             try:
@@ -236,7 +238,7 @@ class CallRunner:
             steps = kept
         hello = worker.hello
         assert hello is not None
-        width = hello.dims if plan.task == "embed" else 1
+        width, widths = output_widths(plan, hello)
         checked: tuple[Group, Output] | None = None  # rows checked but not yet stored
         for index, step in enumerate(steps):
             step = join_next(steps, index, worker)  # may join the steps after it
@@ -258,7 +260,11 @@ class CallRunner:
                 reply: Frame | Fault = await supervisor.finish(lease, exchange)
             except Fault as exc:
                 reply = exc
-            checked = (step, self._finish_step(call, supervisor, worker, request, reply, width))
+            call.trace.exchanged(request, reply, worker.worker_id, lease.generation)
+            checked = (
+                step,
+                self._finish_step(call, supervisor, worker, request, reply, width, widths),
+            )
         if checked is not None:
             call.store_rows(*checked)
         call.served(hello.identity)
@@ -283,6 +289,7 @@ class CallRunner:
             self._check_deadline(call, "during admission; no inference was sent")
             if call.is_abandoned():
                 return False
+            call.trace.admitted(lease.shape)
         request = infer_request(call.plan, supervisor.next_request_id(), lease.shape, step)
         try:
             call.began((request, await self._begin(call, supervisor, lease, request)))
@@ -298,6 +305,7 @@ class CallRunner:
         request: Infer,
         reply: Frame | Fault,
         width: int,
+        widths: tuple[int, ...],
     ) -> Output:
         """The reply to ``request``, checked; a fault, a malformed reply or one
         that came after the deadline ends the call instead."""
@@ -306,7 +314,7 @@ class CallRunner:
         if isinstance(reply, Fault):
             raise self._faulted(call, supervisor, worker, reply)
         try:
-            output = expect_output(reply, request, len(request.sequences), width)
+            output = expect_output(reply, request, len(request.sequences), width, widths)
         except WireError as exc:
             fault = Fault(lease.generation, f"malformed reply: {exc}", written=True)
         else:
@@ -354,6 +362,16 @@ class CallRunner:
     def _check_deadline(self, call: Call, when: str) -> None:
         if call.deadline.expired(self.clock):
             raise DeadlineExceeded(f"deadline passed {when}")
+
+
+def output_widths(plan: Plan, hello: Hello) -> tuple[int, tuple[int, ...]]:
+    """The width of the first output ``plan`` asks of ``hello``'s worker, and
+    of the others (the cut refused a plan asking for one it lacks)."""
+    if not plan.outputs:  # the task's own output: as a worker of protocol 2 sends it
+        return (hello.dims if TASK_OUTPUT[plan.task] is Kind.DENSE else 1), ()
+    widths = widths_of(hello)
+    first, *more = (widths[kind] for kind in plan.outputs)
+    return first, tuple(more)
 
 
 def _internal(plan: Plan, exc: Exception) -> InternalError:

@@ -21,6 +21,7 @@ import attrs
 
 from .config import ModelSpec
 from .errors import ConfigError
+from .kinds import Kind
 from .launch import LaneInfo, LaneSession, Launched, LaunchRequest, ProcessGroup, WorkerProcess
 from .tokenizer import BasicTokenizer, Tokenizer
 
@@ -76,7 +77,7 @@ class Conversion:
 
 
 #: how a rerank model scores: see :class:`ModelTraits`
-Scorer = Literal["cross-encoder", "bi-encoder"]
+Scorer = Literal["cross-encoder", "bi-encoder", "llm-reranker"]
 
 
 @attrs.frozen
@@ -94,14 +95,25 @@ class ModelTraits:
     #: returns the logit of each (query, document) pair and the host's
     #: ``RerankResult.scores`` are its sigmoid (``raw_scores`` the logits), as
     #: sentence-transformers' ``CrossEncoder.predict`` and TEI give them.
-    #: ``"bi-encoder"``: a similarity of separate embeddings, returned as is.
-    #: ``None``: not said (scores are returned as the worker gives them).
+    #: ``"llm-reranker"``: a causal language model scoring the pair in its
+    #: prompt; the worker returns ``logit(yes) - logit(no)`` at the prompt's
+    #: end, and the scores are its sigmoid (``P(yes)`` of the two) as for a
+    #: cross-encoder. ``"bi-encoder"``: a similarity of separate embeddings,
+    #: returned as is. ``None``: not said (scores are returned as the worker
+    #: gives them).
     scorer: Scorer | None = None
     #: an embed model's pooling (``"mean"``, ``"cls"``...), for ``/info``
     pooling: str | None = None
     #: the memory one of its workers holds, in MiB, as estimated from its
     #: files (``/info`` shows it); ``None``: not said
     worker_mib: int | None = None
+    #: the outputs the model computes (dense vectors, sparse vectors, token
+    #: vectors...), when its files say: a call for another one is refused
+    #: before any worker starts; ``None``: not said (the worker's hello says)
+    outputs: frozenset[Kind] | None = None
+    #: an LLM reranker's instruction, the one its prompt holds (the model
+    #: card's or the catalog's), for ``synapse catalog`` and ``/info``
+    instruction: str | None = None
 
 
 @attrs.frozen

@@ -10,19 +10,27 @@ This module is imported by worker processes: keep it free of host imports.
 
 from __future__ import annotations
 
-import math
 import struct
 import sys
 from array import array
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Literal
 
 import msgspec
 
 from .errors import WireError, WorkerRejected
+from .kinds import TASK_OUTPUT as TASK_OUTPUT
+from .kinds import Kind as Kind
+from .kinds import all_finite as all_finite
+from .kinds import check_part, floats_of, part_rows
 
-#: 2: workers may send :class:`Computed` before a reply
-PROTOCOL_VERSION = 2
+#: 2: workers may send :class:`Computed` before a reply;
+#: 3: typed outputs (:class:`Kind`): ``Hello.outputs``, ``Infer.outputs``,
+#: ``Output.kind`` / ``lengths`` / ``indices`` / ``more`` (a peer of 2 sends
+#: and reads none of them, and serves the dense or score output of its task).
+#: (An :class:`Output`'s ``compute_ns`` needs no version: a field with a
+#: default is ignored by a peer that does not know it.)
+PROTOCOL_VERSION = 3
 PREFIX = struct.Struct(">I")
 DEFAULT_MAX_FRAME = 64 * 1024 * 1024
 #: the largest batch a worker may report in its hello: the most inputs one
@@ -61,6 +69,10 @@ class Hello(Frame, tag="hello", frozen=True):
     dims: int
     max_batch: int
     identity: str
+    #: the outputs the worker computes and each one's width (dims for dense
+    #: and multi, 1 for a score, the index bound for sparse); empty: a peer
+    #: of protocol 2, whose output is its task's (:func:`widths_of`)
+    outputs: dict[Kind, int] = {}
 
     def __post_init__(self) -> None:
         # Checked on decoding: a hello with unusable buckets is a start-up fault.
@@ -76,12 +88,41 @@ class Admitted(Frame, tag="admitted", frozen=True):
     cost: int = 0
 
 
+class Part(msgspec.Struct, frozen=True, array_like=True):
+    """One further output of an :class:`Output` (``Output.more``), laid out
+    as the output's own fields are."""
+
+    kind: Kind
+    dims: int
+    data: bytes
+    lengths: bytes = b""
+    indices: bytes = b""
+
+
 class Output(Frame, tag="output", frozen=True):
+    """A worker's rows for one :class:`Infer`, one output per kind asked for.
+
+    A fixed-width kind's ``data`` is ``rows * dims`` little-endian float32.
+    A ragged kind has ``lengths``, one little-endian uint32 per row (the
+    row's entries: sparse pairs, or token vectors), and ``data`` holds
+    ``sum(lengths)`` entries of ``dims`` floats (``dims`` is 1 for sparse,
+    whose ``indices`` hold one little-endian int32 per entry, below the
+    width)."""
+
     request_id: int
     shape: Shape
     rows: int
     dims: int
-    data: bytes  # rows * dims little-endian float32
+    data: bytes  # rows * dims little-endian float32 (fixed-width kinds)
+    #: the kind of this output; ``None``: a peer of protocol 2, the kind asked for
+    kind: Kind | None = None
+    lengths: bytes = b""
+    indices: bytes = b""
+    #: the outputs asked for after the first, in the order asked
+    more: list[Part] = []
+    #: how long the worker's model computed these rows, as the worker measured
+    #: it (nanoseconds); ``None``: not reported (a worker without the kit)
+    compute_ns: int | None = None
 
 
 class Evicted(Frame, tag="evicted", frozen=True):
@@ -114,6 +155,8 @@ class Infer(Frame, tag="infer", frozen=True):
     task: Task
     sequences: list[list[int]]
     query: list[int] | None = None
+    #: the outputs asked for, in order; empty: the task's own (``TASK_OUTPUT``)
+    outputs: list[Kind] = []
 
 
 class Evict(Frame, tag="evict", frozen=True):
@@ -235,19 +278,28 @@ def check_rows(output: Output) -> None:
         raise WireError("output contains NaN or infinite values")
 
 
-def all_finite(data: bytes) -> bool:
-    """Whether little-endian float32 ``data`` holds no NaN and no infinity."""
-    # A float32 is NaN or infinite only if its exponent bits are all ones, so
-    # its high byte (the last, little-endian) is 0x7F or 0xFF; only then look
-    # closer. A float32 sum in double precision cannot overflow, so a
-    # non-finite sum means a NaN or infinity among the values.
-    high = data[3::4]
-    return not (b"\x7f" in high or b"\xff" in high) or math.isfinite(sum(_floats(data)))
+def widths_of(hello: Hello) -> Mapping[Kind, int]:
+    """The outputs ``hello``'s worker computes, with their widths; a peer of
+    protocol 2 names none, and computes its task's (dense vectors of its
+    dims, or scores)."""
+    return hello.outputs or {Kind.DENSE: hello.dims, Kind.SCORE: 1}
+
+
+def asked_of(request: Infer) -> list[Kind]:
+    """The outputs ``request`` asks for, in order."""
+    return request.outputs or [TASK_OUTPUT[request.task]]
 
 
 def rows_of(output: Output) -> list[list[float]]:
-    """The rows of an :class:`Output` that passed :func:`check_rows`."""
-    values = _floats(output.data)
+    """The rows of the first output of an :class:`Output` that passed
+    :func:`check_rows` (a fixed-width kind) or :func:`expect_output`; a
+    ragged kind's rows are as :func:`part_rows` gives them."""
+    kind = output.kind
+    if kind is not None and kind.ragged:
+        return part_rows(
+            kind, output.rows, output.dims, output.data, output.lengths, output.indices
+        )  # type: ignore[return-value]
+    values = floats_of(output.data)
     if output.rows == 1:
         return [values]
     d = output.dims
@@ -260,27 +312,32 @@ def unpack_rows(output: Output) -> list[list[float]]:
     return rows_of(output)
 
 
-def _floats(data: bytes) -> list[float]:
-    if sys.byteorder == "little":
-        return memoryview(data).cast("f").tolist()  # type: ignore[return-value]
-    flat = array("f", data)
-    flat.byteswap()
-    return flat.tolist()
+def more_rows(output: Output) -> list[list[object]]:
+    """The rows of each further output (``Output.more``), in the order asked."""
+    return [
+        part_rows(p.kind, output.rows, p.dims, p.data, p.lengths, p.indices) for p in output.more
+    ]
 
 
-def expect_output(reply: Frame, request: Infer, rows: int, width: int) -> Output:
+def expect_output(
+    reply: Frame, request: Infer, rows: int, width: int, widths: Sequence[int] = ()
+) -> Output:
     """``reply`` if it is the checked :class:`Output` of ``request`` with
-    ``rows`` rows of ``width`` values; else :class:`WorkerRejected` (a
-    :class:`WorkerFault`) for a failure the worker reported,
-    :class:`WireError` for anything else."""
+    ``rows`` rows of each output asked for (:func:`asked_of`), the first of
+    ``width`` and the others of ``widths`` in order; else
+    :class:`WorkerRejected` (a :class:`WorkerFault`) for a failure the
+    worker reported, :class:`WireError` for anything else."""
     if (
         type(reply) is Output
         and reply.request_id == request.request_id
         and reply.shape == request.shape
         and reply.rows == rows
         and reply.dims == width
+        and not request.outputs
+        and reply.kind is None
+        and not reply.more
     ):
-        check_rows(reply)
+        check_rows(reply)  # a task's own output from a peer of protocol 2
         return reply
     # Not the reply expected: say exactly how.
     if isinstance(reply, Failure) and reply.request_id == request.request_id:
@@ -293,5 +350,21 @@ def expect_output(reply: Frame, request: Infer, rows: int, width: int) -> Output
         raise WireError(f"reply shape {reply.shape} differs from request shape {request.shape}")
     if reply.rows != rows or reply.dims != width:
         raise WireError(f"reply has {reply.rows}x{reply.dims} values, expected {rows}x{width}")
-    check_rows(reply)
+    _check_kinds(reply, request, width, widths)
     return reply
+
+
+def _check_kinds(reply: Output, request: Infer, width: int, widths: Sequence[int]) -> None:
+    asked = asked_of(request)
+    kind = reply.kind if reply.kind is not None else asked[0]
+    sent = [(kind, reply.dims), *((p.kind, p.dims) for p in reply.more)]
+    expected = list(zip(asked, [width, *widths], strict=False))
+    if sent != expected:
+        names = [(k.value, d) for k, d in sent]
+        raise WireError(
+            f"reply has outputs {names}, expected {[(k.value, d) for k, d in expected]}"
+        )
+    bucket = request.shape.bucket
+    check_part(kind, reply.rows, reply.dims, reply.data, reply.lengths, reply.indices, bucket)
+    for p in reply.more:
+        check_part(p.kind, reply.rows, p.dims, p.data, p.lengths, p.indices, bucket)

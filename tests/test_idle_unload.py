@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import anyio
 import pytest
 
 import synapse_core as synapse
@@ -92,3 +93,48 @@ def test_a_bad_idle_unload_s_names_its_path(
     with pytest.raises(synapse.ConfigError) as caught:
         make_config(entry, **settings)
     assert any(problem in p for p in caught.value.problems), caught.value.problems
+
+
+async def test_a_call_while_an_idle_model_is_let_go_waits_then_starts_it_again(
+    make_model: Any, make_config: Any
+) -> None:
+    """Issue 42: a call in the window between an idle unload's start and its
+    workers' confirmed exits was refused as ``retired`` (a 503); it waits for
+    the exits and starts a new worker. The exit is held until the test has
+    seen the call waiting, so the window is certain, not a race."""
+    clock = synapse.FakeClock()
+    transport = InProcessFakeTransport()
+    transport.hold_exits = True  # a process is gone only once the test says so
+    config = make_config({**make_model("m"), "idle_unload_s": 10.0})
+    async with synapse.open_host(
+        config, plugins=[transport_plugin(transport)], clock=clock
+    ) as host:
+        await host.embed("m", ["x"])
+        worker = host.worker("m")
+        assert worker is not None
+        first = transport.launched("m")[0].process
+        transport.hold_exits = False  # the next worker's exit is not held
+        clock.advance(10.0)
+        unloaded: list[str] = []
+        results: list[synapse.EmbedResult] = []
+
+        async def unload() -> None:
+            unloaded.extend(await host.unload_idle())
+
+        async def call() -> None:
+            results.append(await host.embed("m", ["x"]))
+
+        async with anyio.create_task_group() as tg:
+            tg.start_soon(unload)
+            while not worker.retiring:  # the unload has begun
+                await worker.changed()
+            tg.start_soon(call)
+            await anyio.wait_all_tasks_blocked()
+            assert not results and len(transport.launched("m")) == 1  # it waits
+            assert first.returncode is None  # the old worker's exit is still held
+            first.confirm_exit()
+        assert unloaded == ["m"]
+        assert len(results) == 1 and len(results[0].vectors) == 1
+        assert len(transport.launched("m")) == 2 and host.resident("m")
+        new = host.worker("m")
+        assert new is not None and new is not worker

@@ -47,6 +47,9 @@ ALLOWED: dict[str, frozenset[str]] = {
     # a transport that charges its lane in MiB (synapse_admission_cost) and
     # adds `synapse pull` (hub models)
     "cpu": frozenset({HOST, TRANSPORT, POLICY, CLI}),
+    # a transport that charges its GPU lanes in MiB and waits when one is full
+    # (synapse_admission_cost, synapse_lane_full)
+    "cuda": frozenset({TRANSPORT, POLICY}),
     # the model home, a library: its error is a SynapseError, its tokenizer
     # the plugin API's
     "models": frozenset({TRANSPORT}),
@@ -64,7 +67,7 @@ PLUGINS = sorted(p.name for p in (ROOT / "plugins").iterdir() if (p / "pyproject
 #: may import them (and they import no plugin)
 LIBRARIES = frozenset({"synapse_models"})
 #: the plugins that read models through the model home
-MODEL_LANES = frozenset({"cpu", "ane_direct"})
+MODEL_LANES = frozenset({"cpu", "ane_direct", "cuda"})
 EXAMPLE = ROOT / "docs" / "examples" / "hash_transport"
 
 
@@ -126,6 +129,26 @@ def test_the_model_home_is_a_library_not_a_plugin() -> None:
     assert "entry-points" not in pyproject
 
 
+def family_branches(source: str, names: set[str]) -> list[tuple[int, str]]:
+    """``(line, name)`` of each of ``names`` that ``source`` branches on:
+    compares with, keys a table by, or matches a case on."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Compare):
+            branching: list[ast.AST] = [node.left, *node.comparators]
+        elif isinstance(node, ast.Dict):
+            branching = [k for k in node.keys if k is not None]
+        elif isinstance(node, ast.match_case):
+            branching = [node.pattern]
+        else:
+            continue
+        for part in branching:
+            for leaf in ast.walk(part):
+                if isinstance(leaf, ast.Constant) and leaf.value in names:
+                    found.append((leaf.lineno, str(leaf.value)))
+    return found
+
+
 def test_no_module_outside_the_families_compares_a_family_name() -> None:
     """Architecture and model-type names live in ``synapse_models/families``:
     no other module of any plugin branches on one."""
@@ -137,12 +160,26 @@ def test_no_module_outside_the_families_compares_a_family_name() -> None:
         for path in sorted(package.rglob("*.py")):
             if "families" in path.relative_to(package).parts:
                 continue
-            for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-                if isinstance(node, ast.Compare):
-                    for side in (node.left, *node.comparators):
-                        if isinstance(side, ast.Constant) and side.value in names:
-                            found.append(f"{path.relative_to(ROOT)}:{node.lineno}: {side.value!r}")
+            for line, name in family_branches(path.read_text(encoding="utf-8"), names):
+                found.append(f"{path.relative_to(ROOT)}:{line}: {name!r}")
     assert found == []
+
+
+def test_the_family_name_scan_sees_each_way_of_branching() -> None:
+    source = (
+        "if arch == 'bert': pass\n"
+        "if model_type in ('x', 'mpnet'): pass\n"
+        "TABLE = {'modernbert': 1}\n"
+        "match kind:\n    case 'xlm-roberta': pass\n"
+        "print('bert')\n"
+    )
+    names = {"bert", "mpnet", "modernbert", "xlm-roberta"}
+    assert family_branches(source, names) == [
+        (1, "bert"),
+        (2, "mpnet"),
+        (3, "modernbert"),
+        (5, "xlm-roberta"),
+    ]
 
 
 def _families() -> list[Any]:

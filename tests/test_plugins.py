@@ -20,7 +20,7 @@ from synapse_core.catalog import Catalog, default_config
 from synapse_core.config import HostConfig, ModelSpec
 from synapse_core.errors import Refused
 from synapse_core.hookspecs import hookimpl
-from synapse_core.host import open_host
+from synapse_core.opening import open_host
 from synapse_core.plugins import ENTRY_POINT_GROUP, PluginHost, PluginInfo
 from synapse_core.testing import host_config, model_entry, transport_plugin
 from synapse_core.testing.fake import InProcessFakeTransport

@@ -61,7 +61,13 @@ FRAME_STRATEGIES: dict[type[Frame], st.SearchStrategy[Frame]] = {
     ),
     Admitted: st.builds(Admitted, request_id=ints, shape=shapes, cold=st.booleans(), cost=ints),
     Output: st.builds(
-        Output, request_id=ints, shape=shapes, rows=sizes, dims=sizes, data=st.binary(max_size=64)
+        Output,
+        request_id=ints,
+        shape=shapes,
+        rows=sizes,
+        dims=sizes,
+        data=st.binary(max_size=64),
+        compute_ns=st.none() | sizes,
     ),
     Evicted: st.builds(Evicted, request_id=ints, shape=shapes),
     Inventory: st.builds(Inventory, request_id=ints, shapes=st.lists(shapes, max_size=6)),
@@ -121,6 +127,27 @@ def test_missing_defaulted_fields_decode_for_older_peers() -> None:
 def test_unknown_fields_from_newer_peers_are_ignored() -> None:
     body = msgspec.msgpack.encode({"t": "inventory_request", "request_id": 3, "later": [1, 2]})
     assert Codec().decode(body) == InventoryRequest(3)
+
+
+class OlderOutput(Frame, tag="output", frozen=True):
+    """An output as protocol 2 first had it: no ``compute_ns``."""
+
+    request_id: int
+    shape: Shape
+    rows: int
+    dims: int
+    data: bytes
+
+
+def test_an_outputs_compute_time_is_optional_both_ways() -> None:
+    """A worker that does not report its compute time still decodes (``None``),
+    and a host that does not know the field reads a reply that carries it."""
+    older = msgspec.msgpack.encode(OlderOutput(1, Shape(16, 1), 1, 1, b"\0" * 4))
+    assert Codec().decode(older) == Output(1, Shape(16, 1), 1, 1, b"\0" * 4, compute_ns=None)
+    newer = Codec().encode(Output(1, Shape(16, 1), 1, 1, b"\0" * 4, compute_ns=1234))
+    assert Codec(accepts=OlderOutput).decode(newer[PREFIX.size :]) == OlderOutput(
+        1, Shape(16, 1), 1, 1, b"\0" * 4
+    )
 
 
 @pytest.mark.parametrize(

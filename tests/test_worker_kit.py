@@ -4,6 +4,7 @@ failures, fault knobs and tracing (no process, no plugin)."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Any
 
 import attrs
@@ -36,6 +37,7 @@ from synapse_core.wire import (
     Infer,
     Inventory,
     InventoryRequest,
+    Kind,
     LaunchSpec,
     Output,
     Shape,
@@ -130,6 +132,7 @@ def test_hello_reports_what_the_worker_declares() -> None:
         dims=2,
         max_batch=4,
         identity="sum:pkg:v1",
+        outputs={Kind.DENSE: 2, Kind.SCORE: 1},  # it writes embed and rerank
     )
 
 
@@ -255,6 +258,17 @@ def test_a_long_computation_is_announced_before_its_reply(
     assert isinstance(infer(worker, [[1, 2]]), Output)
     assert isinstance(infer(worker, [[1, 2]], query=[1]), Output)
     assert sent == ([Computed(7), Computed(7)] if announced else [])
+
+
+def test_an_output_carries_the_time_the_model_computed(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The kit measures the author's ``embed`` itself: the host reads it, never guesses."""
+    import synapse_core.worker.model as kit
+
+    ticks = iter([1_000, 251_000])  # the clock before and after the model ran
+    monkeypatch.setattr(kit, "time", SimpleNamespace(perf_counter_ns=lambda: next(ticks)))
+    worker = ready(build_logic(SumWorker, spec(), pid=99))
+    output = infer(worker, [[1, 2]])
+    assert isinstance(output, Output) and output.compute_ns == 250_000
 
 
 def test_rerank_gives_one_score_per_document() -> None:

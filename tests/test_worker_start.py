@@ -82,7 +82,7 @@ class BadHelloLogic:
     def hello(self) -> Any:
         r = self.request
         return RawHello(PROTOCOL_VERSION, "bad", "0", r.model.name, r.model.package,
-                        r.generation, 1, self.buckets, 4, self.max_batch, "bad")  # fmt: skip
+                        r.generation, 1, self.buckets, 4, self.max_batch, "bad", {})  # fmt: skip
 
     def handle(self, frame: Frame) -> Any:
         raise AssertionError("a worker whose hello was refused is never asked anything")

@@ -22,7 +22,8 @@ from ..call import EmbedResult, RerankResult
 from ..config import HostConfig, Task
 from ..deadline import Deadline
 from ..errors import IdentityChanged, Refused
-from ..host import Host, open_host
+from ..host import Host
+from ..opening import open_host
 from ..plan import Truncate
 from ..plugins import PluginHost
 from ..prompts import prompted

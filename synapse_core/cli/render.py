@@ -167,6 +167,7 @@ def catalog_doc(catalog: Catalog) -> Doc:
                 "note": _model_note(entry),
                 "prompts": dict(spec.prompts),
                 "scorer": entry.traits.scorer,
+                "instruction": entry.traits.instruction,
                 "shipped_by": catalog.shipped.get(name),
             }
         )
@@ -208,6 +209,7 @@ def catalog_lines(doc: Doc) -> list[str]:
             m["description"],
             m["note"],
             _scorer_note(m.get("scorer"), m["description"]),
+            _instruction_note(m.get("instruction")),
             _prompts_note(m["prompts"]),
             _shipped_note(m.get("shipped_by"), doc["source"]),
         )
@@ -233,7 +235,15 @@ def _model_note(entry: Entry) -> str:
 _SCORERS = {
     "cross-encoder": "cross-encoder: query and document scored together (sigmoid of the logit)",
     "bi-encoder": "bi-encoder: cosine of separate embeddings (not a cross-encoder)",
+    "llm-reranker": (
+        "LLM reranker: a language model judges each pair in its prompt "
+        "(sigmoid of logit(yes) - logit(no))"
+    ),
 }
+
+
+def _instruction_note(instruction: str | None) -> str:
+    return f"instruction {instruction!r}" if instruction else ""
 
 
 def _scorer_note(scorer: str | None, description: str) -> str:

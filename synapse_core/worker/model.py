@@ -16,9 +16,7 @@ breaks this rule; a worker that receives one answers ``bad-request``.
 from __future__ import annotations
 
 import os
-import sys
 import time
-from array import array
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
@@ -36,16 +34,17 @@ from ..wire import (
     Infer,
     Inventory,
     InventoryRequest,
+    Kind,
     LaunchSpec,
     Output,
     Shape,
     Shutdown,
     all_finite,
     bucket_problem,
-    pack_rows,
 )
 from .faults import FaultInjector, WorkerOptions
 from .loop import Action, Reply, Stop, WorkerLogic
+from .outputs import Raised, call_author, guarded, outputs_reply, packed
 from .trace import Traced, TraceSink, file_sink
 
 #: What ``embed`` returns: ``len(batch)`` rows of ``dims`` floats, as a
@@ -112,6 +111,9 @@ class ModelWorker:
     dims: int = 0
     max_batch: int = 0
     identity: str = ""
+    #: widths of the outputs besides dense and score (sparse: the index
+    #: bound, multi: the token vectors' width), set by :meth:`load`
+    widths: Mapping[Kind, int] = {}
 
     def __init__(self, spec: LaunchSpec, *, pid: int | None = None) -> None:
         self.spec = spec
@@ -136,6 +138,34 @@ class ModelWorker:
     def rerank(self, query: list[int], batch: list[list[int]]) -> Scores:
         """One relevance score per document (token sequence), in order."""
         raise Declined(f"{self.model!r} does not rerank", "unsupported-task")
+
+    def sparse(self, batch: list[list[int]]) -> Any:
+        """One sparse vector per sequence, ``(indices, weights)`` (sequences
+        or 1-D arrays; each index below ``widths[Kind.SPARSE]``, none twice)."""
+        raise Declined(f"{self.model!r} has no sparse output", "unsupported-output")
+
+    def multi(self, batch: list[list[int]]) -> Any:
+        """One vector of ``widths[Kind.MULTI]`` floats per token of each
+        sequence (a (tokens, width) array or a list of vectors per sequence)."""
+        raise Declined(f"{self.model!r} has no multi-vector output", "unsupported-output")
+
+    def outputs(self, batch: list[list[int]], kinds: Sequence[Kind]) -> list[Any]:
+        """Several outputs of ``batch``, one per kind in order (never
+        ``SCORE``): override to compute them from one forward pass; by
+        default each kind's method is called in turn."""
+        methods = {Kind.DENSE: self.embed, Kind.SPARSE: self.sparse, Kind.MULTI: self.multi}
+        return [methods[kind](batch) for kind in kinds]
+
+    def output_widths(self) -> dict[Kind, int]:
+        """The outputs the worker computes, with their widths (``Hello.outputs``):
+        ``widths``, and dense rows of ``dims`` where :meth:`embed` is
+        written, scores where :meth:`rerank` is."""
+        found = dict(self.widths)
+        if type(self).embed is not ModelWorker.embed:
+            found.setdefault(Kind.DENSE, self.dims)
+        if type(self).rerank is not ModelWorker.rerank:
+            found.setdefault(Kind.SCORE, 1)
+        return found
 
     def admit(self, shape: Shape) -> None:
         """Make ``shape`` runnable (compile or load a program). Called once per
@@ -192,6 +222,7 @@ class ModelLogic:
         self.buckets = frozenset(worker.buckets)
         self.dims = worker.dims
         self.max_batch = worker.max_batch
+        self.widths = worker.output_widths()
         self.shapes: set[Shape] = set()
         self.closed = False
         self.notify = notify
@@ -210,6 +241,7 @@ class ModelLogic:
             dims=self.dims,
             max_batch=self.max_batch,
             identity=w.identity,
+            outputs=self.widths,
         )
 
     def handle(self, frame: Frame) -> Action:
@@ -230,6 +262,14 @@ class ModelLogic:
                 return Stop()
         return Reply(Failure(-1, "unexpected-frame", f"unexpected {type(frame).__name__}"))
 
+    def _notice(self, rid: int, started: int) -> int:
+        """Tell the host request ``rid`` has computed, if it took long enough
+        (``started``: ``time.perf_counter_ns()`` before it); how long it took."""
+        computed = time.perf_counter_ns() - started
+        if self.notify is not None and computed > NOTICE_AFTER_S * 1e9:
+            self.notify(Computed(rid))
+        return computed
+
     def close(self) -> None:
         if not self.closed:
             self.closed = True
@@ -243,7 +283,7 @@ class ModelLogic:
             )
         cold = shape not in self.shapes
         if cold:
-            failure = _guarded(rid, self.worker.admit, shape)
+            failure = guarded(rid, self.worker.admit, shape)
             if failure is not None:
                 return failure
             self.shapes.add(shape)
@@ -264,21 +304,22 @@ class ModelLogic:
             )
         elif frame.task == "rerank" and query is None:
             problem = "a rerank request carries no query"
+        elif frame.outputs:
+            return outputs_reply(self.worker, self.widths, frame, self._notice)
         if problem:
             return Failure(rid, "bad-request", problem)
         worker = self.worker
         worker.shape = shape
-        started = time.perf_counter()
+        started = time.perf_counter_ns()
         if frame.task == "rerank":
             assert query is not None
-            out: Any = _call(worker.rerank, query, batch)
+            out: Any = call_author(worker.rerank, query, batch)
             width = 1
         else:
-            out = _call(worker.embed, batch)
+            out = call_author(worker.embed, batch)
             width = self.dims
-        if self.notify is not None and time.perf_counter() - started > NOTICE_AFTER_S:
-            self.notify(Computed(rid))
-        if isinstance(out, _Raised):
+        computed = self._notice(rid, started)
+        if isinstance(out, Raised):
             return out.failure(rid)
         try:
             data = packed(out, len(batch), width, frame.task)
@@ -286,65 +327,7 @@ class ModelLogic:
                 raise ValueError("returned NaN or infinite values")
         except (TypeError, ValueError) as exc:
             return Failure(rid, "bad-output", f"{type(worker).__name__}.{frame.task}: {exc}")
-        return Output(rid, shape, len(batch), width, data)
-
-
-class _Raised:
-    __slots__ = ("exc",)
-
-    def __init__(self, exc: Exception) -> None:
-        self.exc = exc
-
-    def failure(self, rid: int) -> Failure:
-        exc = self.exc
-        if isinstance(exc, Declined):
-            return Failure(rid, exc.code, str(exc))
-        return Failure(rid, "worker-error", f"{type(exc).__name__}: {exc}")
-
-
-def _call(method: Callable[..., Any], *args: Any) -> Any:
-    """Call author code; an exception becomes a failure reply (traceback on stderr)."""
-    try:
-        return method(*args)
-    except Declined as exc:
-        return _Raised(exc)
-    except Exception as exc:
-        import traceback  # only on this path: workers start faster without it
-
-        traceback.print_exc(file=sys.stderr)
-        return _Raised(exc)
-
-
-def _guarded(rid: int, method: Callable[..., Any], *args: Any) -> Failure | None:
-    out = _call(method, *args)
-    return out.failure(rid) if isinstance(out, _Raised) else None
-
-
-def packed(out: Any, rows: int, width: int, task: str) -> bytes:
-    """``out`` as little-endian float32 bytes, checked to be ``rows`` x ``width``.
-
-    An array (numpy's, or anything with ``shape``, ``astype`` and
-    ``tobytes``) is converted by its own methods: the core never imports numpy.
-    """
-    shape = getattr(out, "shape", None)
-    if shape is not None and hasattr(out, "astype"):
-        allowed = ((rows,), (rows, 1)) if task == "rerank" else ((rows, width),)
-        if tuple(shape) not in allowed:
-            raise ValueError(f"returned an array of shape {tuple(shape)}, expected {allowed[0]}")
-        if getattr(out, "dtype", None) != "<f4":  # a float32 array is written as it is
-            out = out.astype("<f4")
-        return bytes(out.tobytes())
-    if len(out) != rows:
-        raise ValueError(f"returned {len(out)} results for {rows} sequences")
-    if task == "rerank":
-        flat = array("f", [s[0] if isinstance(s, Sequence) else s for s in out])
-        if sys.byteorder != "little":
-            flat.byteswap()
-        return flat.tobytes()
-    for row in out:
-        if len(row) != width:
-            raise ValueError(f"returned a row of {len(row)} values; dims is {width}")
-    return pack_rows(out)
+        return Output(rid, shape, len(batch), width, data, compute_ns=computed)
 
 
 def build_logic(

@@ -1,9 +1,13 @@
 """What a CPU worker costs its lane, in MiB: the lane's capacity is memory.
 
 A worker's weights are charged once, with the first shape it admits (see
-:func:`admission_cost`); each admitted shape adds its working set: the
+:func:`charges_weights`); each admitted shape adds its working set: the
 activations of one forward slice of that bucket at the worker's batch size.
-Estimates, on the generous side: they guard the machine, not the last MiB.
+An onnxruntime worker holds one session per thread count its requests run
+on, each with its own copy of the weights and its own memory arena, so both
+are charged once per session it may make (:func:`copies`). Estimates, on
+the generous side: they guard the machine, not the last MiB; a test holds a
+real worker's resident memory within them.
 """
 
 from __future__ import annotations
@@ -45,27 +49,49 @@ def default_capacity_mib() -> int:
     return max(1, total // 2 // MIB)
 
 
-def weights_mib(weights_bytes: int, runtime: str) -> int:
-    return math.ceil(weights_bytes / MIB) + RUNTIME_MIB.get(runtime, RUNTIME_MIB["numpy"])
+def copies(runtime: str, threads: int | None, cores: int) -> int:
+    """How many copies of the model (weights and working memory) one worker
+    may hold. numpy: one. onnxruntime: one session per thread count its
+    requests run on (a session's intra-op pool is fixed when it is made): a
+    fixed ``options.threads`` is one count; the lane's core share gives
+    ``cores // busy`` for 1 to ``cores`` busy workers, as many counts as
+    that has distinct values (2 on 2 cores, 7 on 16, 15 on 64)."""
+    if runtime != "onnxruntime" or threads is not None:
+        return 1
+    return len({cores // busy for busy in range(1, max(1, cores) + 1)})
 
 
-def shape_mib(shape: Shape, batch_tokens: int, hidden: int = HIDDEN) -> int:
-    """The activations of one forward slice of ``shape``, in float32."""
+def weights_mib(weights_bytes: int, runtime: str, copies: int = 1) -> int:
+    """The runtime's own memory and ``copies`` copies of the weights file."""
+    runtime_mib = RUNTIME_MIB.get(runtime, RUNTIME_MIB["numpy"])
+    return copies * math.ceil(weights_bytes / MIB) + runtime_mib
+
+
+def shape_mib(shape: Shape, batch_tokens: int, hidden: int = HIDDEN, copies: int = 1) -> int:
+    """The activations of one forward slice of ``shape``, in float32, held
+    by each of ``copies`` (an onnxruntime session's arena keeps what its
+    largest run needed)."""
     rows = min(shape.batch, max(1, batch_tokens // shape.bucket))
     positions = rows * shape.bucket
     heads = max(1, hidden // 32)
     # At the MLP's peak: the hidden states, the 4x widened rows and the three
     # temporaries of their GELU; in attention: the scores, softmaxed in place.
     floats = positions * hidden * 18 + rows * heads * shape.bucket**2
-    return math.ceil(floats * 4 / MIB) + 1
+    return copies * (math.ceil(floats * 4 / MIB) + 1)
 
 
 def charges_weights(
-    worker_id: str, lane: LaneView, weights: int, batch_tokens: int, hidden: int = HIDDEN
+    worker_id: str,
+    lane: LaneView,
+    weights: int,
+    batch_tokens: int,
+    hidden: int = HIDDEN,
+    copies: int = 1,
 ) -> bool:
     """Whether the worker's next admission must carry its weights: none of its
     reservations on the lane carries them now (all cost only their working set)."""
     return not any(
-        r.worker_id == worker_id and r.units >= shape_mib(r.shape, batch_tokens, hidden) + weights
+        r.worker_id == worker_id
+        and r.units >= shape_mib(r.shape, batch_tokens, hidden, copies) + weights
         for r in lane.reservations
     )

@@ -38,6 +38,11 @@ def _with_hf(instance: CpuOptions, attribute: attrs.Attribute[Any], value: str |
         raise FieldInvalid(attribute.name, "a revision is of a hub model: set hf too")
 
 
+def _not_blank(instance: object, attribute: attrs.Attribute[Any], value: str | None) -> None:
+    if value is not None and not value.strip():
+        raise FieldInvalid(attribute.name, "must not be blank (leave it out for the model's own)")
+
+
 @attrs.frozen
 class CpuOptions(WorkerOptions):
     """Plus the kit's ``faults`` and ``trace`` (see :class:`WorkerOptions`)."""
@@ -74,6 +79,10 @@ class CpuOptions(WorkerOptions):
     spin_wait: bool = True
     #: where built ONNX graphs are kept; default ``~/.cache/synapse/onnx``
     cache_dir: str | None = None
+    #: an LLM reranker's instruction (Qwen3-Reranker's ``<Instruct>:`` line)
+    #: in place of the model card's; both the host's tokenizer and the worker
+    #: frame pairs with it. Only for an LLM reranker (docs/cpu-lane.md)
+    instruction: str | None = attrs.field(default=None, validator=_not_blank)
 
     def folder(self) -> str | None:
         """The model folder: ``model_dir``, or ``hf``'s snapshot in the local

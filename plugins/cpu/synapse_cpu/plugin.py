@@ -34,11 +34,13 @@ def synapse_admission_cost(
     model: ModelSpec, shape: Shape, lane: LaneView, worker_id: str
 ) -> int | None:
     """MiB: the shape's working set, plus the worker's weights on the admission
-    that finds none of its reservations carrying them."""
+    that finds none of its reservations carrying them; both once per copy of
+    the model the worker may hold (``costs.copies``: its onnxruntime sessions)."""
     if model.transport != CpuTransport.name:
         return None
     facts = model_facts(model)
-    working = shape_mib(shape, facts.batch_tokens, facts.hidden)
-    if charges_weights(worker_id, lane, facts.weights_mib, facts.batch_tokens, facts.hidden):
+    sizes = (facts.batch_tokens, facts.hidden, facts.copies)
+    working = shape_mib(shape, *sizes)
+    if charges_weights(worker_id, lane, facts.weights_mib, *sizes):
         return working + facts.weights_mib
     return working

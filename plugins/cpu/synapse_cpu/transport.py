@@ -20,6 +20,7 @@ from synapse_core.plugin import (
     BasicTokenizer,
     ConfigError,
     Conversion,
+    Kind,
     LaneInfo,
     Launched,
     LaunchRequest,
@@ -34,11 +35,12 @@ from synapse_core.plugin import (
 from synapse_models import files
 from synapse_models.errors import ModelFilesError
 from synapse_models.folder import Layout
+from synapse_models.outputs import offered
 from synapse_models.packing import PairTemplate
 from synapse_models.tokenizer import HFTokenizer, check_fits, tokenizer_of
 
 from .cores import LANE_ID, usable_cores
-from .costs import HIDDEN, default_capacity_mib, request_budget, weights_mib
+from .costs import HIDDEN, copies, default_capacity_mib, request_budget, weights_mib
 from .options import CpuOptions, parse_options
 
 WORKER = "synapse_cpu.worker:CpuWorker"
@@ -103,20 +105,65 @@ def model_files(options: CpuOptions) -> files.ModelFiles:
     return files.locate(options.folder(), options.sha256)
 
 
+def _tokenizer(path: Path, layout: Layout) -> HFTokenizer:
+    """The folder's tokenizer, one per file size and modification time and
+    way of framing: it frames and encodes as the worker's does
+    (``synapse_models.model.layout_tokenizer``), so the host counts and cuts
+    what the worker packs; the one the catalog checked is the one that
+    serves (the file is parsed once), and a replaced file is read again."""
+    stat = path.stat()
+    return _tokenizer_at(path, stat.st_size, stat.st_mtime_ns, *_framing(layout))
+
+
+def _framing(layout: Layout) -> tuple[bool, PairTemplate | None, bool, bool]:
+    return layout.cross_encoder, layout.template, layout.causal, layout.strips_texts
+
+
 @functools.lru_cache(maxsize=64)
-def _tokenizer_of(
-    path: Path, pairs: bool, template: PairTemplate | None, decoder: bool, strip: bool
+def _tokenizer_at(
+    path: Path,
+    size: int,
+    mtime_ns: int,
+    pairs: bool,
+    template: PairTemplate | None,
+    decoder: bool,
+    strip: bool,
 ) -> HFTokenizer:
     return tokenizer_of(path, pairs, template, decoder, strip)
 
 
-def _tokenizer(path: Path, layout: Layout) -> HFTokenizer:
-    """The folder's tokenizer, one per folder and way of framing: it frames
-    and encodes as the worker's does (``synapse_models.model.layout_tokenizer``),
-    so the host counts and cuts what the worker packs."""
-    return _tokenizer_of(
-        path, layout.cross_encoder, layout.template, layout.causal, layout.strips_texts
-    )
+def tokenizer_problem(located: files.ModelFiles, layout: Layout) -> str:
+    """Why the folder's ``tokenizer.json`` cannot serve ("" when it can): not
+    a ``tokenizers`` file, framing no sequence as the family needs, or
+    another model's vocabulary. Remembered per file size and modification
+    time (of the tokenizer, and the rows its weights' header gives), so
+    listing a catalog parses each file once."""
+    path = located.tokenizer
+    try:
+        stat = path.stat()
+        rows = files.vocab_rows(located.weights, layout)
+    except ModelFilesError as exc:
+        return str(exc)
+    except OSError as exc:
+        return f"{path}: cannot be read: {exc.strerror or exc}"
+    padded = layout.family.vocab_padded
+    return _tokenizer_problem(path, stat.st_size, stat.st_mtime_ns, _framing(layout), rows, padded)
+
+
+@functools.lru_cache(maxsize=64)
+def _tokenizer_problem(
+    path: Path,
+    size: int,
+    mtime_ns: int,
+    framing: tuple[bool, PairTemplate | None, bool, bool],
+    rows: int,
+    padded: bool,
+) -> str:
+    try:
+        check_fits(_tokenizer_at(path, size, mtime_ns, *framing), rows, padded)
+    except ModelFilesError as exc:
+        return str(exc)
+    return ""
 
 
 @functools.lru_cache(maxsize=64)
@@ -124,11 +171,11 @@ def _verified(path: Path, size: int, mtime_ns: int, expected: str | None) -> str
     return files.verify_weights(files.ModelFiles(path.parent, "", expected))
 
 
-def verify_before_launch(located: files.ModelFiles) -> None:
+def verify_before_launch(located: files.ModelFiles, instruction: str | None = None) -> None:
     """The checks a worker would fail on, made here so the caller gets a typed
     error naming the file (a worker can only exit). Hashing is remembered per
     file size and modification time."""
-    layout = files.check_present(located)
+    layout = files.check_present(located).with_instruction(instruction)
     stat = located.weights.stat()
     _verified(located.weights, stat.st_size, stat.st_mtime_ns, located.sha256)
     tokenizer = _tokenizer(located.tokenizer, layout)
@@ -139,23 +186,28 @@ def verify_before_launch(located: files.ModelFiles) -> None:
 class ModelFacts:
     """What pricing an admission needs, read once per model folder."""
 
+    #: the runtime's memory and every copy of the weights
     weights_mib: int
     hidden: int
     batch_tokens: int
+    #: the copies of the model a worker may hold (``costs.copies``)
+    copies: int = 1
 
 
 def model_facts(model: ModelSpec) -> ModelFacts:
     options = parse_options(model.options, source=f"model {model.name!r}")
     located = model_files(options)
-    return _facts(located.root, runtime_of(options.runtime), options.batch_tokens)
+    runtime = runtime_of(options.runtime)
+    held = copies(runtime, options.threads, usable_cores())
+    return _facts(located.root, runtime, options.batch_tokens, held)
 
 
 @functools.lru_cache(maxsize=64)
-def _facts(root: Path, runtime: str, batch_tokens: int) -> ModelFacts:
+def _facts(root: Path, runtime: str, batch_tokens: int, held: int) -> ModelFacts:
     located = files.ModelFiles(root, "", None)
     hidden = int(files.read_json(located.config).get("hidden_size", HIDDEN))
     size = located.weights.stat().st_size
-    return ModelFacts(weights_mib(size, runtime), hidden, batch_tokens)
+    return ModelFacts(weights_mib(size, runtime, held), hidden, batch_tokens, held)
 
 
 class CpuTransport(Transport):
@@ -247,11 +299,17 @@ class CpuTransport(Transport):
             layout = files.check_present(located)
         except ModelFilesError as exc:
             return Availability.no(str(exc))
+        try:
+            layout = layout.with_instruction(options.instruction)
+        except ValueError as exc:
+            return Availability.no(f"options.instruction: {exc}")
         if layout.cross_encoder and model.task != "rerank":
             return Availability.no(
                 f"{located.config}: a cross-encoder ({layout.architecture}, "
                 'ForSequenceClassification) scores pairs; give it task = "rerank"'
             )
+        if problem := tokenizer_problem(located, layout):
+            return Availability.no(problem)
         memory = worker_mib(options)
         capacity = default_capacity_mib()
         if memory > capacity:
@@ -278,19 +336,25 @@ class CpuTransport(Transport):
         return None if layout is None else layout.buckets()
 
     def traits(self, model: ModelSpec) -> ModelTraits:
-        """The folder's prompts, and whether a rerank model is a cross-encoder."""
+        """The folder's prompts, and whether a rerank model is a cross-encoder,
+        an LLM reranker (with the instruction its prompt holds) or a bi-encoder."""
         layout = _layout(self.model_options(model))
         if layout is None:
             return ModelTraits()
         scorer: Scorer | None = None
         if model.task == "rerank":
             scorer = "cross-encoder" if layout.cross_encoder else "bi-encoder"
+            if layout.template is not None:
+                scorer = "llm-reranker"
         return ModelTraits(
             worker_mib=worker_mib(self.model_options(model)),
             prompts=layout.prompts,
             default_prompt=layout.default_prompt,
             scorer=scorer,
             pooling=None if layout.cross_encoder else layout.pooling,
+            outputs=frozenset(Kind(name) for name in offered(layout))
+            | ({Kind.SCORE} if model.task == "rerank" else set()),
+            instruction=None if layout.template is None else layout.template.instruction,
         )
 
     def lane_for(self, model: ModelSpec) -> LaneInfo:
@@ -305,15 +369,18 @@ class CpuTransport(Transport):
 
     def tokenizer(self, model: ModelSpec) -> Tokenizer:
         try:
-            located = model_files(parse_options(model.options))
-            layout = files.check_present(located)
-        except (ModelFilesError, ConfigError):
+            options = parse_options(model.options)
+            located = model_files(options)
+            layout = files.check_present(located).with_instruction(options.instruction)
+            return _tokenizer(located.tokenizer, layout)
+        except (ModelFilesError, ConfigError, ValueError, OSError):
             return BasicTokenizer()  # the model is unavailable and refused before tokenizing
-        return _tokenizer(located.tokenizer, layout)
 
     async def launch(self, request: LaunchRequest) -> Launched:
         options: CpuOptions = self.model_options(request.model)
-        await anyio.to_thread.run_sync(verify_before_launch, model_files(options))
+        await anyio.to_thread.run_sync(
+            verify_before_launch, model_files(options), options.instruction
+        )
         if options.runtime is None and (problem := onnxruntime_problem()):
             _fallback_notice(problem)
         # BLAS pools sized before numpy loads: the most threads a request may
@@ -348,11 +415,11 @@ def memory_note(options: CpuOptions) -> str:
 
 
 def _layout(options: CpuOptions) -> Layout | None:
-    """The folder's layout, or ``None`` when it has a problem (which
-    ``model_availability`` reports)."""
+    """The folder's layout (with the catalog's instruction), or ``None`` when
+    it has a problem (which ``model_availability`` reports)."""
     try:
-        return files.check_present(model_files(options))
-    except ModelFilesError:
+        return files.check_present(model_files(options)).with_instruction(options.instruction)
+    except (ModelFilesError, ValueError):
         return None
 
 

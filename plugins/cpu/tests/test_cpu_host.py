@@ -23,6 +23,7 @@ import synapse_models.tokenizer
 from synapse_core.plugin import Conversion, Shape
 from synapse_core.testing import host_config, model_entry
 from synapse_cpu import costs
+from synapse_cpu.cores import usable_cores
 from synapse_models import files
 from synapse_models import model as runtime
 from synapse_models.tokenizer import HFTokenizer
@@ -188,10 +189,11 @@ async def test_rerank_is_the_cosine_of_the_embeddings() -> None:
 @asyncio_only
 async def test_weights_are_charged_once_per_worker_and_each_shape_its_working_set() -> None:
     size = files.locate(None, None).weights.stat().st_size
-    weights = costs.weights_mib(size, "onnxruntime")  # the default runtime
+    held = costs.copies("onnxruntime", None, usable_cores())  # the default runtime and share
+    weights = costs.weights_mib(size, "onnxruntime", held)
 
     def working(bucket: int) -> int:
-        return costs.shape_mib(Shape(bucket, 32), 2048)
+        return costs.shape_mib(Shape(bucket, 32), 2048, costs.HIDDEN, held)
 
     async with host(config(entry("a"), entry("b"))) as h:
         await h.embed("a", ["short"], deadline=deadline())
@@ -271,8 +273,13 @@ async def test_another_models_tokenizer_is_refused_naming_it(model_copy: Path) -
     other.post_processor = processors.BertProcessing(("[SEP]", 2), ("[CLS]", 1))
     other.save(str(path))
     async with host(config(entry("mismatch", model_dir=str(model_copy)))) as h:
-        with pytest.raises(synapse.WorkerFault, match="has 4 tokens but the weights embed 30522"):
+        # Found when the catalog is read: unavailable, no worker started.
+        with pytest.raises(synapse.Refused, match="has 4 tokens but the weights embed 30522"):
             await h.embed("mismatch", ["hello"], deadline=deadline())
+        assert h.worker("mismatch") is None
+    # A worker refuses it too, should the file change after the catalog was read.
+    with pytest.raises(files.ModelFilesError, match="has 4 tokens but the weights embed 30522"):
+        runtime.load(str(model_copy), files.MINILM_SHA256, "numpy")
 
 
 def test_the_catalog_shows_a_workers_memory_and_refuses_a_model_that_does_not_fit(

@@ -8,7 +8,7 @@ import hmac
 import time
 from collections.abc import AsyncIterator, Iterable, Mapping
 from contextlib import asynccontextmanager
-from typing import Any, cast
+from typing import TYPE_CHECKING, Any, cast
 
 import attrs
 from starlette.applications import Starlette
@@ -31,9 +31,14 @@ from .service import Service
 from .settings import ServeSettings
 from .uvicorn_connection import MAX_HEAD_BYTES
 
+if TYPE_CHECKING:
+    from .otel import OtelTracing
+
 #: routes that answer without an API key (load balancers probe ``/health``;
 #: the API's description is no secret, and Swagger UI fetches it keyless)
 OPEN_PATHS = frozenset({"/health", "/openapi.json", "/docs"})
+#: routes whose requests are not traced: probes and scrapes, every few seconds
+UNTRACED = frozenset({"/health", "/metrics"})
 
 
 @answers(Answer(body=None, media="text/plain", summary="Prometheus metrics."))
@@ -77,6 +82,7 @@ def create_app(
     settings: ServeSettings | None = None,
     *,
     plugins: PluginHost | Iterable[object] | None = None,
+    tracing: OtelTracing | None = None,
 ) -> Starlette:
     """The Synapse HTTP app.
 
@@ -85,12 +91,23 @@ def create_app(
     shipped catalog), in which case the app opens its own host in the ASGI
     lifespan, with ``plugins`` (``None``: the installed ones), preloads
     ``settings.preload`` and closes it, confirming worker exits, at shutdown.
+
+    ``tracing``: the OpenTelemetry tracing of its requests, which the caller
+    keeps owning (and shuts down); without it, ``settings.otlp_endpoint``
+    makes one that the app shuts down when its lifespan ends. It becomes the
+    host's tracer too (:mod:`.otel`).
     """
     settings = settings or ServeSettings()
+    owns = tracing is None and settings.otlp_endpoint is not None
+    if owns:
+        from .tracing import open_tracing
+
+        assert settings.otlp_endpoint is not None
+        tracing = open_tracing(settings.otlp_endpoint)
     if isinstance(host_or_config, Host):
-        service = Service(host_or_config, None, settings)
+        service = Service(host_or_config, None, settings, tracing=tracing, owns_tracing=owns)
     else:
-        service = Service(None, host_or_config, settings, plugins)
+        service = Service(None, host_or_config, settings, plugins, tracing, owns)
 
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
@@ -164,7 +181,11 @@ class SynapseApp(Starlette):
 
     async def _direct(self, route: Direct, scope: Scope, receive: Receive, send: Send) -> None:
         start = time.perf_counter()
-        metrics = self.service.metrics
+        service = self.service
+        metrics = service.metrics
+        tracing = service.tracing
+        # off: one attribute read, and nothing of OpenTelemetry loaded
+        span = None if tracing is None else tracing.request(scope, scope["path"])
         metrics.inside += 1
         status = 500
         try:
@@ -173,11 +194,13 @@ class SynapseApp(Starlette):
                 status = refusal.status_code
                 await refusal(scope, receive, send)
             else:
-                status = await route.serve(self.service, scope, receive, send)
+                status = await route.serve(service, scope, receive, send)
             metrics.answered += 1
         finally:
             metrics.inside -= 1
             metrics.observe(scope["path"], status, time.perf_counter() - start)
+            if span is not None:
+                span.end(status)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = time.perf_counter()
@@ -255,6 +278,7 @@ class Observed:
     def __init__(self, app: ASGIApp, service: Service) -> None:
         self.app = app
         self.metrics = service.metrics
+        self.service = service
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -273,12 +297,18 @@ class Observed:
             if message["type"] == "http.response.body" and not message.get("more_body"):
                 self.metrics.answered += 1
 
+        tracing = self.service.tracing
+        span = None
+        if tracing is not None and route not in UNTRACED:
+            span = tracing.request(scope, route)
         self.metrics.inside += 1
         try:
             await self.app(scope, receive, sending)
         finally:
             self.metrics.inside -= 1
             self.metrics.observe(route, status, time.perf_counter() - start)
+            if span is not None:
+                span.end(status)
 
 
 class ApiKey:

@@ -16,6 +16,15 @@ from synapse_core.cli import ModelSource, catalog_option, load_config, model_opt
 
 from .logs import LOG_FORMATS, configure_logging
 from .settings import MIB, ServeSettings
+from .tracing import (
+    ENV_OTLP_ENDPOINT,
+    ENV_SERVICE_NAME,
+    SERVICE_NAME,
+    endpoint_of,
+    missing,
+    service_name,
+    traces_url,
+)
 
 #: every flag of ``synapse serve`` is also read from ``SYNAPSE_<FLAG>``
 #: (``--max-inputs``: ``SYNAPSE_MAX_INPUTS``), as containers and units set them
@@ -156,6 +165,16 @@ def env(flag: str) -> dict[str, Any]:
     help="text: one 'synapse: ...' line per record; json: one JSON object per line "
     "(time, level, logger, message and the record's fields), for log shippers.",
 )
+@click.option(
+    "--otlp-endpoint",
+    **env("otlp-endpoint"),
+    default=None,
+    metavar="URL",
+    help=f"Export a trace of every request (OpenTelemetry, OTLP/HTTP protobuf) to this "
+    f"collector, e.g. http://127.0.0.1:4318 (/v1/traces is added). Without it, "
+    f"{ENV_OTLP_ENDPOINT} is read; with neither, nothing is traced. Spans name the "
+    f"service {ENV_SERVICE_NAME} (default {SERVICE_NAME!r}).",
+)
 @click.pass_obj
 def serve_command(
     state: object,
@@ -177,6 +196,7 @@ def serve_command(
     idle_unload_s: float | None,
     backend: str,
     log_format: str,
+    otlp_endpoint: str | None,
 ) -> None:
     """Serve the catalog's models over HTTP (OpenAI and TEI-compatible routes).
 
@@ -198,6 +218,9 @@ def serve_command(
             f"both --api-key and {ENV_API_KEY} unset to serve without one",
             param_hint=f"'--api-key' / {ENV_API_KEY}",
         )
+    endpoint = endpoint_of(otlp_endpoint)
+    if endpoint is not None and (problem := missing()) is not None:
+        raise click.UsageError(problem)
     plugins = getattr(state, "plugins", None)
     config = load_config(catalog, models, transport=transport, plugins=plugins)
     config = attrs.evolve(config, coalesce=coalesce)
@@ -213,6 +236,7 @@ def serve_command(
         header_timeout_s=header_timeout,
         keep_alive_s=keep_alive_timeout,
         preload=preload,
+        otlp_endpoint=endpoint,
     )
     configure_logging(log_format)
     if api_key is None and not loopback(host):
@@ -226,6 +250,14 @@ def serve_command(
 
     def listening(where: Listening) -> None:
         log.info("serving on %s", where.url, extra={"synapse": {"url": where.url}})
+        if endpoint is not None:
+            url = traces_url(endpoint)
+            log.info(
+                "tracing requests to %s as service %r",
+                url,
+                service_name(),
+                extra={"synapse": {"otlp_traces_url": url}},
+            )
         log.info(
             "models: %s",
             ", ".join(where.models) or "(none)",

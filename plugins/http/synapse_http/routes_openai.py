@@ -18,6 +18,7 @@ from .pipeline import (
     service_of,
     truncated_header,
 )
+from .routes_tei import prompted_inputs
 from .schemas import (
     UNSET,
     Embedding,
@@ -35,7 +36,9 @@ from .tiktoken_ids import decoded
 async def embeddings(request: Incoming, service: Service, body: EmbeddingsRequest) -> Response:
     """Token arrays in ``input`` are tiktoken ids (of the model's
     ``tiktoken_encoding``), as OpenAI reads them: decoded, their text is
-    embedded, so they give the text's own vector."""
+    embedded, so they give the text's own vector. ``prompt_name`` (Synapse's
+    extension) puts that prompt of the model in front of each text, decoded
+    ones included; named none, the model's default prompt, as on ``/embed``."""
     inputs = inputs_of(body.input, "$.input")
     check_count(len(inputs), service.settings.max_inputs, "input")
     host = service.host
@@ -44,6 +47,7 @@ async def embeddings(request: Incoming, service: Service, body: EmbeddingsReques
         encoding = host.catalog.entry(model, "embed").spec.tiktoken_encoding
         flat = len(inputs) == 1 and inputs[0] is body.input
         inputs = await decoded(inputs, encoding, "$.input", flat)
+    inputs = prompted_inputs(service, model, body.prompt_name, inputs)
     check_dimensions(host, model, body.dimensions, None)
     result = await host.embed(
         model, inputs, deadline=deadline_of(request, service), truncate=body.truncate

@@ -60,7 +60,7 @@ async def embed(request: Incoming, service: Service, body: EmbedRequest) -> Resp
     host = service.host
     model = model_of(request, None, service, "embed")
     flat = len(inputs) == 1 and inputs[0] is body.inputs  # one input given as bare ids
-    inputs = _prompted(service, model, body.prompt_name, inputs, flat)
+    inputs = prompted_inputs(service, model, body.prompt_name, inputs, flat)
     inputs = _unframed(service, model, inputs)
     check_dimensions(host, model, body.dimensions, None)
     result = await host.embed(
@@ -109,7 +109,7 @@ async def tokenize(request: Incoming, service: Service, body: TokenizeRequest) -
     check_count(len(texts), service.settings.max_inputs, "inputs")
     model = model_of(request, None, service, "embed")
     entry = _entry(service, model)
-    texts = _prompted(service, model, body.prompt_name, texts)
+    texts = prompted_inputs(service, model, body.prompt_name, texts)
     special = body.add_special_tokens
     tokenizer = entry.tokenizer
 
@@ -226,6 +226,8 @@ async def info(request: Request) -> Response:
                 "label2id": {"LABEL_0": 0},
                 # Synapse's own: whether query and document meet in the model
                 "scorer": traits.scorer or "unknown",
+                # an LLM reranker's: the instruction its prompt holds
+                **({"instruction": traits.instruction} if traits.instruction else {}),
             }
         }
     )
@@ -311,7 +313,7 @@ def _entry(service: Service, model: str) -> Entry:
     return entry
 
 
-def _prompted(
+def prompted_inputs(
     service: Service, model: str, name: str | None, inputs: list[Given], flat: bool = False
 ) -> list[Given]:
     """``inputs`` with the model's prompt ``name`` (or, named none, its

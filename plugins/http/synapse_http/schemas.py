@@ -87,8 +87,11 @@ class EmbeddingsRequest(Body):
     encoding_format: Literal["float", "base64"] = "float"
     dimensions: Positive | None = None
     user: str | None = None
-    #: Synapse's extension (send it with the OpenAI client's ``extra_body``)
+    #: Synapse's extensions (send them with the OpenAI client's ``extra_body``):
+    #: cut over-long texts, and put the model's prompt of that name (``query``)
+    #: in front of each text, as ``/embed``'s ``prompt_name`` does
     truncate: bool = False
+    prompt_name: str | None = None
 
 
 class Embedding(Body):

@@ -17,7 +17,7 @@ import signal
 import socket
 import sys
 from collections.abc import Callable, Coroutine, Iterator
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import anyio
 import attrs
@@ -29,6 +29,9 @@ from synapse_core.frontend import map_large_blocks
 from .app import create_app
 from .service import Service, preload
 from .settings import ServeSettings
+
+if TYPE_CHECKING:
+    from .otel import OtelTracing
 
 Backend = Literal["asyncio", "trio"]
 log = logging.getLogger("synapse.http")
@@ -98,6 +101,30 @@ async def serve(
     host is retiring them after the grace period.
     """
     sock = bind(host, port)
+    # Made before the host opens and shut down after it closed, so the last
+    # requests' spans are exported before the process exits.
+    tracing = None
+    try:
+        if settings.otlp_endpoint is not None:
+            from .tracing import open_tracing
+
+            tracing = open_tracing(settings.otlp_endpoint)
+        await _serve(config, settings, sock, backend, tracing, plugins, on_listening)
+    finally:
+        sock.close()  # _serve's own close, unless it never ran
+        if tracing is not None:
+            tracing.shutdown()
+
+
+async def _serve(
+    config: HostConfig,
+    settings: ServeSettings,
+    sock: socket.socket,
+    backend: Backend,
+    tracing: OtelTracing | None,
+    plugins: PluginHost | None,
+    on_listening: Callable[[Listening], None],
+) -> None:
     map_large_blocks()  # a large body's memory goes back once it is answered
     # After each system call the event loop takes the GIL back; while a
     # background thread runs Python code it waits for the switch interval
@@ -115,7 +142,7 @@ async def serve(
             async with open_host(config, plugins=plugins) as synapse_host:
                 opened.append(synapse_host)
                 await preload(synapse_host, settings.preload)
-                app = create_app(synapse_host, settings)
+                app = create_app(synapse_host, settings, tracing=tracing)
                 service: Service = app.state.synapse
                 on_listening(_listening(sock, synapse_host))
                 close = anyio.Event()

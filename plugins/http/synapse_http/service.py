@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
+from typing import TYPE_CHECKING
 
 from synapse_core import Deadline, Host, HostConfig, PluginHost, Refused, Task, open_host
 
@@ -13,6 +14,8 @@ from .schemas import ErrorBody
 from .settings import ServeSettings
 from .tokenizing import Tokenizing
 
+if TYPE_CHECKING:
+    from .otel import OtelTracing
 #: the special tokens before and after a sequence, as ids
 Framing = tuple[tuple[int, ...], tuple[int, ...]]
 #: a text every tokenizer has a token for, framed to see the special tokens
@@ -29,6 +32,8 @@ class Service:
         config: HostConfig | None,
         settings: ServeSettings,
         plugins: PluginHost | Iterable[object] | None = None,
+        tracing: OtelTracing | None = None,
+        owns_tracing: bool = False,
     ) -> None:
         self._host = host
         self._config = config
@@ -39,6 +44,12 @@ class Service:
         self.stopping = False
         #: ``/tokenize``'s work, bounded (see :mod:`.tokenizing`)
         self.tokenizing = Tokenizing()
+        #: the requests' tracing (``None``: off, and no request pays for it)
+        self.tracing = tracing
+        #: made by the app, so shut down (its last spans exported) when the app stops
+        self._owns_tracing = owns_tracing
+        if host is not None and tracing is not None:
+            host.tracer = tracing.calls
         #: per model, the special tokens its tokenizer frames a sequence with
         self._framings: dict[str, Framing | None] = {}
 
@@ -62,17 +73,23 @@ class Service:
     @asynccontextmanager
     async def lifespan(self) -> AsyncIterator[None]:
         """Open the host unless one was given; preload; close what was opened."""
-        if self._host is not None:
-            yield
-            return
-        async with open_host(self._config, plugins=self._plugins) as host:
-            await preload(host, self.settings.preload)
-            self._host = host
-            try:
+        try:
+            if self._host is not None:
                 yield
-            finally:
-                self.stopping = True
-                self._host = None
+                return
+            async with open_host(self._config, plugins=self._plugins) as host:
+                if self.tracing is not None:
+                    host.tracer = self.tracing.calls
+                await preload(host, self.settings.preload)
+                self._host = host
+                try:
+                    yield
+                finally:
+                    self.stopping = True
+                    self._host = None
+        finally:
+            if self._owns_tracing and self.tracing is not None:
+                self.tracing.shutdown()
 
     def framing(self, model: str) -> Framing | None:
         """The ids of the special tokens before and after a sequence of

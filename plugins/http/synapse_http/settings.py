@@ -32,3 +32,5 @@ class ServeSettings:
     keep_alive_s: float = 15.0
     #: models to start before serving (the rest start on their first call)
     preload: tuple[str, ...] = ()
+    #: the OTLP/HTTP collector to export request traces to (``None``: no tracing)
+    otlp_endpoint: str | None = None

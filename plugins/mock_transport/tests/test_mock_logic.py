@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from synapse_core import ConfigError, Hello
-from synapse_core.plugin import Frame, LaunchSpec, Reply, Shape, WorkerLogic
+from synapse_core.plugin import Frame, Kind, LaunchSpec, Reply, Shape, WorkerLogic
 from synapse_core.wire import PROTOCOL_VERSION, Admit, Admitted, Failure, Infer, Output, unpack_rows
 from synapse_core.worker import build_logic
 from synapse_mock_transport import Faults, MockOptions, parse_options
@@ -69,6 +69,7 @@ def test_hello_describes_the_worker() -> None:
         dims=8,
         max_batch=5,
         identity="mock:pkg:d8:v1",
+        outputs={Kind.DENSE: 8, Kind.SCORE: 1},
     )
     assert hello.version
 

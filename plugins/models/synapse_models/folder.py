@@ -14,6 +14,7 @@ Cheap: no weights are read, nothing is hashed.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -34,6 +35,8 @@ _POOLING_KEYS: dict[str, Pooling | None] = {
     "pooling_mode_mean_sqrt_len_tokens": None,
     "pooling_mode_weightedmean_tokens": None,
 }
+#: bge-m3's extra heads, as FlagEmbedding saves them (``torch.save`` of a Linear's state)
+SPARSE_LINEAR, COLBERT_LINEAR = "sparse_linear.pt", "colbert_linear.pt"
 _MODULE = "sentence_transformers.models."
 TRANSFORMER, POOLING, DENSE, NORMALIZE = (
     _MODULE + name for name in ("Transformer", "Pooling", "Dense", "Normalize")
@@ -93,10 +96,18 @@ class Layout:
     default_prompt: str | None = None
     #: sentence-transformers ``Dense`` modules after the pooling, in order
     dense: tuple[DenseModule, ...] = ()
+    #: a sparse head: ``"splade"`` (a SparseEncoder folder: its masked-LM
+    #: head, and no dense output), ``"m3"`` (bge-m3's ``sparse_linear.pt``)
+    sparse: Literal["splade", "m3"] | None = None
+    #: bge-m3's ``colbert_linear.pt``: ColBERT token vectors
+    colbert: bool = False
     #: a decoder: causal attention, no start token needed (:class:`Sizes`)
     causal: bool = False
     #: an LLM reranker (``cross_encoder`` too): the prompt a pair is scored in
     template: PairTemplate | None = None
+    #: an LLM reranker's instruction given in place of the model card's
+    #: (:meth:`with_instruction`); ``None``: the card's
+    instruction: str | None = None
 
     @property
     def family(self) -> Family:
@@ -123,9 +134,14 @@ class Layout:
         """Names what the model computes, for its identity: ``bert-mean-norm``,
         ``xlm-roberta-cls-raw``, ``bert-cross-encoder``."""
         if self.template is not None:
-            return f"{self.architecture}-llm-reranker"
+            # Another instruction scores pairs differently: its own identity.
+            told = self.instruction
+            mark = "" if told is None else f"-i{hashlib.sha256(told.encode()).hexdigest()[:8]}"
+            return f"{self.architecture}-llm-reranker{mark}"
         if self.cross_encoder:
             return f"{self.architecture}-cross-encoder"
+        if self.sparse == "splade":
+            return f"{self.architecture}-splade"
         dense = f"-dense{len(self.dense)}" if self.dense else ""
         return f"{self.architecture}-{self.pooling}{dense}-{'norm' if self.normalize else 'raw'}"
 
@@ -138,6 +154,22 @@ class Layout:
             return "head"
         dense = f"-dense{len(self.dense)}" if self.dense else ""
         return f"{self.pooling}{dense}{'-norm' if self.normalize else ''}"
+
+    def with_instruction(self, instruction: str | None) -> Layout:
+        """An LLM reranker's layout with ``instruction`` in its prompt in place
+        of the model card's (``None``: this layout). Any other model has no
+        instruction to replace: :class:`ValueError`."""
+        if instruction is None:
+            return self
+        if self.template is None:
+            raise ValueError(
+                "an instruction is an LLM reranker's (a causal LM folder served with "
+                f'task = "rerank"); this folder is a {self.kind}'
+            )
+        if not instruction.strip():
+            raise ValueError("an LLM reranker's instruction must not be blank")
+        template = self.template.with_instruction(instruction)
+        return attrs.evolve(self, template=template, instruction=instruction)
 
     def buckets(self) -> tuple[int, ...]:
         """The default buckets: powers of two below the ceiling, and the ceiling."""
@@ -183,9 +215,16 @@ def read_layout(root: Path) -> Layout:
             causal=sizes.causal,
             template=sizes.template,
         )
-    pooling, dense, normalize = _modules(root)
     limit = _max_seq_length(root)
     prompts, default = _prompts(root)
+    if _splade(root):
+        ceiling = _ceiling(limit, positions)
+        return Layout(
+            name, False, "max", False, positions, ceiling, hidden, offset, prompts, default,
+            sparse="splade",
+        )  # fmt: skip
+    pooling, dense, normalize = _modules(root)
+    m3 = {"sparse": "m3" if (root / SPARSE_LINEAR).is_file() else None}
     return Layout(
         name,
         False,
@@ -199,7 +238,46 @@ def read_layout(root: Path) -> Layout:
         default,
         dense,
         causal=sizes.causal,
+        colbert=(root / COLBERT_LINEAR).is_file(),
+        **m3,  # type: ignore[arg-type]
     )
+
+
+def _splade(root: Path) -> bool:
+    """Whether ``modules.json`` is a SparseEncoder's: ``MLMTransformer``, then
+    ``SpladePooling`` (max pooling of ReLU; others are refused)."""
+    path = root / MODULES_FILE
+    if not path.is_file():
+        return False
+    types = [str(m.get("type", "")) for m in read_modules(path)]
+    if not types or not types[0].endswith("MLMTransformer"):
+        return False
+    pooling = next((m for m in read_modules(path) if "SpladePooling" in str(m.get("type"))), None)
+    folder = str(pooling.get("path") or "1_SpladePooling") if pooling else "1_SpladePooling"
+    config = read_json(root / folder / "config.json")
+    if (config.get("pooling_strategy"), config.get("activation_function", "relu")) != (
+        "max",
+        "relu",
+    ):
+        raise ModelFilesError(
+            str(path), "a SparseEncoder folder needs SpladePooling with max pooling of relu"
+        )
+    return True
+
+
+def read_modules(path: Path) -> list[dict[str, Any]]:
+    """``modules.json``'s modules."""
+    raw = read_json_any(path)
+    if not isinstance(raw, list) or not all(isinstance(m, dict) for m in raw):
+        raise ModelFilesError(str(path), "expected a JSON list of modules")
+    return [cast(dict[str, Any], m) for m in raw]
+
+
+def read_json_any(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ModelFilesError(str(path), f"cannot read it as JSON: {exc}") from None
 
 
 def _sentence_transformer(root: Path) -> bool:
@@ -214,10 +292,17 @@ def _ceiling(limit: int | None, positions: int) -> int:
 
 def task_of(root: Path) -> Literal["embed", "rerank"]:
     """What the folder's model does: ``"rerank"`` for a
-    ``*ForSequenceClassification`` model (a cross-encoder), else ``"embed"``,
-    as ``config.json``'s ``architectures`` say (read alone: whether the
-    family is served is for :func:`read_layout` to say)."""
+    ``*ForSequenceClassification`` model (a cross-encoder) or an LLM reranker
+    (a causal LM of a family with a pair prompt, without sentence-transformers
+    modules), else ``"embed"``. A folder :func:`read_layout` refuses is
+    judged by ``config.json``'s ``architectures`` alone (whether the family
+    is served is for :func:`read_layout` to say)."""
     config = read_json(root / CONFIG)
+    try:
+        if read_layout(root).cross_encoder:
+            return "rerank"
+    except ModelFilesError:
+        pass
     named = config.get("architectures")
     names = named if isinstance(named, list) else []
     heads = [a for a in names if isinstance(a, str) and a.endswith("ForSequenceClassification")]

@@ -24,13 +24,15 @@ from .arranged import Weights
 from .errors import ModelFilesError
 from .folder import Layout, read_json
 from .heads import Classifier, Dense, Embedding, Ending, finish
-from .sessions import CPU, onnx_session, packed_graph, usable_cores
+from .sessions import CPU, Provider, onnx_session, packed_graph, usable_cores
 from .tokenizer import HFTokenizer, check_fits, tokenizer_of
 from .weights import F32, I64, LazyTensors, Tensors
 
 Runtime = Literal["numpy", "onnxruntime"]
 RUNTIMES: tuple[Runtime, ...] = ("numpy", "onnxruntime")
 Quantize = Literal["int8"]
+#: the graph's floats: float32, or float16 (onnxruntime only; for GPUs)
+Precision = Literal["fp32", "fp16"]
 #: (ids, token types, mask, threads) -> vectors (rows, dims), or a cross-encoder's logits (rows,)
 Forward = Callable[[I64, I64, F32, int], F32]
 Vectors = F32
@@ -105,7 +107,34 @@ class Model:
     lane: str = "cpu"
     #: a cross-encoder's int8 graph: its worst score difference to float32
     max_score_delta: float | None = None
+    #: float32, or float16 (the graph converted: see ``onnx_file.FP32_OPS``)
+    precision: Precision = "fp32"
+    #: what the identity adds after the runtime: where and in what floats
+    #: the graph runs (a GPU lane's ``"-cuda-fp16"``); empty on the CPU
+    engine: str = ""
     _current: int = attrs.field(init=False, default=0)
+    _token: Any = attrs.field(init=False, default=None)
+
+    def outputs(self, sequences: Sequence[Sequence[int]], kinds: Sequence[Any]) -> list[list[Any]]:
+        """Each of ``kinds`` (``dense``, ``sparse``, ``multi``) per sequence, in
+        order, all from one pass of the body per slice (:mod:`.outputs`)."""
+        from .outputs import TokenOutputs, run_outputs
+
+        if self._token is None:
+            w = read_weights(self.files, self.layout)
+            ending = w.ending if isinstance(w.ending, Embedding) else Embedding("cls")
+            hidden = functools.partial(_hidden_states, w)
+            self._token = TokenOutputs(self.files, self.layout, hidden, ending)
+        framing = self.framing
+        widths = [len(s) + framing.single for s in sequences]
+        self._enter(max(widths, default=0) * len(widths))
+        try:
+            threads = self._current or self.threads or usable_cores()
+            return run_outputs(
+                self._token, sequences, framing, self._slices(widths), threads, kinds
+            )
+        finally:
+            self._leave()
 
     def forward(self, ids: I64, types: I64, mask: F32) -> F32:
         """A packed batch's rows, on the current request's threads."""
@@ -145,8 +174,19 @@ class Model:
         pooling, weights, runtime and any lossy conversion (``-int8``); two
         folders never share one."""
         conversion = f"-{self.quantize}" if self.quantize else ""
-        kind = self.layout.kind
-        return f"{self.lane}:{self.files.name}:{kind}:{self.sha256[:8]}:{self.runtime}{conversion}"
+        kind, runtime = self.layout.kind, f"{self.runtime}{self.engine}"
+        return f"{self.lane}:{self.files.name}:{kind}:{self.sha256[:8]}:{runtime}{conversion}"
+
+    def providers_in_use(self) -> list[str]:
+        """The execution providers onnxruntime runs the graph on, as its
+        session reports them: a provider that failed to load (a GPU's
+        libraries missing) is left out there, where onnxruntime only logs it.
+        Empty on numpy."""
+        sessions = getattr(self.run, "__self__", None)
+        if not isinstance(sessions, OnnxSessions):
+            return []
+        providers: list[str] = sessions.session(self.threads or 1).get_providers()
+        return providers
 
     def embed(self, sequences: Sequence[Sequence[int]]) -> F32:
         """Vectors, one row per token-id sequence (no special tokens), in order.
@@ -210,6 +250,12 @@ class Model:
         return slices
 
 
+def _hidden_states(weights: Weights, ids: I64, types: I64, mask: F32, threads: int) -> F32:
+    """The body's last hidden state, in numpy."""
+    out: F32 = weights.family.hidden_states(weights.body, ids, types, mask)
+    return out
+
+
 def _in_order(indexes: Sequence[int]) -> bool:
     """Whether ``indexes`` are 0, 1, 2, ... (a slice of every row, in input order)."""
     return all(index == position for position, index in enumerate(indexes))
@@ -226,35 +272,48 @@ def load(
     threads: int | None = None,
     share: ThreadShare | None = None,
     spinning: bool = True,
-    providers: Sequence[str] = CPU,
+    providers: Sequence[Provider] = CPU,
     lane: str = "cpu",
+    precision: Precision = "fp32",
+    engine: str = "",
+    instruction: str | None = None,
 ) -> Model:
     """Check and load a model folder (default: the MiniLM wheel's) on ``runtime``
     (default: onnxruntime, else numpy), on ``threads`` threads (default: every
     usable core, or ``share``'s share of them); ``spinning``: onnxruntime's
     idle pool threads spin-wait (its default) or sleep; ``providers``: the
-    onnxruntime execution providers (the CPU's by default); ``lane``: the
-    identity's first part.
+    onnxruntime execution providers (the CPU's by default; names, or
+    (name, options) pairs); ``lane``: the identity's first part;
+    ``precision``: ``"fp16"`` runs the graph converted to float16
+    (onnxruntime only, not with ``quantize``; see ``onnx_file.cached_fp16``);
+    ``engine``: what the identity adds after the runtime (``"-cuda-fp16"``);
+    ``instruction``: an LLM reranker's instruction in place of the model
+    card's (:meth:`Layout.with_instruction`; the host's tokenizer must frame
+    pairs with the same one).
 
     Raises :class:`ModelFilesError` naming the file at fault: missing, corrupt
     (sha256 mismatch), an architecture or pooling not supported, or a
     tokenizer that does not fit.
     """
     located = files.locate(model_dir, sha256)
-    layout = files.check_present(located)
+    layout = files.check_present(located).with_instruction(instruction)
     digest = files.verify_weights(located)
     tokenizer = checked_tokenizer(located, layout)
     weights = read_weights(located, layout)
     runtime = resolve(runtime)
+    if precision == "fp16" and (runtime != "onnxruntime" or quantize is not None):
+        raise ValueError("float16 needs the onnxruntime runtime, without quantize")
     forward: Forward
     min_cosine = max_score_delta = None
     graph = None
     if runtime == "onnxruntime":
-        from .onnx_file import cached_graph, default_cache_dir
+        from .onnx_file import cached_graph, default_cache_dir, usable_cache_dir
 
-        root = Path(cache_dir) if cache_dir else default_cache_dir()
+        graphs = graph_cache(Path())
+        folders = (str(graphs), "int8") if quantize == "int8" else (str(graphs),)
+        root = usable_cache_dir(Path(cache_dir) if cache_dir else default_cache_dir(), *folders)
         key = files.graph_key(located, digest)
-        graph = cached_graph(weights, key, graph_cache(root))
+        graph = cached_graph(weights, key, root / graphs)
         typed = weights.family.token_types(weights.body)
         kept = weights.family.kept_float
         del weights  # the session holds its own copy
@@ -266,6 +325,10 @@ def load(
             loss_key = files.int8_key(located, layout, digest)
             graph, loss = int8.cached_int8(graph, encode, root, loss_key, kept)
             min_cosine, max_score_delta = loss.min_cosine, loss.max_score_delta
+        if precision == "fp16":
+            from .onnx_file import cached_fp16
+
+            graph = cached_fp16(graph)
         forward = OnnxSessions(graph, typed, spinning, providers).run
     else:
         if quantize is not None:
@@ -287,6 +350,8 @@ def load(
         graph,
         lane,
         max_score_delta,
+        precision,
+        engine,
     )
 
 
@@ -404,7 +469,11 @@ class OnnxSessions:
     (onnxruntime's default) or sleep; see the ``spin_wait`` option."""
 
     def __init__(
-        self, path: Path, typed: bool, spinning: bool = True, providers: Sequence[str] = CPU
+        self,
+        path: Path,
+        typed: bool,
+        spinning: bool = True,
+        providers: Sequence[Provider] = CPU,
     ) -> None:
         self.path = path
         self.typed = typed

@@ -15,6 +15,8 @@ output ``output`` is (rows, dims) vectors, (rows,) one-label logits or
 
 from __future__ import annotations
 
+import functools
+import logging
 import os
 import shutil
 import tempfile
@@ -24,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from .arranged import Weights
+from .errors import ModelFilesError
 from .graph import Graph
 from .heads import MAX_POOL_FILL, Classifier, Embedding, Ending
 
@@ -33,11 +36,77 @@ OPSET = 17  # LayerNormalization
 #: weights past this many bytes go to a data file beside the graph (protobuf's
 #: limit is 2 GB for the whole message)
 EXTERNAL_BYTES = 1 << 30
+log = logging.getLogger(__name__)
 
 
 def default_cache_dir() -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
     return Path(base) / "synapse" / "onnx"
+
+
+def usable_cache_dir(root: Path, *folders: str) -> Path:
+    """``root`` when a file can be written in each of ``folders`` under it
+    (made if missing), else a temporary folder (:func:`fallback_cache_dir`),
+    logged once per process naming ``root`` and why. Raises
+    :class:`ModelFilesError` naming both when neither can be written."""
+    try:
+        _probe(root, folders)
+        return root
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+    try:
+        fallback = fallback_cache_dir()
+        _probe(fallback, folders)
+    except OSError as exc:
+        raise ModelFilesError(
+            str(root),
+            f"the graph cache cannot be written ({reason}), nor a folder in the temporary "
+            f"folder {tempfile.gettempdir()} ({exc.strerror or exc}): set options.cache_dir "
+            "(or XDG_CACHE_HOME) to a writable folder",
+        ) from None
+    fallback_notice(str(root), reason, str(fallback))
+    return fallback
+
+
+def _probe(root: Path, folders: tuple[str, ...]) -> None:
+    """Makes each folder under ``root`` and writes (and removes) a file in it."""
+    for name in folders or ("",):
+        folder = root / name
+        folder.mkdir(parents=True, exist_ok=True)
+        fd, probe = tempfile.mkstemp(dir=folder, suffix=".probe")
+        os.close(fd)
+        os.unlink(probe)
+
+
+def fallback_cache_dir() -> Path:
+    """Where graphs go when the cache folder cannot be written: this user's
+    ``synapse-onnx-<uid>`` in the temporary folder (``TMPDIR``), made
+    private, so this user's workers share what they build; a folder of that
+    name that another user owns or others may write is not trusted, and a
+    fresh one is made instead."""
+    uid = os.getuid() if hasattr(os, "getuid") else 0
+    folder = Path(tempfile.gettempdir()) / f"synapse-onnx-{uid}"
+    try:
+        folder.mkdir(mode=0o700, exist_ok=True)
+        stat = folder.lstat()
+        mine = folder.is_dir() and not folder.is_symlink() and stat.st_uid == uid
+        if mine and not stat.st_mode & 0o022:
+            return folder
+    except OSError:
+        pass
+    return Path(tempfile.mkdtemp(prefix="synapse-onnx-"))
+
+
+@functools.cache
+def fallback_notice(root: str, reason: str, fallback: str) -> None:
+    """Once per process and folder: the cache could not be written, graphs go elsewhere."""
+    log.warning(
+        "synapse-models: the graph cache %s cannot be written (%s); graphs are built in "
+        "%s instead (set options.cache_dir or XDG_CACHE_HOME to keep them)",
+        root,
+        reason,
+        fallback,
+    )
 
 
 def graph_name(weights: Weights, key: str) -> str:
@@ -190,3 +259,58 @@ def _pooled(g: Graph, pooling: str, x: str, first: str, mask3: str) -> str:
     return g.op(
         "ReduceSum", g.op("Mul", x, g.op("Unsqueeze", onehot, g.i64(2))), g.i64(1), keepdims=0
     )
+
+
+#: bump when the float16 conversion changes: cached files of another version are not reused
+FP16_VERSION = 1
+#: the operators a float16 graph keeps in float32, with casts around them:
+#: the reductions whose sums float16's 11-bit mantissa (and its 65,504
+#: ceiling) would lose: LayerNormalization's mean and variance, Softmax's
+#: exponentials, the pooling's sums and division by the row's length, the
+#: normalising ReduceL2 with its Max and Div, and max and last-token pooling's
+#: comparisons. The products (MatMul), their bias, GELU (Erf), residual adds,
+#: reshapes and transposes run in float16: where the time and the memory go.
+FP32_OPS = (
+    "LayerNormalization",
+    "Softmax",
+    "ReduceSum",
+    "ReduceMean",
+    "ReduceL2",
+    "ReduceMax",
+    "Max",
+    "Div",
+    "Range",
+    "Equal",
+    "Greater",
+    "Where",
+)
+
+
+def fp16_name(graph: Path) -> str:
+    """The float16 file's name beside its float32 graph."""
+    return f"{graph.stem}-fp16-v{FP16_VERSION}.onnx"
+
+
+def cached_fp16(graph: Path) -> Path:
+    """The float16 version of the float32 graph at ``graph``, converted once
+    and cached beside it: weights and activations float16, inputs and the
+    output float32 (callers feed and read the same arrays as for float32),
+    the operators of :data:`FP32_OPS` in float32."""
+    path = graph.with_name(fp16_name(graph))
+    if path.is_file():
+        return path
+    import onnx
+    from onnxruntime.transformers.float16 import convert_float_to_float16
+
+    converted = convert_float_to_float16(
+        onnx.load(str(graph)), keep_io_types=True, op_block_list=list(FP32_OPS)
+    )
+    fd, tmp = tempfile.mkstemp(dir=graph.parent, suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(converted.SerializeToString())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    return path

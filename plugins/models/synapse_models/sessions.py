@@ -10,16 +10,21 @@ from __future__ import annotations
 
 import functools
 import hashlib
+import logging
 import os
 import platform
 import shutil
 import tempfile
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+#: an execution provider as onnxruntime takes it: its name, or its name and
+#: its options (``("CUDAExecutionProvider", {"device_id": 0})``)
+Provider = str | tuple[str, Mapping[str, Any]]
+log = logging.getLogger(__name__)
 #: the execution providers a lane runs a graph on; the CPU lane's
-CPU = ("CPUExecutionProvider",)
+CPU: tuple[Provider, ...] = ("CPUExecutionProvider",)
 
 
 def usable_cores() -> int:
@@ -29,8 +34,13 @@ def usable_cores() -> int:
     return os.cpu_count() or 1  # pragma: no cover - Linux has affinity masks
 
 
+def provider_name(provider: Provider) -> str:
+    """The execution provider's name, with or without its options."""
+    return provider if isinstance(provider, str) else provider[0]
+
+
 def onnx_session(
-    path: Path, threads: int, spinning: bool = True, providers: Sequence[str] = CPU
+    path: Path, threads: int, spinning: bool = True, providers: Sequence[Provider] = CPU
 ) -> Any:
     """An onnxruntime session of the graph at ``path`` on ``threads`` intra-op
     threads; with ``spinning`` (onnxruntime's default) idle pool threads
@@ -40,7 +50,11 @@ def onnx_session(
     (``session.force_spinning_stop``): left to itself a pool thread spins on
     a core for about 40 ms after each run, where a worker has nothing to run
     until its next request and the host process, which must wake to read the
-    reply and write the next request, needs that core (docs/cpu-lane.md)."""
+    reply and write the next request, needs that core (docs/cpu-lane.md).
+
+    ``providers``: names, or (name, options) pairs, in onnxruntime's order
+    of preference (a GPU lane: its provider with ``device_id``, then the
+    CPU's for the few operators it leaves)."""
     import onnxruntime as ort
 
     options = ort.SessionOptions()
@@ -50,7 +64,8 @@ def onnx_session(
     options.add_session_config_entry("session.force_spinning_stop", "1")
     if not spinning:
         options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    return ort.InferenceSession(str(path), options, providers=list(providers))
+    listed = [p if isinstance(p, str) else (p[0], dict(p[1])) for p in providers]
+    return ort.InferenceSession(str(path), options, providers=listed)
 
 
 @functools.cache
@@ -82,12 +97,27 @@ def packed_graph(graph: Path) -> Path:
     thread count it runs with, :class:`synapse_models.model.OnnxSessions`)
     shares the same pages, so a worker holds its weights once whatever its
     thread counts (docs/cpu-lane.md has the measurements). The data file is
-    renamed into place before the ``.onnx`` that names it."""
-    import onnxruntime as ort
-
+    renamed into place before the ``.onnx`` that names it. Where it cannot be
+    written (a full disk), ``graph`` itself, with a warning."""
     target = packed_path(graph)
     if target.is_file():
         return target
+    try:
+        _pack(graph, target)
+    except OSError as exc:  # a full disk: the unpacked graph still serves
+        log.warning(
+            "synapse-models: cannot write the pre-packed graph %s (%s); each thread count's "
+            "session packs its own copy of the weights",
+            target,
+            exc.strerror or exc,
+        )
+        return graph
+    return target
+
+
+def _pack(graph: Path, target: Path) -> None:
+    import onnxruntime as ort
+
     data = f"{target.name}.data"
     aside = Path(tempfile.mkdtemp(dir=graph.parent, prefix=".packing-"))
     try:
@@ -109,4 +139,3 @@ def packed_graph(graph: Path) -> Path:
         os.replace(aside / target.name, target)
     finally:
         shutil.rmtree(aside, ignore_errors=True)
-    return target

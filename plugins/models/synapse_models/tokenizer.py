@@ -32,7 +32,8 @@ class HFTokenizer:
     tokens costs as much as encoding it, so the host encodes every text once
     while planning (many at a time, with :meth:`encode_batch`) and keeps the ids.
 
-    The file is read on first use, so listing a catalog never touches it.
+    The file is read on first use (the CPU transport does so when its
+    catalog is read, to refuse a malformed file there).
     A rerank pair counts the query's tokens and the document's together, as
     every transport does (the worker kit's one shape rule): a cross-encoder
     (``pairs``) with the specials of a pair, ``[CLS] q [SEP] d [SEP]`` or

@@ -164,3 +164,17 @@ def test_a_config_it_cannot_serve_is_refused_naming_the_file(
         runtime.load(str(folder), runtime="numpy")
     assert str(folder / "config.json") in str(refused.value)
     assert words in str(refused.value)
+
+
+def test_a_reranker_folder_is_a_rerank_task_and_its_instruction_can_be_given() -> None:
+    from synapse_models.folder import task_of
+
+    assert task_of(TINY2 / "qwen3-rerank") == "rerank"  # no *ForSequenceClassification
+    assert task_of(TINY2 / "qwen3-last") == "embed"
+    told = runtime.load(str(TINY2 / "qwen3-rerank"), runtime="numpy", instruction="Find it")
+    default = runtime.load(str(TINY2 / "qwen3-rerank"), runtime="numpy")
+    assert told.layout.template is not None and told.layout.template.instruction == "Find it"
+    assert told.framing.before != default.framing.before
+    assert told.identity != default.identity and told.layout.kind.startswith("qwen3-llm-reranker-i")
+    with pytest.raises(ValueError, match="LLM reranker"):
+        runtime.load(str(TINY2 / "qwen3-last"), runtime="numpy", instruction="Find it")

@@ -29,10 +29,16 @@ FOLDERS = [
 ]
 
 
+#: families without a tiny reference folder, and the test of their int8
+NO_REFERENCE = {"gte": "test_family_gte.py::test_int8_serves_gte_and_reports_its_loss"}
+
+
 def test_the_tiny_folders_cover_every_family() -> None:
-    """So that the int8 test below reaches every family."""
+    """So that the int8 test below reaches every family (GTE's int8 is
+    checked on the folder its own test builds: it has no reference here)."""
     covered = {folder.read_layout(DATA / s / n).family.name for s, n in FOLDERS}
-    assert covered == {family.name for family in FAMILIES.values()}
+    assert covered | set(NO_REFERENCE) == {family.name for family in FAMILIES.values()}
+    assert not covered & set(NO_REFERENCE)
 
 
 @pytest.mark.parametrize(("reference_set", "name"), FOLDERS)

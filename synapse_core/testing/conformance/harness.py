@@ -16,7 +16,8 @@ from ...call import EmbedResult
 from ...channel import FramedChannel
 from ...config import ModelSpec
 from ...hookspecs import hookimpl
-from ...host import Host, open_host
+from ...host import Host
+from ...opening import open_host
 from ...process import confirm_exit
 from ...transport import LaneSession, Launched, LaunchRequest, Transport
 from ...wire import Codec, Frame, Hello, WorkerFrame

@@ -22,7 +22,7 @@ from .protocol import Sizes as Sizes
 
 
 def _registry() -> dict[str, Family]:
-    from . import deberta, encoder, gemma3, modernbert, nomic, qwen3
+    from . import deberta, encoder, gemma3, gte, modernbert, nomic, qwen3
 
     families: tuple[Family, ...] = (
         encoder.BERT,
@@ -33,6 +33,7 @@ def _registry() -> dict[str, Family]:
         nomic.NOMIC,
         gemma3.GEMMA3,
         qwen3.QWEN3,
+        gte.GTE,
     )
     return {model_type: f for f in families for model_type in f.model_types}
 
