@@ -26,6 +26,7 @@ from . import (
     latency,
     machine,
     observation,
+    outputs,
     report,
     scaling,
     shortcut_switches,
@@ -49,6 +50,7 @@ GROUPS: dict[str, Group] = {
     "scaling": scaling.measure,
     "soak": soak.measure,
     "cpu": cpu.measure,
+    "outputs": outputs.measure,
     "fairness": fairness.measure,
     "shortcuts": shortcuts.measure,
 }

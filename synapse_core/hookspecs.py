@@ -56,6 +56,7 @@ hookimpl = pluggy.HookimplMarker(PROJECT)
 # -- transport ---------------------------------------------------------------
 
 
+# Long because its docstring is all a transport author needs, in one place.
 @hookspec
 def synapse_register_transports(register: Callable[[Transport], None]) -> None:
     """Register the transports this plugin provides.
@@ -81,7 +82,8 @@ def synapse_register_transports(register: Callable[[Transport], None]) -> None:
       and returns the logit, whose sigmoid the host returns as the score
       (the logits as ``raw_scores``); an ``"llm-reranker"`` returns a
       language model's ``logit(yes) - logit(no)``, treated the same; a
-      ``"bi-encoder"`` returns a similarity of separate embeddings, as is;
+      ``"bi-encoder"`` returns a similarity of separate embeddings, as is,
+      and a ``"maxsim"`` one the MaxSim of token vectors (ColBERT), as is;
     - says which lane a model runs on with ``lane_for()``: a
       :class:`~synapse_core.plugin.LaneInfo` with a lane id such as
       ``"ane:0"``, a default capacity in reservation units, and whether the

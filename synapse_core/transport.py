@@ -77,7 +77,7 @@ class Conversion:
 
 
 #: how a rerank model scores: see :class:`ModelTraits`
-Scorer = Literal["cross-encoder", "bi-encoder", "llm-reranker"]
+Scorer = Literal["cross-encoder", "bi-encoder", "llm-reranker", "maxsim"]
 
 
 @attrs.frozen
@@ -99,8 +99,11 @@ class ModelTraits:
     #: prompt; the worker returns ``logit(yes) - logit(no)`` at the prompt's
     #: end, and the scores are its sigmoid (``P(yes)`` of the two) as for a
     #: cross-encoder. ``"bi-encoder"``: a similarity of separate embeddings,
-    #: returned as is. ``None``: not said (scores are returned as the worker
-    #: gives them).
+    #: returned as is. ``"maxsim"``: late interaction of token vectors (a
+    #: ColBERT head's), each query token's best cosine over the document's
+    #: tokens, averaged over the query's tokens (FlagEmbedding's
+    #: ``colbert_score``), returned as is. ``None``: not said (scores are
+    #: returned as the worker gives them).
     scorer: Scorer | None = None
     #: an embed model's pooling (``"mean"``, ``"cls"``...), for ``/info``
     pooling: str | None = None

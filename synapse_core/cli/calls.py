@@ -11,7 +11,7 @@ import re
 import signal
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import anyio
 import anyio.abc
@@ -23,7 +23,9 @@ from ..config import HostConfig, Task
 from ..deadline import Deadline
 from ..errors import IdentityChanged, Refused
 from ..host import Host
+from ..kinds import Kind
 from ..opening import open_host
+from ..outputs import OutputsResult
 from ..plan import Truncate
 from ..plugins import PluginHost
 from ..prompts import prompted
@@ -114,6 +116,40 @@ async def embed_all(
         cut.extend(span.start + index for index in result.truncated)
         on_batch(len(span))
     return EmbedResult(model, vectors, identity, tuple(cut))
+
+
+async def outputs_all(
+    host: Host,
+    model: str,
+    inputs: Inputs,
+    deadline: Deadline,
+    on_batch: OnBatch,
+    kind: Kind,
+    prompt_name: str | None = None,
+    truncate: Truncate = False,
+) -> OutputsResult:
+    """:func:`embed_all`'s batches for one output ``kind`` (sparse, or multi:
+    every token's vector)."""
+    if prompt_name is not None:
+        entry = host.catalog.entry(model, "embed")
+        inputs = attrs.evolve(inputs, items=prompted(entry, prompt_name, inputs.items))
+    check_all(host, model, "embed", inputs, None, truncate)
+    rows: list[Any] = []
+    identity = ""
+    cut: list[int] = []
+    for span in spans(len(inputs.items)):
+        with located(inputs, span.start):
+            batch = inputs.items[span.start : span.stop]
+            result = await host.embed_outputs(
+                model, batch, (kind,), deadline=deadline, truncate=truncate
+            )
+        identity = same_identity(identity, result.identity, model)
+        found: list[Any] | None = result.sparse if kind is Kind.SPARSE else result.multi
+        rows.extend(found or [])
+        cut.extend(span.start + index for index in result.truncated)
+        on_batch(len(span))
+    sparse, multi = (rows, None) if kind is Kind.SPARSE else (None, rows)
+    return OutputsResult(model, None, sparse, multi, identity, tuple(cut))
 
 
 async def rerank_all(
@@ -222,6 +258,27 @@ def run_embed(
         deadline_s,
         lambda host, deadline: embed_all(
             host, model, inputs, deadline, on_batch, prompt_name, truncate
+        ),
+    )
+
+
+def run_outputs(
+    config: HostConfig,
+    plugins: PluginHost,
+    model: str,
+    inputs: Inputs,
+    deadline_s: float | None,
+    on_batch: OnBatch,
+    kind: Kind,
+    prompt_name: str | None = None,
+    truncate: Truncate = False,
+) -> OutputsResult:
+    return serve(
+        config,
+        plugins,
+        deadline_s,
+        lambda host, deadline: outputs_all(
+            host, model, inputs, deadline, on_batch, kind, prompt_name, truncate
         ),
     )
 

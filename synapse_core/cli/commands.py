@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
 
 import attrs
 import click
@@ -15,11 +15,12 @@ import click
 from ..catalog import Catalog
 from ..config import HostConfig
 from ..errors import ConfigError
+from ..kinds import Kind
 from ..plan import Truncate
 from ..plugins import PluginHost, selected_names
 from ..transport import ModelSource
 from . import render
-from .calls import OnBatch, run_embed, run_rerank, show_progress, spans
+from .calls import OnBatch, run_embed, run_outputs, run_rerank, show_progress, spans
 from .inputs import Field, Inputs, from_arguments, read_jsonl
 from .models import model_options
 from .options import catalog_option, deadline_option, json_option, load_config, truncate_option
@@ -135,6 +136,23 @@ def catalog_command(
     emit(doc, as_json, lambda: render.catalog_lines(doc))
 
 
+def _output_options(command: Callable[..., Any]) -> Callable[..., Any]:
+    """``--sparse`` and ``--all``: an output other than dense vectors."""
+    sparse = click.option(
+        "--sparse",
+        "output",
+        flag_value="sparse",
+        help="Sparse vectors (a SPLADE or bge-m3 model's) in place of dense ones.",
+    )
+    every = click.option(
+        "--all",
+        "output",
+        flag_value="multi",
+        help="Every token's vector (a ColBERT head's, else the last hidden state).",
+    )
+    return sparse(every(command))
+
+
 @click.command("embed")
 @click.argument("model", required=False)
 @click.argument("texts", nargs=-1)
@@ -145,6 +163,7 @@ def catalog_command(
     metavar="NAME",
     help="Put the model's prompt NAME in front of each text (synapse catalog lists them).",
 )
+@_output_options
 @truncate_option
 @deadline_option
 @json_option
@@ -157,6 +176,7 @@ def embed_command(
     texts: tuple[str, ...],
     file: BinaryIO | None,
     prompt_name: str | None,
+    output: str | None,
     truncate: Truncate,
     deadline: float | None,
     as_json: bool,
@@ -168,6 +188,8 @@ def embed_command(
 
     Prints each vector's index, dimensions, norm and first values; --json
     prints every vector in input order with the model's vector-space identity.
+    --sparse prints each sparse vector's size and heaviest weights (--json:
+    ``{indices, values}``), --all each text's count of token vectors.
     With --model PATH, MODEL is left out: the folder's model is called.
     """
     if prompt_name is not None and truncate == "start":
@@ -175,11 +197,27 @@ def embed_command(
         raise click.UsageError("--truncate start would cut off the prompt; use --truncate end")
     config, model, texts = called_model(state, catalog, models, transport, model, texts)
     inputs = gather(texts, file, "text")
+    if output is not None:
+        call = (config, state.plugins, model, inputs, deadline)
+        _emit_outputs(call, Kind(output), prompt_name, truncate, as_json)
+        return
     with progress(len(inputs.items), "embedding", "texts") as on_batch:
         result = run_embed(
             config, state.plugins, model, inputs, deadline, on_batch, prompt_name, truncate
         )
     emit(render.embed_doc(result), as_json, lambda: render.embed_lines(result, inputs))
+
+
+def _emit_outputs(
+    call: tuple[Any, ...], kind: Kind, prompt_name: str | None, truncate: Truncate, as_json: bool
+) -> None:
+    """``embed --sparse`` / ``--all``: the texts' outputs of ``kind``, printed."""
+    config, plugins, model, inputs, deadline = call
+    with progress(len(inputs.items), "embedding", "texts") as on_batch:
+        outputs = run_outputs(
+            config, plugins, model, inputs, deadline, on_batch, kind, prompt_name, truncate
+        )
+    emit(render.outputs_doc(outputs), as_json, lambda: render.outputs_lines(outputs, inputs))
 
 
 @click.command("rerank")

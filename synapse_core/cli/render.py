@@ -15,6 +15,7 @@ from ..call import EmbedResult, RerankResult
 from ..catalog import Catalog, Entry
 from ..config import HostConfig, ModelSpec
 from ..naming import listed
+from ..outputs import OutputsResult
 from ..plugins import PluginHost
 from ..transport import Transport
 from .inputs import Inputs
@@ -69,6 +70,40 @@ def embed_lines(result: EmbedResult, inputs: Inputs) -> list[str]:
         rows.append([str(index), str(len(vector)), f"{norm:.4f}", f"[{head}{more}]", text])
     title = f"{result.model}: {count(len(rows), 'vector')}, identity {result.identity}"
     header = ["index", "dims", "norm", "first values", "text"]
+    return [title, *table(header, rows), *cut_lines(result.truncated, "input")]
+
+
+def outputs_doc(result: OutputsResult) -> Doc:
+    """``--sparse``: each vector as ``{indices, values}``; ``--all``: each
+    input's token vectors."""
+    doc: Doc = {"model": result.model, "identity": result.identity}
+    if result.sparse is not None:
+        doc["sparse"] = [{"indices": v.indices, "values": v.values} for v in result.sparse]
+    if result.multi is not None:
+        doc["multi"] = [[list(map(float, v)) for v in rows] for rows in result.multi]
+    doc["truncated"] = list(result.truncated)
+    return doc
+
+
+def outputs_lines(result: OutputsResult, inputs: Inputs) -> list[str]:
+    """One line per input: a sparse vector's size and heaviest weights, or
+    the count and width of its token vectors."""
+    rows = []
+    if result.sparse is not None:
+        for index, vector in enumerate(result.sparse):
+            top = sorted(zip(vector.values, vector.indices, strict=True), reverse=True)[:HEAD]
+            shown = ", ".join(f"{i}:{v:.4f}" for v, i in top)
+            more = ", ..." if len(vector.indices) > HEAD else ""
+            text = clip(inputs.items[index])
+            rows.append([str(index), str(len(vector.indices)), f"[{shown}{more}]", text])
+        header = ["index", "nonzero", "heaviest (index:weight)", "text"]
+        noun = "sparse vector"
+    else:
+        for index, vectors in enumerate(result.multi or []):
+            width = len(vectors[0]) if len(vectors) else 0
+            rows.append([str(index), str(len(vectors)), str(width), clip(inputs.items[index])])
+        header, noun = ["index", "tokens", "dims", "text"], "token-vector list"
+    title = f"{result.model}: {count(len(rows), noun)}, identity {result.identity}"
     return [title, *table(header, rows), *cut_lines(result.truncated, "input")]
 
 
@@ -235,6 +270,10 @@ def _model_note(entry: Entry) -> str:
 _SCORERS = {
     "cross-encoder": "cross-encoder: query and document scored together (sigmoid of the logit)",
     "bi-encoder": "bi-encoder: cosine of separate embeddings (not a cross-encoder)",
+    "maxsim": (
+        "MaxSim: each query token's best cosine over the document's ColBERT vectors, "
+        "averaged over the query's tokens"
+    ),
     "llm-reranker": (
         "LLM reranker: a language model judges each pair in its prompt "
         "(sigmoid of logit(yes) - logit(no))"

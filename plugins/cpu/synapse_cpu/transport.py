@@ -20,14 +20,12 @@ from synapse_core.plugin import (
     BasicTokenizer,
     ConfigError,
     Conversion,
-    Kind,
     LaneInfo,
     Launched,
     LaunchRequest,
     ModelSource,
     ModelSpec,
     ModelTraits,
-    Scorer,
     Tokenizer,
     Transport,
     spawn_worker,
@@ -35,9 +33,13 @@ from synapse_core.plugin import (
 from synapse_models import files
 from synapse_models.errors import ModelFilesError
 from synapse_models.folder import Layout
-from synapse_models.outputs import offered
-from synapse_models.packing import PairTemplate
-from synapse_models.tokenizer import HFTokenizer, check_fits, tokenizer_of
+from synapse_models.hosting import (
+    folder_problem,
+    host_tokenizer,
+    traits_of,
+    verified_sha256,
+    verify_before_launch,
+)
 
 from .cores import LANE_ID, usable_cores
 from .costs import HIDDEN, copies, default_capacity_mib, request_budget, weights_mib
@@ -103,83 +105,6 @@ def package_problem(package: str) -> str:
 
 def model_files(options: CpuOptions) -> files.ModelFiles:
     return files.locate(options.folder(), options.sha256)
-
-
-def _tokenizer(path: Path, layout: Layout) -> HFTokenizer:
-    """The folder's tokenizer, one per file size and modification time and
-    way of framing: it frames and encodes as the worker's does
-    (``synapse_models.model.layout_tokenizer``), so the host counts and cuts
-    what the worker packs; the one the catalog checked is the one that
-    serves (the file is parsed once), and a replaced file is read again."""
-    stat = path.stat()
-    return _tokenizer_at(path, stat.st_size, stat.st_mtime_ns, *_framing(layout))
-
-
-def _framing(layout: Layout) -> tuple[bool, PairTemplate | None, bool, bool]:
-    return layout.cross_encoder, layout.template, layout.causal, layout.strips_texts
-
-
-@functools.lru_cache(maxsize=64)
-def _tokenizer_at(
-    path: Path,
-    size: int,
-    mtime_ns: int,
-    pairs: bool,
-    template: PairTemplate | None,
-    decoder: bool,
-    strip: bool,
-) -> HFTokenizer:
-    return tokenizer_of(path, pairs, template, decoder, strip)
-
-
-def tokenizer_problem(located: files.ModelFiles, layout: Layout) -> str:
-    """Why the folder's ``tokenizer.json`` cannot serve ("" when it can): not
-    a ``tokenizers`` file, framing no sequence as the family needs, or
-    another model's vocabulary. Remembered per file size and modification
-    time (of the tokenizer, and the rows its weights' header gives), so
-    listing a catalog parses each file once."""
-    path = located.tokenizer
-    try:
-        stat = path.stat()
-        rows = files.vocab_rows(located.weights, layout)
-    except ModelFilesError as exc:
-        return str(exc)
-    except OSError as exc:
-        return f"{path}: cannot be read: {exc.strerror or exc}"
-    padded = layout.family.vocab_padded
-    return _tokenizer_problem(path, stat.st_size, stat.st_mtime_ns, _framing(layout), rows, padded)
-
-
-@functools.lru_cache(maxsize=64)
-def _tokenizer_problem(
-    path: Path,
-    size: int,
-    mtime_ns: int,
-    framing: tuple[bool, PairTemplate | None, bool, bool],
-    rows: int,
-    padded: bool,
-) -> str:
-    try:
-        check_fits(_tokenizer_at(path, size, mtime_ns, *framing), rows, padded)
-    except ModelFilesError as exc:
-        return str(exc)
-    return ""
-
-
-@functools.lru_cache(maxsize=64)
-def _verified(path: Path, size: int, mtime_ns: int, expected: str | None) -> str:
-    return files.verify_weights(files.ModelFiles(path.parent, "", expected))
-
-
-def verify_before_launch(located: files.ModelFiles, instruction: str | None = None) -> None:
-    """The checks a worker would fail on, made here so the caller gets a typed
-    error naming the file (a worker can only exit). Hashing is remembered per
-    file size and modification time."""
-    layout = files.check_present(located).with_instruction(instruction)
-    stat = located.weights.stat()
-    _verified(located.weights, stat.st_size, stat.st_mtime_ns, located.sha256)
-    tokenizer = _tokenizer(located.tokenizer, layout)
-    check_fits(tokenizer, files.vocab_rows(located.weights, layout), layout.family.vocab_padded)
 
 
 @attrs.frozen
@@ -269,10 +194,8 @@ class CpuTransport(Transport):
 
         located = model_files(options)
         root = Path(options.cache_dir) if options.cache_dir else default_cache_dir()
-        sha256 = located.sha256
-        if sha256 is None:  # a folder without an expected hash: hash it (remembered)
-            stat = located.weights.stat()
-            sha256 = _verified(located.weights, stat.st_size, stat.st_mtime_ns, None)
+        # a folder without an expected hash: hash it (remembered)
+        sha256 = located.sha256 or verified_sha256(located)
         layout = files.check_present(located)
         loss = quantize.read_loss(root, files.int8_key(located, layout, sha256.lower()))
         if loss is None:
@@ -303,12 +226,7 @@ class CpuTransport(Transport):
             layout = layout.with_instruction(options.instruction)
         except ValueError as exc:
             return Availability.no(f"options.instruction: {exc}")
-        if layout.cross_encoder and model.task != "rerank":
-            return Availability.no(
-                f"{located.config}: a cross-encoder ({layout.architecture}, "
-                'ForSequenceClassification) scores pairs; give it task = "rerank"'
-            )
-        if problem := tokenizer_problem(located, layout):
+        if problem := folder_problem(located, layout, model.task, options.buckets):
             return Availability.no(problem)
         memory = worker_mib(options)
         capacity = default_capacity_mib()
@@ -318,12 +236,6 @@ class CpuTransport(Transport):
                 f"(weights file {memory - runtime_mib(options)} MiB + runtime "
                 f"{runtime_mib(options)} MiB), more than the {capacity} MiB of lane "
                 f"{LANE_ID} (half this machine's memory)"
-            )
-        if options.buckets and max(options.buckets) > layout.positions:
-            return Availability.no(
-                f"options.buckets: {max(options.buckets)} is longer than the "
-                f"{layout.positions} positions the model has ({located.config}); use "
-                "shorter buckets, or leave them out to have them from the folder"
             )
         return Availability.yes()
 
@@ -337,25 +249,13 @@ class CpuTransport(Transport):
 
     def traits(self, model: ModelSpec) -> ModelTraits:
         """The folder's prompts, and whether a rerank model is a cross-encoder,
-        an LLM reranker (with the instruction its prompt holds) or a bi-encoder."""
+        an LLM reranker (with the instruction its prompt holds), a ColBERT
+        model scoring by MaxSim or a bi-encoder."""
         layout = _layout(self.model_options(model))
         if layout is None:
             return ModelTraits()
-        scorer: Scorer | None = None
-        if model.task == "rerank":
-            scorer = "cross-encoder" if layout.cross_encoder else "bi-encoder"
-            if layout.template is not None:
-                scorer = "llm-reranker"
-        return ModelTraits(
-            worker_mib=worker_mib(self.model_options(model)),
-            prompts=layout.prompts,
-            default_prompt=layout.default_prompt,
-            scorer=scorer,
-            pooling=None if layout.cross_encoder else layout.pooling,
-            outputs=frozenset(Kind(name) for name in offered(layout))
-            | ({Kind.SCORE} if model.task == "rerank" else set()),
-            instruction=None if layout.template is None else layout.template.instruction,
-        )
+        traits = traits_of(layout, model.task)
+        return attrs.evolve(traits, worker_mib=worker_mib(self.model_options(model)))
 
     def lane_for(self, model: ModelSpec) -> LaneInfo:
         return LaneInfo(LANE_ID, capacity=default_capacity_mib())
@@ -372,7 +272,7 @@ class CpuTransport(Transport):
             options = parse_options(model.options)
             located = model_files(options)
             layout = files.check_present(located).with_instruction(options.instruction)
-            return _tokenizer(located.tokenizer, layout)
+            return host_tokenizer(located.tokenizer, layout)
         except (ModelFilesError, ConfigError, ValueError, OSError):
             return BasicTokenizer()  # the model is unavailable and refused before tokenizing
 

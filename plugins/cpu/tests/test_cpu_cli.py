@@ -71,3 +71,26 @@ def test_catalog_says_minilm_rerank_is_not_a_cross_encoder() -> None:
     doc = json.loads(run("catalog", "--json").stdout)
     scorers = {m["name"]: m["scorer"] for m in doc["models"]}
     assert scorers["minilm-rerank"] == "bi-encoder" and scorers["minilm"] is None
+
+
+def test_embed_sparse_and_all_print_the_folders_outputs() -> None:
+    from synapse_models.testing import DATA
+
+    tiny = DATA / "tiny-models-2"
+    ref = json.loads((tiny / "reference.json").read_text(encoding="utf-8"))["models"]
+    texts = ref["m3-multi"]["texts"][:3]
+    folder = str(tiny / "m3-multi")
+    sparse = run("embed", "--model", folder, "--sparse", "--json", *texts)
+    assert sparse.exit_code == 0, sparse.stderr
+    expected = ref["m3-multi"]["sparse_weights"][:3]
+    for got, want in zip(json.loads(sparse.stdout)["sparse"], expected, strict=True):
+        assert got["indices"] == want["indices"]
+        assert np.allclose(got["values"], want["values"], rtol=0, atol=1e-5)
+    shown = run("embed", "--model", folder, "--all", *texts)
+    assert shown.exit_code == 0, shown.stderr
+    lines = shown.stdout.splitlines()
+    assert lines[0].startswith("m3-multi: 3 token-vector lists")
+    counts = [len(v) for v in ref["m3-multi"]["colbert_vectors"][:3]]
+    assert [line.split()[1] for line in lines[2:5]] == [str(n) for n in counts]
+    refused = run("embed", "--model", str(tiny / "nomic-mean"), "--sparse", "x")
+    assert refused.exit_code != 0 and "it computes: dense, multi" in refused.stderr

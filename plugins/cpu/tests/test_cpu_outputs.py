@@ -30,9 +30,12 @@ config = functools.partial(host_config, source="test", exit_grace_s=5.0, exchang
 DEADLINE_S = 60.0  # bounds a broken worker; not a timing claim
 
 
-def entry(name: str) -> dict[str, Any]:
+RUNTIMES = ["numpy", "onnxruntime"]
+
+
+def entry(name: str, runtime: str = "numpy") -> dict[str, Any]:
     folder = DATA / "tiny-models-2" / name
-    return model_entry(name, transport="cpu", ceiling=512, model_dir=str(folder), runtime="numpy")
+    return model_entry(name, transport="cpu", ceiling=512, model_dir=str(folder), runtime=runtime)
 
 
 def assert_sparse_equal(got: list[synapse.SparseVector], expected: list[dict[str, Any]]) -> None:
@@ -50,10 +53,12 @@ def assert_tokens_close(got: list[list[list[float]]], expected: list[Any]) -> No
         assert cos.min() >= 0.99999
 
 
+@pytest.mark.parametrize("runtime", RUNTIMES)
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_splade_sparse_vectors_equal_the_sparse_encoders() -> None:
+async def test_splade_sparse_vectors_equal_the_sparse_encoders(runtime: str) -> None:
     ref = REFERENCE["splade"]
-    async with synapse.open_host(config(entry("splade")), plugins=[synapse_cpu.plugin]) as h:
+    with_runtime = config(entry("splade", runtime))
+    async with synapse.open_host(with_runtime, plugins=[synapse_cpu.plugin]) as h:
         assert h.catalog.entry("splade", "embed").traits.outputs == {
             synapse.Kind.SPARSE,
             synapse.Kind.MULTI,
@@ -67,11 +72,15 @@ async def test_splade_sparse_vectors_equal_the_sparse_encoders() -> None:
     assert_sparse_equal(got, ref["sparse_vectors"])
 
 
+@pytest.mark.parametrize("runtime", RUNTIMES)
 @pytest.mark.parametrize("anyio_backend", ["asyncio"])
-async def test_m3_dense_sparse_and_colbert_come_from_one_request_as_the_references() -> None:
+async def test_m3_dense_sparse_and_colbert_come_from_one_request_as_the_references(
+    runtime: str,
+) -> None:
     ref = REFERENCE["m3-multi"]
     kinds = [synapse.Kind.DENSE, synapse.Kind.SPARSE, synapse.Kind.MULTI]
-    async with synapse.open_host(config(entry("m3-multi")), plugins=[synapse_cpu.plugin]) as h:
+    with_runtime = config(entry("m3-multi", runtime))
+    async with synapse.open_host(with_runtime, plugins=[synapse_cpu.plugin]) as h:
         result = await h.embed_outputs(
             "m3-multi", ref["texts"], kinds, truncate=True, deadline=synapse.Deadline.after(60)
         )
@@ -83,3 +92,32 @@ async def test_m3_dense_sparse_and_colbert_come_from_one_request_as_the_referenc
     assert ((dense * want).sum(1) / np.linalg.norm(want, axis=1)).min() >= 0.99999
     assert_sparse_equal(result.sparse, ref["sparse_weights"])
     assert_tokens_close(result.multi, ref["colbert_vectors"])
+
+
+def expected_maxsim(query: list[list[float]], document: list[list[float]]) -> float:
+    """FlagEmbedding's ``colbert_score`` in float64: each query token's largest
+    dot product over the document's tokens (the vectors are normalised),
+    summed and divided by the query's token count."""
+    q, d = np.array(query, dtype=np.float64), np.array(document, dtype=np.float64)
+    return float((q @ d.T).max(axis=1).sum() / len(q))
+
+
+@pytest.mark.parametrize("runtime", RUNTIMES)
+@pytest.mark.parametrize("anyio_backend", ["asyncio", "trio"])
+async def test_a_colbert_rerank_model_scores_by_maxsim_as_the_reference(runtime: str) -> None:
+    """The expected scores come from the reference's ColBERT vectors of the
+    texts (the documents are short: none is cut, alone or with the query)."""
+    ref = REFERENCE["m3-multi"]
+    texts, vectors = ref["texts"], ref["colbert_vectors"]
+    short = [i for i in range(1, len(texts)) if ref["tokens"][i] < 20][:5]
+    rerank = {**entry("m3-multi", runtime), "name": "m3-rerank", "task": "rerank"}
+    async with synapse.open_host(config(rerank), plugins=[synapse_cpu.plugin]) as h:
+        assert h.catalog.entry("m3-rerank", "rerank").traits.scorer == "maxsim"
+        result = await h.rerank("m3-rerank", texts[0], [texts[i] for i in short])
+        with pytest.raises(synapse.Refused) as refused:
+            await h.rerank("m3-rerank", texts[0], ["a", texts[-1]])
+    want = [expected_maxsim(vectors[0], vectors[i]) for i in short]
+    assert np.allclose(result.scores, want, rtol=0, atol=1e-5)
+    assert result.scores == result.raw_scores  # returned as is, no sigmoid
+    assert len(set(np.round(want, 4))) > 1  # the documents score differently
+    assert refused.value.code == "over-ceiling" and refused.value.index == 1

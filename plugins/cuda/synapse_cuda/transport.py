@@ -32,7 +32,6 @@ from synapse_core.plugin import (
     LaunchRequest,
     ModelSpec,
     ModelTraits,
-    Scorer,
     Tokenizer,
     Transport,
     spawn_worker,
@@ -40,7 +39,7 @@ from synapse_core.plugin import (
 from synapse_models import files
 from synapse_models.errors import ModelFilesError
 from synapse_models.folder import Layout, read_json
-from synapse_models.tokenizer import HFTokenizer, check_fits
+from synapse_models.hosting import folder_problem, host_tokenizer, traits_of, verify_before_launch
 
 from . import costs
 from .availability import Found, Probe, probe
@@ -68,26 +67,6 @@ def lane_id(gpu: int) -> str:
 
 def gpu_of(lane: str) -> int:
     return int(lane.rsplit(":", 1)[1])
-
-
-@functools.lru_cache(maxsize=64)
-def _tokenizer(path: Path, pairs: bool = False) -> HFTokenizer:
-    return HFTokenizer(path, pairs)
-
-
-@functools.lru_cache(maxsize=64)
-def _verified(path: Path, size: int, mtime_ns: int, expected: str | None) -> str:
-    return files.verify_weights(files.ModelFiles(path.parent, "", expected))
-
-
-def verify_before_launch(located: files.ModelFiles) -> None:
-    """The checks a worker would fail on, made here so the caller gets a typed
-    error naming the file; hashing is remembered per file size and time."""
-    layout = files.check_present(located)
-    stat = located.weights.stat()
-    _verified(located.weights, stat.st_size, stat.st_mtime_ns, located.sha256)
-    tokenizer = _tokenizer(located.tokenizer, layout.cross_encoder)
-    check_fits(tokenizer, files.vocab_rows(located.weights, layout), layout.family.vocab_padded)
 
 
 @attrs.frozen
@@ -210,16 +189,8 @@ class CudaTransport(Transport):
             layout = files.check_present(located)
         except ModelFilesError as exc:
             return Availability.no(str(exc))
-        if layout.cross_encoder and model.task != "rerank":
-            return Availability.no(
-                f"{located.config}: a cross-encoder ({layout.architecture}, "
-                'ForSequenceClassification) scores pairs; give it task = "rerank"'
-            )
-        if options.buckets and max(options.buckets) > layout.positions:
-            return Availability.no(
-                f"options.buckets: {max(options.buckets)} is longer than the "
-                f"{layout.positions} positions the model has ({located.config})"
-            )
+        if problem := folder_problem(located, layout, model.task, options.buckets):
+            return Availability.no(problem)
         return Availability.yes()
 
     def buckets(self, model: ModelSpec) -> tuple[int, ...] | None:
@@ -231,28 +202,19 @@ class CudaTransport(Transport):
         return None if layout is None else layout.buckets()
 
     def traits(self, model: ModelSpec) -> ModelTraits:
-        """The folder's prompts, and whether a rerank model is a cross-encoder."""
+        """The folder's prompts, and whether a rerank model is a cross-encoder,
+        an LLM reranker (with the instruction its prompt holds) or a bi-encoder."""
         layout = _layout(self.model_options(model))
-        if layout is None:
-            return ModelTraits()
-        scorer: Scorer | None = None
-        if model.task == "rerank":
-            scorer = "cross-encoder" if layout.cross_encoder else "bi-encoder"
-        return ModelTraits(
-            prompts=layout.prompts,
-            default_prompt=layout.default_prompt,
-            scorer=scorer,
-            pooling=None if layout.cross_encoder else layout.pooling,
-        )
+        return ModelTraits() if layout is None else traits_of(layout, model.task)
 
     def tokenizer(self, model: ModelSpec) -> Tokenizer:
         try:
             options = parse_options(model.options)
             located = files.locate(options.folder(), options.sha256)
             layout = files.check_present(located)
-        except (ModelFilesError, ConfigError):
+            return host_tokenizer(located.tokenizer, layout)
+        except (ModelFilesError, ConfigError, OSError):
             return BasicTokenizer()  # the model is unavailable and refused before tokenizing
-        return _tokenizer(located.tokenizer, layout.cross_encoder)
 
     def lane_for(self, model: ModelSpec) -> LaneInfo:
         """``cuda:N`` of ``options.gpu``, its capacity a share of the GPU's memory."""

@@ -21,7 +21,8 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from synapse_core import ConfigError, Host, HostConfig, PluginHost, SynapseError
 
-from . import openapi, routes_cohere, routes_openai, routes_rerank, routes_tei
+from . import openapi, routes_cohere, routes_encode, routes_openai, routes_rerank, routes_tei
+from .access import logged
 from .errors import HTTPError, unexpected
 from .metrics import CONTENT_TYPE
 from .openapi import Answer, answers
@@ -59,6 +60,9 @@ ROUTES = [
     Route("/v2/embed", routes_cohere.embed_v2, methods=["POST"]),
     Route("/", routes_tei.served, methods=["POST"]),
     Route("/embed", routes_tei.embed, methods=["POST"]),
+    Route("/embed_sparse", routes_tei.embed_sparse, methods=["POST"]),
+    Route("/embed_all", routes_tei.embed_all, methods=["POST"]),
+    Route("/v1/encode", routes_encode.encode, methods=["POST"]),
     Route("/rerank", routes_tei.rerank, methods=["POST"]),
     Route("/tokenize", routes_tei.tokenize, methods=["POST"]),
     Route("/info", routes_tei.info, methods=["GET"]),
@@ -198,9 +202,12 @@ class SynapseApp(Starlette):
             metrics.answered += 1
         finally:
             metrics.inside -= 1
-            metrics.observe(scope["path"], status, time.perf_counter() - start)
+            took = time.perf_counter() - start
+            metrics.observe(scope["path"], status, took)
             if span is not None:
                 span.end(status)
+            if service.settings.access_log:
+                logged(scope, scope["path"], status, took)
 
     async def _too_large(self, scope: Scope, receive: Receive, send: Send) -> None:
         start = time.perf_counter()
@@ -306,9 +313,12 @@ class Observed:
             await self.app(scope, receive, sending)
         finally:
             self.metrics.inside -= 1
-            self.metrics.observe(route, status, time.perf_counter() - start)
+            took = time.perf_counter() - start
+            self.metrics.observe(route, status, took)
             if span is not None:
                 span.end(status)
+            if self.service.settings.access_log:
+                logged(scope, route, status, took)
 
 
 class ApiKey:

@@ -166,6 +166,14 @@ def env(flag: str) -> dict[str, Any]:
     "(time, level, logger, message and the record's fields), for log shippers.",
 )
 @click.option(
+    "--access-log/--no-access-log",
+    **env("access-log"),
+    default=False,
+    show_default=True,
+    help="One log record a request (logger synapse.access): request id, method, route, "
+    "model, status and duration; with --log-format json, one JSON object each.",
+)
+@click.option(
     "--otlp-endpoint",
     **env("otlp-endpoint"),
     default=None,
@@ -196,6 +204,7 @@ def serve_command(
     idle_unload_s: float | None,
     backend: str,
     log_format: str,
+    access_log: bool,
     otlp_endpoint: str | None,
 ) -> None:
     """Serve the catalog's models over HTTP (OpenAI and TEI-compatible routes).
@@ -237,6 +246,7 @@ def serve_command(
         keep_alive_s=keep_alive_timeout,
         preload=preload,
         otlp_endpoint=endpoint,
+        access_log=access_log,
     )
     configure_logging(log_format)
     if api_key is None and not loopback(host):

@@ -39,6 +39,7 @@ REFUSAL_STATUS = {
     "empty-sequence": 422,
     "over-ceiling": 422,
     "unknown-prompt": 422,
+    "unsupported-output": 422,
     # The model exists but cannot run on this machine: the server's problem.
     "transport-unavailable": 503,
 }

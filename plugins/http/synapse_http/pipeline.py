@@ -23,6 +23,7 @@ from synapse_core import (
 )
 from synapse_core.frontend import give_back, shown
 
+from .access import MODEL_KEY
 from .body import ClientGone, read_body
 from .disconnect import until_disconnect
 from .errors import (
@@ -187,7 +188,9 @@ def model_of(request: Incoming, named: str | None, service: Service, task: str) 
         if given is None:
             given = request.header(HEADER_MODEL)
             if given is None:
-                return service.default_model(task)  # type: ignore[arg-type]
+                given = service.default_model(task)  # type: ignore[arg-type]
+                request.scope[MODEL_KEY] = given  # for the access log
+                return given
     if not given:
         raise Refused(
             "unknown-model",
@@ -195,6 +198,7 @@ def model_of(request: Incoming, named: str | None, service: Service, task: str) 
             "or leave the name out for the default",
             model="",
         )
+    request.scope[MODEL_KEY] = given  # for the access log
     return given
 
 

@@ -1,5 +1,6 @@
-"""text-embeddings-inference's routes: ``/embed``, ``/rerank``, ``/tokenize``,
-``/info``, ``/health``, and ``/``, the served model's task.
+"""text-embeddings-inference's routes: ``/embed``, ``/embed_sparse``,
+``/embed_all``, ``/rerank``, ``/tokenize``, ``/info``, ``/health``, and ``/``,
+the served model's task.
 
 TEI serves one model; Synapse serves the catalog's default embed (or rerank)
 model, or the one named by ``?model=`` or the ``X-Synapse-Model`` header.
@@ -17,7 +18,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
-from synapse_core import Entry, Refused, TokenPiece
+from synapse_core import Entry, Kind, OutputsResult, Refused, TokenPiece
 from synapse_core.frontend import shown
 
 from .errors import invalid
@@ -38,11 +39,14 @@ from .pipeline import (
 )
 from .schemas import (
     UNSET,
+    EmbedAllRequest,
     EmbedRequest,
+    EmbedSparseRequest,
     ErrorBody,
     Info,
     Rank,
     RerankRequest,
+    SparseValue,
     Token,
     TokenizeRequest,
 )
@@ -72,6 +76,61 @@ async def embed(request: Incoming, service: Service, body: EmbedRequest) -> Resp
     check_dimensions(host, model, body.dimensions, len(result.vectors[0]))
     vectors = normalized(result.vectors) if body.normalize else result.vectors
     return json_response(vectors, headers=truncated_header(result.truncated))
+
+
+async def outputs_of(
+    request: Incoming,
+    service: Service,
+    given: Any,
+    kinds: tuple[Kind, ...],
+    prompt_name: str | None,
+    truncate: bool | None,
+    direction: str,
+) -> OutputsResult:
+    """The ``kinds`` of each input of ``given`` (a body's ``inputs``), from
+    one forward pass; a model without one of them is refused
+    (``unsupported-output``, naming what it computes)."""
+    inputs = inputs_of(given, "$.inputs")
+    check_count(len(inputs), service.settings.max_inputs, "inputs")
+    model = model_of(request, None, service, "embed")
+    flat = len(inputs) == 1 and inputs[0] is given
+    inputs = prompted_inputs(service, model, prompt_name, inputs, flat)
+    inputs = _unframed(service, model, inputs)
+    return await service.host.embed_outputs(
+        model,
+        inputs,
+        kinds,
+        deadline=deadline_of(request, service),
+        truncate=truncation(truncate, direction),
+    )
+
+
+@post(EmbedSparseRequest, list[list[SparseValue]])
+async def embed_sparse(request: Incoming, service: Service, body: EmbedSparseRequest) -> Response:
+    """TEI's sparse vectors: per input, its nonzero weights as ``{index,
+    value}`` in index order (a SPLADE folder's, or bge-m3's sparse head's)."""
+    result = await outputs_of(
+        request, service, body.inputs, (Kind.SPARSE,), body.prompt_name,
+        body.truncate, body.truncation_direction,
+    )  # fmt: skip
+    assert result.sparse is not None
+    answer = [
+        [SparseValue(index=i, value=v) for i, v in zip(row.indices, row.values, strict=True)]
+        for row in result.sparse
+    ]
+    return json_response(answer, headers=truncated_header(result.truncated))
+
+
+@post(EmbedAllRequest, list[list[list[float]]])
+async def embed_all(request: Incoming, service: Service, body: EmbedAllRequest) -> Response:
+    """TEI's token vectors: per input, one vector per token: a ColBERT
+    head's (every token's but the first, normalised) for a folder with one,
+    else the last hidden state of every token, special tokens included."""
+    result = await outputs_of(
+        request, service, body.inputs, (Kind.MULTI,), body.prompt_name,
+        body.truncate, body.truncation_direction,
+    )  # fmt: skip
+    return json_response(result.multi, headers=truncated_header(result.truncated))
 
 
 @post(RerankRequest, list[Rank])

@@ -143,6 +143,66 @@ class EmbedRequest(Body):
     dimensions: Positive | None = None
 
 
+class EmbedSparseRequest(Body):
+    """TEI's ``/embed_sparse`` (and ``/embed_all``'s) request."""
+
+    inputs: Inputs
+    truncate: bool | None = False
+    truncation_direction: Direction = "Right"
+    prompt_name: str | None = None
+
+
+class EmbedAllRequest(EmbedSparseRequest):
+    """TEI's ``/embed_all`` request: ``/embed_sparse``'s fields."""
+
+
+class SparseValue(Body):
+    """One weight of a sparse vector (TEI's ``/embed_sparse``): its index, a
+    token id of the model's vocabulary."""
+
+    index: int
+    value: float
+
+
+#: an output ``/v1/encode`` computes
+OutputKind = Literal["dense", "sparse", "multi"]
+
+
+class EncodeRequest(Body):
+    """Synapse's ``/v1/encode``: the ``outputs`` of each input, all from one
+    forward pass of the model (TEI's ``/embed`` fields besides)."""
+
+    inputs: Inputs
+    outputs: Annotated[list[OutputKind], msgspec.Meta(min_length=1, max_length=3)]
+    #: the dense vectors are L2-normalised (as ``/embed``'s ``normalize``)
+    normalize: bool = True
+    truncate: bool | None = False
+    truncation_direction: Direction = "Right"
+    prompt_name: str | None = None
+
+
+class SparseVector(Body):
+    """A sparse vector as vector databases take it (Qdrant's ``SparseVector``:
+    ``indices`` increasing, ``values`` their weights)."""
+
+    indices: list[int]
+    values: list[float]
+
+
+class EncodeResponse(Body):
+    """The outputs asked for, each in input order; one not asked for is left out."""
+
+    model: str
+    #: the vector-space identity of the worker that computed them
+    identity: str
+    dense: list[list[float]] | msgspec.UnsetType = UNSET
+    sparse: list[SparseVector] | msgspec.UnsetType = UNSET
+    #: per input, one vector per token (a ColBERT head's, else the last hidden state)
+    multi: list[list[list[float]]] | msgspec.UnsetType = UNSET
+    #: indexes cut to the ceiling; present only when truncation was asked for
+    truncated: list[int] | msgspec.UnsetType = UNSET
+
+
 class RerankRequest(Body):
     query: Text
     texts: Texts

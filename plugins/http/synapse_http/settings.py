@@ -34,3 +34,5 @@ class ServeSettings:
     preload: tuple[str, ...] = ()
     #: the OTLP/HTTP collector to export request traces to (``None``: no tracing)
     otlp_endpoint: str | None = None
+    #: one log record a request (logger ``synapse.access``)
+    access_log: bool = False

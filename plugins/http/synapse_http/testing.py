@@ -87,16 +87,21 @@ class Server:
 def start_server(
     tmp: Path,
     backend: str,
-    models: list[dict[str, Any]],
+    models: list[dict[str, Any]] | None,
     *args: str,
     plugins: str = "mock,http",
     **settings: Any,
 ) -> Server:
-    catalog = tmp / "catalog.toml"
-    catalog.write_text(catalog_toml(*models, **settings), encoding="utf-8")
+    """``synapse serve`` in a subprocess on an ephemeral port of 127.0.0.1,
+    with a catalog of ``models`` (``None``: no catalog file, as a server of
+    ``--model`` folders alone runs)."""
     env = dict(os.environ, SYNAPSE_PLUGINS=plugins, PYTHONUNBUFFERED="1")
     env.pop("SYNAPSE_CATALOG", None)
-    command = [sys.executable, "-m", "synapse_core.cli", "serve", "--catalog", str(catalog)]
+    command = [sys.executable, "-m", "synapse_core.cli", "serve"]
+    if models is not None:
+        catalog = tmp / "catalog.toml"
+        catalog.write_text(catalog_toml(*models, **settings), encoding="utf-8")
+        command += ["--catalog", str(catalog)]
     # No drain unless a test asks for one: every server here is stopped with SIGTERM.
     command += ["--port", "0", "--backend", backend, "--drain-grace", "0", *args]
     proc = subprocess.Popen(

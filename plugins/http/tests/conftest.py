@@ -30,7 +30,9 @@ def serve(tmp_path: Path) -> Iterator[Callable[..., Server]]:
     """Start servers; each is stopped with SIGTERM at the end and must exit 0."""
     started: list[Server] = []
 
-    def start(backend: str, models: list[dict[str, Any]], *args: str, **settings: Any) -> Server:
+    def start(
+        backend: str, models: list[dict[str, Any]] | None, *args: str, **settings: Any
+    ) -> Server:
         folder = tmp_path / f"server{len(started)}"
         folder.mkdir()
         server = start_server(folder, backend, models, *args, **settings)

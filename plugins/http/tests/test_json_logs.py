@@ -79,3 +79,34 @@ def test_text_lines_are_as_before() -> None:
     assert TextFormatter().format(plain) == "synapse: worker fault: ..."
     own = logging.LogRecord("synapse.serve", logging.WARNING, __file__, 1, "serving on", (), None)
     assert TextFormatter().format(own) == "synapse: warning: serving on"
+
+
+@pytest.mark.parametrize("backend", ["asyncio", "trio"])
+def test_the_access_log_gives_each_request_its_id_model_status_and_time(
+    serve: Callable[..., Server], backend: str
+) -> None:
+    """``--access-log``: one record a request, on the direct routes and on
+    those Starlette serves, the client's X-Request-Id kept; off, none."""
+    server = serve(backend, [model("e")], "--log-format", "json", "--access-log")
+    with server.client() as http:
+        given = {"X-Request-Id": "req-42"}
+        assert http.post("/embed", json={"inputs": ["a"]}, headers=given).status_code == 200
+        assert http.post("/embed", json={"inputs": [""]}).status_code == 422
+        assert http.get("/v1/models").status_code == 200
+    server.signal(signal.SIGTERM)
+    assert server.wait() == 0
+    access = [d for d in parsed(server.output().splitlines()) if d["logger"] == "synapse.access"]
+    assert [(d["method"], d["route"], d["status"]) for d in access] == [
+        ("POST", "/embed", 200),
+        ("POST", "/embed", 422),
+        ("GET", "/v1/models", 200),
+    ]
+    assert access[0]["request_id"] == "req-42" and access[0]["model"] == "e"
+    assert access[1]["request_id"] and access[1]["request_id"] != "req-42"
+    assert all(d["duration_ms"] >= 0 for d in access)
+    quiet = serve(backend, [model("e")], "--log-format", "json")
+    with quiet.client() as http:
+        assert http.post("/embed", json={"inputs": ["a"]}).status_code == 200
+    quiet.signal(signal.SIGTERM)
+    assert quiet.wait() == 0
+    assert not [d for d in parsed(quiet.output().splitlines()) if d["logger"] == "synapse.access"]

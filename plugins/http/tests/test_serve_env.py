@@ -72,6 +72,7 @@ def setup_values(tmp: Path) -> dict[str, tuple[str, Check]]:
         "SYNAPSE_IDLE_UNLOAD_S": ("90", lambda s: s["config"].idle_unload_s == 90.0),
         "SYNAPSE_BACKEND": ("trio", lambda s: s["backend"] == "trio"),
         "SYNAPSE_LOG_FORMAT": ("json", lambda s: s["log_format"] == "json"),
+        "SYNAPSE_ACCESS_LOG": ("true", lambda s: s["settings"].access_log is True),
         "SYNAPSE_OTLP_ENDPOINT": (
             "http://127.0.0.1:4318",
             lambda s: s["settings"].otlp_endpoint == "http://127.0.0.1:4318",

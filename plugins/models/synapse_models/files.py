@@ -125,7 +125,9 @@ def graph_key(files: ModelFiles, sha256: str) -> str:
     """What a model's built graph depends on: the weights' ``sha256``, then
     eight hex digits of the folder's files that shape the graph besides the
     weights (``config.json``, ``tokenizer.json``, ``modules.json``, each
-    module folder's ``config.json``, a Dense module's weights). Editing ``config.json``
+    module folder's ``config.json``, a Dense module's weights, bge-m3's
+    ``sparse_linear.pt`` and ``colbert_linear.pt``, which the graph's token
+    heads hold). Editing ``config.json``
     (a rotary base, a window, a head's pooling) is then a new graph, never
     a stale one from the cache."""
     digest = hashlib.sha256()
@@ -134,6 +136,7 @@ def graph_key(files: ModelFiles, sha256: str) -> str:
     shaping += sorted(files.root.glob("*/config.json")) + sorted(
         files.root.glob("*_Dense/" + WEIGHTS)
     )
+    shaping += sorted(files.root.glob("*.pt"))
     for path in shaping:
         try:
             data = path.read_bytes()

@@ -24,6 +24,7 @@ from .arranged import Weights
 from .errors import ModelFilesError
 from .folder import Layout, read_json
 from .heads import Classifier, Dense, Embedding, Ending, finish
+from .outputs import Raw, RawName, TokenOutputs, numpy_raw, special_ids, token_heads
 from .sessions import CPU, Provider, onnx_session, packed_graph, usable_cores
 from .tokenizer import HFTokenizer, check_fits, tokenizer_of
 from .weights import F32, I64, LazyTensors, Tensors
@@ -112,26 +113,27 @@ class Model:
     #: what the identity adds after the runtime: where and in what floats
     #: the graph runs (a GPU lane's ``"-cuda-fp16"``); empty on the CPU
     engine: str = ""
+    #: what computes the sparse and token outputs from the runtime's one pass
+    #: (:meth:`outputs`); ``None``: the model has none (a cross-encoder)
+    tokens: TokenOutputs | None = None
     _current: int = attrs.field(init=False, default=0)
-    _token: Any = attrs.field(init=False, default=None)
 
     def outputs(self, sequences: Sequence[Sequence[int]], kinds: Sequence[Any]) -> list[list[Any]]:
         """Each of ``kinds`` (``dense``, ``sparse``, ``multi``) per sequence, in
-        order, all from one pass of the body per slice (:mod:`.outputs`)."""
-        from .outputs import TokenOutputs, run_outputs
+        order, all from one pass of the body per slice (:mod:`.outputs`): one
+        run of the onnxruntime graph, whose extra outputs are the token
+        heads, or numpy on the forward pass's own weights."""
+        from .outputs import run_outputs
 
-        if self._token is None:
-            w = read_weights(self.files, self.layout)
-            ending = w.ending if isinstance(w.ending, Embedding) else Embedding("cls")
-            hidden = functools.partial(_hidden_states, w)
-            self._token = TokenOutputs(self.files, self.layout, hidden, ending)
+        if self.tokens is None:
+            raise ValueError(f"{self.files.name} has no sparse or token outputs")
         framing = self.framing
         widths = [len(s) + framing.single for s in sequences]
         self._enter(max(widths, default=0) * len(widths))
         try:
             threads = self._current or self.threads or usable_cores()
             return run_outputs(
-                self._token, sequences, framing, self._slices(widths), threads, kinds
+                self.tokens, sequences, framing, self._slices(widths), threads, kinds
             )
         finally:
             self._leave()
@@ -214,8 +216,14 @@ class Model:
 
     def rerank(self, query: Sequence[int], documents: Sequence[Sequence[int]]) -> F32:
         """One score per document: a cross-encoder's logit for the pair (the
-        host turns it into a probability), or a bi-encoder's cosine of the
-        query's vector and the document's."""
+        host turns it into a probability), a ColBERT model's MaxSim of the
+        query's token vectors and the document's (:func:`.token_heads.maxsim`),
+        or a bi-encoder's cosine of the query's vector and the document's."""
+        if self.layout.colbert and not self.layout.cross_encoder:
+            from .token_heads import maxsim
+
+            (rows,) = self.outputs([query, *documents], ["multi"])
+            return np.array([maxsim(rows[0], row) for row in rows[1:]], dtype=np.float32)
         if not self.layout.cross_encoder:
             vectors = self.embed([query, *documents])
             scores: F32 = vectors[1:] @ vectors[0]
@@ -248,12 +256,6 @@ class Model:
             slices.append(order[start:stop])
             start = stop
         return slices
-
-
-def _hidden_states(weights: Weights, ids: I64, types: I64, mask: F32, threads: int) -> F32:
-    """The body's last hidden state, in numpy."""
-    out: F32 = weights.family.hidden_states(weights.body, ids, types, mask)
-    return out
 
 
 def _in_order(indexes: Sequence[int]) -> bool:
@@ -304,6 +306,7 @@ def load(
     if precision == "fp16" and (runtime != "onnxruntime" or quantize is not None):
         raise ValueError("float16 needs the onnxruntime runtime, without quantize")
     forward: Forward
+    raw: Raw
     min_cosine = max_score_delta = None
     graph = None
     if runtime == "onnxruntime":
@@ -316,7 +319,8 @@ def load(
         graph = cached_graph(weights, key, root / graphs)
         typed = weights.family.token_types(weights.body)
         kept = weights.family.kept_float
-        del weights  # the session holds its own copy
+        # The session holds its own copy, the token heads' too: none in numpy.
+        del weights
         if quantize == "int8":
             from . import quantize as int8
 
@@ -329,11 +333,17 @@ def load(
             from .onnx_file import cached_fp16
 
             graph = cached_fp16(graph)
-        forward = OnnxSessions(graph, typed, spinning, providers).run
+        sessions = OnnxSessions(graph, typed, spinning, providers)
+        forward, raw = sessions.run, sessions.raw
     else:
         if quantize is not None:
             raise ValueError("quantize needs the onnxruntime runtime")
-        forward = NumpyForward(weights).run
+        numpy_forward = NumpyForward(weights)
+        forward, raw = numpy_forward.run, numpy_forward.raw
+    tokens = None
+    if not layout.cross_encoder:
+        special = special_ids(located.root) if layout.sparse == "m3" else frozenset()
+        tokens = TokenOutputs(layout, raw, special)
 
     return Model(
         located,
@@ -352,6 +362,7 @@ def load(
         max_score_delta,
         precision,
         engine,
+        tokens,
     )
 
 
@@ -393,7 +404,8 @@ def read_weights(located: files.ModelFiles, layout: Layout) -> Weights:
         dense = tuple(_dense(located.root / d.folder, d) for d in layout.dense)
         ending = Embedding(layout.pooling, dense, layout.normalize)
         dims = layout.dims
-    return Weights(family, body, ending, dims, layout.graph_end)
+    tokens = None if layout.cross_encoder else token_heads(located, layout)
+    return Weights(family, body, ending, dims, layout.graph_end, tokens)
 
 
 def _yes_no_head(
@@ -455,6 +467,15 @@ class NumpyForward:
         w = self.weights
         return finish(w.ending, w.family.hidden_states(w.body, ids, types, mask), mask)
 
+    def raw(
+        self, ids: I64, types: I64, mask: F32, threads: int, names: Sequence[RawName]
+    ) -> list[F32]:
+        """:data:`~synapse_models.outputs.Raw`: ``names`` from one pass."""
+        if threads != self._threads:
+            self._controller.limit(limits=threads)
+            self._threads = threads
+        return numpy_raw(self.weights, ids, types, mask, names)
+
 
 class OnnxSessions:
     """One onnxruntime session per thread count asked for (its intra-op pool
@@ -503,4 +524,15 @@ class OnnxSessions:
         if self.typed:
             feed["token_type_ids"] = types
         out: F32 = self.session(threads).run(["output"], feed)[0]
+        return out
+
+    def raw(
+        self, ids: I64, types: I64, mask: F32, threads: int, names: Sequence[RawName]
+    ) -> list[F32]:
+        """:data:`~synapse_models.outputs.Raw`: ``names``, the graph's outputs,
+        from one run."""
+        feed = {"input_ids": ids, "attention_mask": mask}
+        if self.typed:
+            feed["token_type_ids"] = types
+        out: list[F32] = self.session(threads).run(list(names), feed)
         return out

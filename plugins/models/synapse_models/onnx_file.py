@@ -10,7 +10,13 @@ once per checkpoint.
 Inputs are ``input_ids`` (int64), ``token_type_ids`` (int64, for a family
 with token types) and ``attention_mask`` (float32), all (rows, width); the
 output ``output`` is (rows, dims) vectors, (rows,) one-label logits or
-(rows, labels) logits.
+(rows, labels) logits. An embedder's graph has more outputs, which one run
+computes with ``output`` (:mod:`synapse_models.outputs` reads them):
+``hidden``, the last hidden state (rows, width, hidden), and the folder's
+token heads: ``sparse`` (SPLADE's largest ``relu(logit)`` per vocabulary
+entry over the real tokens (rows, vocab), or bge-m3's ``relu`` token weights
+(rows, width)) and ``colbert`` (bge-m3's normalised vectors of every token
+but the first (rows, width - 1, dims)).
 """
 
 from __future__ import annotations
@@ -29,9 +35,10 @@ from .arranged import Weights
 from .errors import ModelFilesError
 from .graph import Graph
 from .heads import MAX_POOL_FILL, Classifier, Embedding, Ending
+from .token_heads import M3Heads, SpladeHead
 
 #: bump when the graphs change: cached files of another version are not reused
-GRAPH_VERSION = 2
+GRAPH_VERSION = 3
 OPSET = 17  # LayerNormalization
 #: weights past this many bytes go to a data file beside the graph (protobuf's
 #: limit is 2 GB for the whole message)
@@ -113,7 +120,7 @@ def graph_name(weights: Weights, key: str) -> str:
     """The cached file's name: ``key`` (:func:`synapse_models.files.graph_key`:
     the weights and the folder's files that shape the graph), and what the
     graph ends in (the same weights ending another way are another graph)."""
-    return f"{key}-{weights.end}-v{GRAPH_VERSION}.onnx"
+    return f"{key}-{weights.end}{weights.token_end}-v{GRAPH_VERSION}.onnx"
 
 
 def cached_graph(weights: Weights, key: str, cache_dir: Path) -> Path:
@@ -194,13 +201,11 @@ def build_graph(weights: Weights, check: bool = True) -> Any:
             helper.make_tensor_value_info("token_type_ids", TensorProto.INT64, rows_width)
         )
     inputs.append(helper.make_tensor_value_info("attention_mask", TensorProto.FLOAT, rows_width))
-    graph = helper.make_graph(
-        g.nodes,
-        "synapse-encoder",
-        inputs,
-        [helper.make_tensor_value_info("output", TensorProto.FLOAT, shape)],
-        g.inits,
-    )
+    outputs = [helper.make_tensor_value_info("output", TensorProto.FLOAT, shape)]
+    if isinstance(weights.ending, Embedding):
+        for name, dims in _token_outputs(g, weights, hidden):
+            outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, dims))
+    graph = helper.make_graph(g.nodes, "synapse-encoder", inputs, outputs, g.inits)
     model = helper.make_model(
         graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="synapse-models"
     )
@@ -208,6 +213,34 @@ def build_graph(weights: Weights, check: bool = True) -> Any:
     if check:
         onnx.checker.check_model(model)
     return model
+
+
+def _token_outputs(g: Graph, weights: Weights, x: str) -> list[tuple[str, list[Any]]]:
+    """Writes ``hidden`` and the token heads' outputs from the token vectors
+    ``x``, computing what :mod:`synapse_models.token_heads` does in numpy;
+    their names and shapes."""
+    g.nodes.append(g.helper.make_node("Identity", [x], ["hidden"]))
+    found: list[tuple[str, list[Any]]] = [("hidden", ["rows", "width", "hidden"])]
+    heads = weights.tokens
+    if isinstance(heads, SpladeHead):
+        h = g.activate(g.linear(x, heads.dense_w, heads.dense_b), heads.activation)
+        h = g.layer_norm(h, heads.norm_g, heads.norm_b, heads.norm_eps)
+        logits = g.linear(h, heads.decoder_w, heads.decoder_b)  # (rows, width, vocab)
+        mask3 = g.op("Unsqueeze", "attention_mask", g.i64(2))
+        kept = g.op("Mul", g.op("Relu", logits), mask3)
+        g.nodes.append(g.helper.make_node("ReduceMax", [kept], ["sparse"], axes=[1], keepdims=0))
+        found.append(("sparse", ["rows", int(heads.decoder_w.shape[1])]))
+    if isinstance(heads, M3Heads) and heads.sparse_w is not None:
+        weights_ = g.op("Relu", g.linear(x, heads.sparse_w, heads.sparse_b))
+        g.nodes.append(g.helper.make_node("Squeeze", [weights_, g.i64(2)], ["sparse"]))
+        found.append(("sparse", ["rows", "width"]))
+    if isinstance(heads, M3Heads) and heads.colbert_w is not None:
+        rest = g.op("Slice", x, g.i64(1), g.i64(np.iinfo(np.int64).max), g.i64(1))
+        vectors = g.linear(rest, heads.colbert_w, heads.colbert_b)
+        norm = g.op("Max", g.op("ReduceL2", vectors, axes=[-1], keepdims=1), g.f32(1e-12))
+        g.nodes.append(g.helper.make_node("Div", [vectors, norm], ["colbert"]))
+        found.append(("colbert", ["rows", "tokens", int(heads.colbert_w.shape[1])]))
+    return found
 
 
 def _finish(g: Graph, ending: Ending, x: str, dims: int) -> list[Any]:

@@ -1,9 +1,10 @@
 """Several outputs of one forward pass: the body's token vectors computed
-once (numpy, or an onnxruntime graph whose output is the last hidden state),
-then each output asked for read from them: the dense vector (the folder's
-pooling, Dense modules and Normalize), the sparse vector (SPLADE's or
-bge-m3's head) and the token vectors (bge-m3's ColBERT head, else the last
-hidden state of every token). See :mod:`synapse_models.token_heads`.
+once, with every head asked for on them (numpy, or one run of the
+onnxruntime graph, whose extra outputs are the last hidden state and the
+token heads: :mod:`synapse_models.onnx_file`): the dense vector (the
+folder's pooling, Dense modules and Normalize), the sparse vector (SPLADE's
+or bge-m3's head) and the token vectors (bge-m3's ColBERT head, else the
+last hidden state of every token). See :mod:`synapse_models.token_heads`.
 """
 
 from __future__ import annotations
@@ -15,14 +16,30 @@ from typing import Any, Literal
 import numpy as np
 
 from . import files, packing
+from .arranged import Weights
 from .folder import COLBERT_LINEAR, SPARSE_LINEAR, Layout, read_json
-from .heads import Embedding, finish
-from .token_heads import M3Heads, SpladeHead, colbert, last_hidden, m3_sparse, read_linear, splade
+from .heads import finish
+from .token_heads import (
+    M3Heads,
+    SpladeHead,
+    colbert_vectors,
+    m3_rows,
+    m3_token_weights,
+    read_linear,
+    splade_pooled,
+    splade_rows,
+    token_rows,
+)
 from .weights import F32, I64, LazyTensors, Tensors
 
 OutputName = Literal["dense", "sparse", "multi"]
-#: (ids, token types, mask, threads) -> the last hidden state (rows, width, hidden)
-Hidden = Callable[[I64, I64, F32, int], F32]
+#: what a runtime computes in one pass, by name: ``output`` (the dense
+#: vectors), ``hidden`` (the last hidden state, (rows, width, hidden)),
+#: ``sparse`` (SPLADE's pooled maxima (rows, vocab), or bge-m3's token
+#: weights (rows, width)), ``colbert`` ((rows, width - 1, dims), normalised)
+RawName = Literal["output", "hidden", "sparse", "colbert"]
+#: (ids, token types, mask, threads, names) -> those arrays, from one pass
+Raw = Callable[[I64, I64, F32, int, Sequence[RawName]], list[F32]]
 
 
 def offered(layout: Layout) -> dict[OutputName, int]:
@@ -39,41 +56,84 @@ def offered(layout: Layout) -> dict[OutputName, int]:
 
 
 class TokenOutputs:
-    """What computes a folder's outputs from its body's token vectors."""
+    """What turns one pass's arrays (:data:`Raw`, numpy's or the onnxruntime
+    graph's) into each row's outputs; holds no weights."""
 
-    def __init__(
-        self, located: files.ModelFiles, layout: Layout, hidden: Hidden, ending: Embedding
-    ) -> None:
+    def __init__(self, layout: Layout, raw: Raw, special: frozenset[int] = frozenset()) -> None:
         self.layout = layout
-        self.hidden = hidden
-        self.ending = ending
-        self.splade: SpladeHead | None = None
-        self.m3: M3Heads | None = None
-        if layout.sparse == "splade":
-            self.splade = splade_head(located)
-        elif layout.sparse == "m3" or layout.colbert:
-            self.m3 = m3_heads(located.root, layout)
+        self.raw = raw
+        #: the token ids bge-m3's sparse output drops
+        self.special = special
+
+    def names(self, kinds: Sequence[OutputName]) -> list[RawName]:
+        """What the runtime computes for ``kinds``, in order, once each."""
+        names: list[RawName] = []
+        for kind in kinds:
+            name: RawName
+            if kind == "dense" and "dense" in offered(self.layout):
+                name = "output"
+            elif kind == "sparse" and self.layout.sparse is not None:
+                name = "sparse"
+            elif kind == "multi" and not self.layout.cross_encoder:
+                name = "colbert" if self.layout.colbert else "hidden"
+            else:
+                raise ValueError(f"the model has no {kind} output")
+            if name not in names:
+                names.append(name)
+        return names
 
     def compute(
         self, ids: I64, types: I64, mask: F32, threads: int, kinds: Sequence[OutputName]
     ) -> list[list[Any]]:
         """Each of ``kinds`` for the packed rows, from one pass of the body."""
-        hidden = self.hidden(ids, types, mask, threads)
+        names = self.names(kinds)
+        arrays = dict(zip(names, self.raw(ids, types, mask, threads, names), strict=True))
+        counts = mask.sum(axis=1).astype(np.int64)
         out: list[list[Any]] = []
         for kind in kinds:
             if kind == "dense":
-                out.append(list(finish(self.ending, hidden, mask)))
-            elif kind == "sparse" and self.splade is not None:
-                out.append(splade(self.splade, hidden, mask))
-            elif kind == "sparse" and self.m3 is not None:
-                out.append(m3_sparse(self.m3, hidden, mask, ids))
-            elif kind == "multi" and self.m3 is not None and self.m3.colbert_w is not None:
-                out.append(colbert(self.m3, hidden, mask))
-            elif kind == "multi":
-                out.append(last_hidden(hidden, mask))
+                out.append(list(arrays["output"]))
+            elif kind == "sparse" and self.layout.sparse == "splade":
+                out.append(splade_rows(arrays["sparse"]))
+            elif kind == "sparse":
+                out.append(m3_rows(arrays["sparse"], mask, ids, self.special))
+            elif self.layout.colbert:
+                out.append(token_rows(arrays["colbert"], counts - 1))
             else:
-                raise ValueError(f"the model has no {kind} output")
+                out.append(token_rows(arrays["hidden"], counts))
         return out
+
+
+def numpy_raw(
+    weights: Weights, ids: I64, types: I64, mask: F32, names: Sequence[RawName]
+) -> list[F32]:
+    """:data:`Raw` in numpy, from ``weights`` (the body's and the token heads')."""
+    hidden = weights.family.hidden_states(weights.body, ids, types, mask)
+    tokens = weights.tokens
+    out: list[F32] = []
+    for name in names:
+        if name == "output":
+            out.append(finish(weights.ending, hidden, mask))
+        elif name == "hidden":
+            out.append(hidden)
+        elif name == "sparse" and isinstance(tokens, SpladeHead):
+            out.append(splade_pooled(tokens, hidden, mask))
+        elif name == "sparse" and isinstance(tokens, M3Heads):
+            out.append(m3_token_weights(tokens, hidden))
+        elif name == "colbert" and isinstance(tokens, M3Heads):
+            out.append(colbert_vectors(tokens, hidden))
+        else:
+            raise ValueError(f"the model computes no {name}")
+    return out
+
+
+def token_heads(located: files.ModelFiles, layout: Layout) -> SpladeHead | M3Heads | None:
+    """The folder's token heads (:mod:`.token_heads`), if it has any."""
+    if layout.sparse == "splade":
+        return splade_head(located)
+    if layout.sparse == "m3" or layout.colbert:
+        return m3_heads(located.root, layout)
+    return None
 
 
 def splade_head(located: files.ModelFiles) -> SpladeHead:

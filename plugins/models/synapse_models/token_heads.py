@@ -14,8 +14,12 @@ masked-LM sparse vectors, and bge-m3's ``sparse_linear`` and
 
 The heads' weights come from the folder (``model.safetensors`` for SPLADE's
 ``cls.predictions``, bge-m3's ``sparse_linear.pt`` and ``colbert_linear.pt``,
-read without torch). They run in numpy on the body's token vectors, which
-numpy or onnxruntime computes (``Model.outputs``).
+read without torch). Each head is cut in two: what reads the weights
+(:func:`splade_pooled`, :func:`m3_token_weights`, :func:`colbert_vectors`:
+computed here in numpy, or by the onnxruntime graph, which
+:mod:`synapse_models.onnx_file` writes with the same heads as extra outputs),
+and what turns those arrays into each row's output (:func:`splade_rows`,
+:func:`m3_rows`, :func:`token_rows`: numpy on either runtime, no weights).
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ import attrs
 import numpy as np
 
 from .errors import ModelFilesError
-from .heads import activate, l2_normalize
+from .heads import activate
 from .numerics import layer_norm
 from .weights import F32, I64
 
@@ -66,52 +70,94 @@ class M3Heads:
     special: frozenset[int] = frozenset()
 
 
-def splade(head: SpladeHead, hidden: F32, mask: F32) -> list[Sparse]:
-    """One SPLADE vector per row of ``hidden`` (rows, width, hidden)."""
+def splade_pooled(head: SpladeHead, hidden: F32, mask: F32) -> F32:
+    """(rows, vocab): each vocabulary entry's largest ``relu(logit)`` over a
+    row's real tokens (``log1p`` is monotone: :func:`splade_rows` takes it
+    of the pooled maxima, equal to pooling ``log1p(relu)``)."""
     x = hidden @ head.dense_w + head.dense_b
     x = activate(x, head.activation)  # type: ignore[arg-type]
     x = layer_norm(x, head.norm_g, head.norm_b, head.norm_eps)
     logits = x @ head.decoder_w + head.decoder_b  # (rows, width, vocab)
-    weights = np.log1p(np.maximum(logits, 0.0)) * mask[:, :, None]
-    pooled = weights.max(axis=1)
+    pooled: F32 = (np.maximum(logits, 0.0) * mask[:, :, None]).max(axis=1)
+    return pooled
+
+
+def splade_rows(pooled: F32) -> list[Sparse]:
+    """One SPLADE vector per row of :func:`splade_pooled`'s maxima: ``log1p``
+    of the nonzero ones."""
     out: list[Sparse] = []
     for row in pooled:
         (nonzero,) = np.nonzero(row > 0)
-        out.append((nonzero.tolist(), row[nonzero].astype(np.float32).tolist()))
+        out.append((nonzero.tolist(), np.log1p(row[nonzero]).astype(np.float32).tolist()))
     return out
 
 
-def m3_sparse(heads: M3Heads, hidden: F32, mask: F32, ids: I64) -> list[Sparse]:
-    """bge-m3's sparse weights per row: the largest of each token id's."""
+def splade(head: SpladeHead, hidden: F32, mask: F32) -> list[Sparse]:
+    """One SPLADE vector per row of ``hidden`` (rows, width, hidden)."""
+    return splade_rows(splade_pooled(head, hidden, mask))
+
+
+def m3_token_weights(heads: M3Heads, hidden: F32) -> F32:
+    """(rows, width): ``relu(h @ w + b)`` of every token (bge-m3's ``sparse_linear``)."""
     assert heads.sparse_w is not None and heads.sparse_b is not None
-    weights = np.maximum(hidden @ heads.sparse_w + heads.sparse_b, 0.0)[:, :, 0]
+    weights: F32 = np.maximum(hidden @ heads.sparse_w + heads.sparse_b, 0.0)[:, :, 0]
+    return weights
+
+
+def m3_rows(weights: F32, mask: F32, ids: I64, special: frozenset[int]) -> list[Sparse]:
+    """bge-m3's sparse vectors from :func:`m3_token_weights`: the largest
+    weight of each token id, special tokens and zeros dropped."""
     out: list[Sparse] = []
     for row_ids, row_weights, row_mask in zip(ids, weights, mask, strict=True):
         best: dict[int, float] = {}
         for token, weight, real in zip(
             row_ids.tolist(), row_weights.tolist(), row_mask.tolist(), strict=True
         ):
-            if real and weight > 0 and token not in heads.special and weight > best.get(token, 0.0):
+            if real and weight > 0 and token not in special and weight > best.get(token, 0.0):
                 best[token] = weight
         indices = sorted(best)
         out.append((indices, [best[i] for i in indices]))
     return out
 
 
-def colbert(heads: M3Heads, hidden: F32, mask: F32) -> list[F32]:
-    """bge-m3's ColBERT vectors per row: every real token's but the first, normalised."""
+def m3_sparse(heads: M3Heads, hidden: F32, mask: F32, ids: I64) -> list[Sparse]:
+    """bge-m3's sparse weights per row: the largest of each token id's."""
+    return m3_rows(m3_token_weights(heads, hidden), mask, ids, heads.special)
+
+
+def colbert_vectors(heads: M3Heads, hidden: F32) -> F32:
+    """(rows, width - 1, dims): ``h[1:] @ w + b`` of every token but the
+    first, each L2-normalised (padding's too: :func:`token_rows` cuts them)."""
     assert heads.colbert_w is not None and heads.colbert_b is not None
     vectors = hidden[:, 1:] @ heads.colbert_w + heads.colbert_b
-    counts = mask.sum(axis=1).astype(np.int64) - 1
-    return [l2_normalize(np.ascontiguousarray(v[:n])) for v, n in zip(vectors, counts, strict=True)]
+    norms = np.maximum(np.linalg.norm(vectors, axis=-1, keepdims=True), np.float32(1e-12))
+    out: F32 = (vectors / norms).astype(np.float32, copy=False)
+    return out
+
+
+def token_rows(vectors: F32, counts: I64) -> list[F32]:
+    """Each row's first ``counts[row]`` token vectors (its real tokens)."""
+    return [
+        np.ascontiguousarray(v[:n], dtype=np.float32) for v, n in zip(vectors, counts, strict=True)
+    ]
+
+
+def colbert(heads: M3Heads, hidden: F32, mask: F32) -> list[F32]:
+    """bge-m3's ColBERT vectors per row: every real token's but the first, normalised."""
+    return token_rows(colbert_vectors(heads, hidden), mask.sum(axis=1).astype(np.int64) - 1)
+
+
+def maxsim(query: F32, document: F32) -> float:
+    """Late interaction of two rows of ColBERT vectors (normalised): each
+    query token's largest cosine over the document's tokens, summed and
+    divided by the query's token count, as FlagEmbedding's
+    ``BGEM3FlagModel.colbert_score`` computes it."""
+    return float((query @ document.T).max(axis=1).sum() / len(query))
 
 
 def last_hidden(hidden: F32, mask: F32) -> list[F32]:
     """Every real token's last hidden state, per row (TEI's ``/embed_all``)."""
-    counts = mask.sum(axis=1).astype(np.int64)
-    return [
-        np.ascontiguousarray(h[:n], dtype=np.float32) for h, n in zip(hidden, counts, strict=True)
-    ]
+    return token_rows(hidden, mask.sum(axis=1).astype(np.int64))
 
 
 def read_linear(path: Path) -> tuple[F32, F32]:

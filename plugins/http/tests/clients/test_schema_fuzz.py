@@ -74,10 +74,19 @@ CONFIG = SchemathesisConfig.from_dict(
 )
 #: refusals the document cannot foresee, by status: each depends on the one
 #: model a request names (its vocabulary, ceiling, tokenizer and vector size),
-#: which the document cannot tie to the fields it constrains. A positive case
-#: may get one of these, else only what positive_data_acceptance accepts.
+#: which the document cannot tie to the fields it constrains (and the outputs
+#: it computes: ``/embed_sparse`` of a dense model). A positive case may get
+#: one of these, else only what positive_data_acceptance accepts.
 MODEL_DEPENDENT = {
-    422: frozenset({"invalid-token", "over-ceiling", "empty-sequence", "unsupported-dimensions"}),
+    422: frozenset(
+        {
+            "invalid-token",
+            "over-ceiling",
+            "empty-sequence",
+            "unsupported-dimensions",
+            "unsupported-output",
+        }
+    ),
 }
 #: the served models by task: ``POST /`` serves the task of the model the
 #: request names, which the document cannot tie to the body it takes
