@@ -9,6 +9,10 @@ Two kinds of ratio, each measured in the same run, sides alternating:
 - the numpy runtime on one BLAS thread, through the host and in-process (the
   figures kept from before onnxruntime was the default).
 
+And absolute figures of a random-weight model at Qwen3-Embedding-0.6B's
+shapes (:mod:`benchmarks.qwen3_shapes`): texts/s in float32 and int8, one
+text's p50, the worker's resident memory.
+
 Skipped (no figures) where synapse-cpu or the model wheel is not installed.
 """
 
@@ -40,6 +44,7 @@ from synapse_core.host import Host
 from synapse_core.opening import open_host
 from synapse_core.testing import host_config, model_entry
 
+from . import qwen3_shapes
 from .harness import Figure, Mode, Series, Target, blocked_p50, rotating_p50, skipped
 
 SHORT = "What is the capital of France?"
@@ -164,6 +169,7 @@ def measure(mode: Mode) -> list[Figure]:
     plan = PLANS[mode.name]
     with own_lane():
         series: Series = anyio.run(_measure, plan)
+        qwen3 = qwen3_shapes.measure(mode.name, mixed_texts(256, seed=3000), memory_mib)
     figures = [
         Figure(
             "cpu_single_ratio_vs_inprocess",
@@ -211,7 +217,7 @@ def measure(mode: Mode) -> list[Figure]:
                 series.ratio("composed_host_s", "sentence_transformers_s"),
             )
         )
-    return figures
+    return figures + qwen3
 
 
 def default_figures(series: Series, plan: Plan) -> list[Figure]:

@@ -107,6 +107,9 @@ class ModelTraits:
     scorer: Scorer | None = None
     #: an embed model's pooling (``"mean"``, ``"cls"``...), for ``/info``
     pooling: str | None = None
+    #: the memory one of its workers holds, in MiB, as estimated from its
+    #: files (``/info`` shows it); ``None``: not said
+    worker_mib: int | None = None
     #: the outputs the model computes (dense vectors, sparse vectors, token
     #: vectors...), when its files say: a call for another one is refused
     #: before any worker starts; ``None``: not said (the worker's hello says)

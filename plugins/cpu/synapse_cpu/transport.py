@@ -161,8 +161,14 @@ class CpuTransport(Transport):
         )
 
     def model_note(self, model: ModelSpec) -> str:
-        """For int8: that it is lossy, and its worst cosine (a cross-encoder's:
-        score difference) to float32 once measured."""
+        """The memory one worker holds (:func:`worker_mib`); for int8: that it
+        is lossy, and its worst cosine (a cross-encoder's: score difference)
+        to float32 once measured."""
+        memory = memory_note(self.model_options(model))
+        conversion_note = self._conversion_note(model)
+        return "; ".join(note for note in (memory, conversion_note) if note)
+
+    def _conversion_note(self, model: ModelSpec) -> str:
         conversion = self.model_conversion(model)
         if conversion is None:
             return ""
@@ -222,6 +228,15 @@ class CpuTransport(Transport):
             return Availability.no(f"options.instruction: {exc}")
         if problem := folder_problem(located, layout, model.task, options.buckets):
             return Availability.no(problem)
+        memory = worker_mib(options)
+        capacity = default_capacity_mib()
+        if memory > capacity:
+            return Availability.no(
+                f"{located.weights}: one worker of this model holds about {memory} MiB "
+                f"(weights file {memory - runtime_mib(options)} MiB + runtime "
+                f"{runtime_mib(options)} MiB), more than the {capacity} MiB of lane "
+                f"{LANE_ID} (half this machine's memory)"
+            )
         return Availability.yes()
 
     def buckets(self, model: ModelSpec) -> tuple[int, ...] | None:
@@ -237,7 +252,10 @@ class CpuTransport(Transport):
         an LLM reranker (with the instruction its prompt holds), a ColBERT
         model scoring by MaxSim or a bi-encoder."""
         layout = _layout(self.model_options(model))
-        return ModelTraits() if layout is None else traits_of(layout, model.task)
+        if layout is None:
+            return ModelTraits()
+        traits = traits_of(layout, model.task)
+        return attrs.evolve(traits, worker_mib=worker_mib(self.model_options(model)))
 
     def lane_for(self, model: ModelSpec) -> LaneInfo:
         return LaneInfo(LANE_ID, capacity=default_capacity_mib())
@@ -270,6 +288,30 @@ class CpuTransport(Transport):
         threads = str(options.threads or usable_cores())
         env = {f"{pool}_NUM_THREADS": threads for pool in ("OPENBLAS", "OMP", "MKL")}
         return await spawn_worker(self.worker, request, env=env)
+
+
+def worker_mib(options: CpuOptions) -> int:
+    """The memory one worker of the model holds, in MiB, from its weights
+    file's size (nothing is loaded): the weights, held once however many
+    thread counts the worker runs with, and the runtime
+    (:func:`synapse_cpu.costs.weights_mib`; an int8 worker holds less)."""
+    located = model_files(options)
+    return weights_mib(located.weights.stat().st_size, runtime_of(options.runtime))
+
+
+def runtime_mib(options: CpuOptions) -> int:
+    """The runtime's part of :func:`worker_mib`."""
+    return weights_mib(0, runtime_of(options.runtime))
+
+
+def memory_note(options: CpuOptions) -> str:
+    """The catalog's line on a worker's memory; empty when the files are missing."""
+    try:
+        memory = worker_mib(options)
+    except (OSError, ModelFilesError):
+        return ""
+    int8 = "" if options.quantize is None else " (from the float32 weights; int8 holds less)"
+    return f"memory per worker: about {memory} MiB{int8}"
 
 
 def _layout(options: CpuOptions) -> Layout | None:

@@ -116,17 +116,19 @@ def test_the_catalog_notes_int8_as_lossy_with_its_measured_cosine(
     spec = host_config(entry("m", quantize="int8", cache_dir=str(onnx_cache))).models[0]
     loss = quantize.read_loss(onnx_cache, int8_model.int8_key)
     assert loss is not None and loss.min_cosine == int8_model.min_cosine
+    memory = transport.model_note(host_config(entry("m")).models[0])
     note = transport.model_note(spec)
-    assert note == loss.describe()
-    assert note.startswith(
-        f"int8 (dynamic quantization, lossy): worst cosine to float32 {loss.min_cosine:.4f}"
+    assert note.endswith(f"; {loss.describe()}")
+    assert (
+        f"; int8 (dynamic quantization, lossy): worst cosine to float32 {loss.min_cosine:.4f}"
+        in note
     )
     unbuilt = host_config(entry("m", quantize="int8", cache_dir=str(onnx_cache / "none"))).models[0]
-    assert transport.model_note(unbuilt) == (
-        "int8 (dynamic quantization, lossy): worst cosine to float32 measured when its "
+    assert transport.model_note(unbuilt).endswith(
+        "; int8 (dynamic quantization, lossy): worst cosine to float32 measured when its "
         "graph is first built"
     )
-    assert transport.model_note(host_config(entry("m")).models[0]) == ""
+    assert memory.startswith("memory per worker: about ") and ";" not in memory
     # /info's structured form of the same
     conversion = transport.model_conversion(spec)
     assert conversion == Conversion("int8", loss.min_cosine, loss.mean_cosine)
@@ -278,6 +280,26 @@ async def test_another_models_tokenizer_is_refused_naming_it(model_copy: Path) -
     # A worker refuses it too, should the file change after the catalog was read.
     with pytest.raises(files.ModelFilesError, match="has 4 tokens but the weights embed 30522"):
         runtime.load(str(model_copy), files.MINILM_SHA256, "numpy")
+
+
+def test_the_catalog_shows_a_workers_memory_and_refuses_a_model_that_does_not_fit(
+    monkeypatch: pytest.MonkeyPatch, model_dir: Path
+) -> None:
+    """From the weights file's size, nothing loaded: the note and the traits
+    (``/info``) say what one worker holds; past the lane's capacity the
+    model is unavailable, naming both sizes."""
+    transport = synapse_cpu.transport.CpuTransport()
+    spec = host_config(entry("m")).models[0]
+    weights = (model_dir / files.WEIGHTS).stat().st_size
+    expected = costs.weights_mib(weights, "onnxruntime")
+    assert transport.model_note(spec) == f"memory per worker: about {expected} MiB"
+    assert transport.traits(spec).worker_mib == expected
+    assert transport.model_availability(spec).available
+    monkeypatch.setattr(synapse_cpu.transport, "default_capacity_mib", lambda: expected - 1)
+    refused = transport.model_availability(spec)
+    assert not refused.available
+    assert f"holds about {expected} MiB" in refused.reason
+    assert f"more than the {expected - 1} MiB of lane cpu:0" in refused.reason
 
 
 def test_buckets_longer_than_the_model_are_refused_in_the_catalog() -> None:

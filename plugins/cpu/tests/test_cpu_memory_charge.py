@@ -1,9 +1,10 @@
 """The lane charges what a CPU worker really holds: a real worker on the
 shipped MiniLM computes its smallest and largest shapes on every thread
 count the lane's core share can give it (each count is an onnxruntime
-session of its own, with its own copy of the weights and its own arena),
-and its resident memory (``VmRSS``) stays within what the lane reserved for
-it (the issue: 753 MiB reserved for workers holding 1,633 MB).
+session of its own with its own arena, all mapping one pre-packed copy of
+the weights), and its proportional memory (``Pss``: a page two sessions
+map counts once, as the machine holds it) stays within what the lane
+reserved for it (the issue: 753 MiB reserved for workers holding 1,633 MB).
 
 The busy marks of the lane's other workers are the test's own, in a
 temporary folder of its own, so no other worker on the machine changes the
@@ -36,10 +37,12 @@ config = functools.partial(host_config, source="test", exit_grace_s=5.0, exchang
 
 
 def resident_mib(pid: int) -> float:
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmRSS:"):
+    """The process's proportional set size: its own pages, and its share of
+    those it shares (VmRSS would count a file two sessions map twice)."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
             return int(line.split()[1]) / 1024
-    raise AssertionError(f"no VmRSS for {pid}")
+    raise AssertionError(f"no Pss for {pid}")
 
 
 @asyncio_only

@@ -321,6 +321,7 @@ async def info(request: Request) -> Response:
         min_cosine_to_float32=conversion.min_cosine if conversion else None,
         mean_cosine_to_float32=conversion.mean_cosine if conversion else None,
         max_score_delta_to_float32=conversion.max_score_delta if conversion else None,
+        worker_memory_mib=traits.worker_mib,
         resident=service.host.resident(spec.name),
         available=reason is None,
         reason=UNSET if reason is None else reason,

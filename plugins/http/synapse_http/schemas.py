@@ -278,6 +278,9 @@ class Info(Body):
     #: a cross-encoder's: the worst absolute difference of its scores (logits)
     #: to float32's on the same texts, ``None`` until measured
     max_score_delta_to_float32: float | None = None
+    #: Synapse's own: the memory one worker of the model holds, in MiB, as
+    #: its transport estimates it from the files (``None``: not said)
+    worker_memory_mib: int | None = None
     #: Synapse's own, as on ``/v1/models``: whether the model can serve now,
     #: and why not
     available: bool = True

@@ -25,7 +25,7 @@ from .errors import ModelFilesError
 from .folder import Layout, read_json
 from .heads import Classifier, Dense, Embedding, Ending, finish
 from .outputs import Raw, RawName, TokenOutputs, numpy_raw, special_ids, token_heads
-from .sessions import CPU, Provider, onnx_session, usable_cores
+from .sessions import CPU, Provider, onnx_session, packed_graph, usable_cores
 from .tokenizer import HFTokenizer, check_fits, tokenizer_of
 from .weights import F32, I64, LazyTensors, Tensors
 
@@ -505,7 +505,12 @@ class NumpyForward:
 
 class OnnxSessions:
     """One onnxruntime session per thread count asked for (its intra-op pool
-    is fixed when it is made), each made on first use.
+    is fixed when it is made), each made on first use, all of one file.
+
+    On the CPU that file is the graph with its weights pre-packed
+    (:func:`~synapse_models.sessions.packed_graph`): each session maps them
+    from the file rather than packing a copy of its own, so the weights are
+    held once however many thread counts a worker runs with.
 
     ``spinning``: idle pool threads spin-wait for the next operator
     (onnxruntime's default) or sleep; see the ``spin_wait`` option."""
@@ -522,11 +527,21 @@ class OnnxSessions:
         self.spinning = spinning
         self.providers = tuple(providers)
         self._sessions: dict[int, Any] = {}
+        self._shared: Path | None = None
+
+    @property
+    def shared(self) -> Path:
+        """The file every session is made of: on the CPU the pre-packed
+        graph, built on first use; on other providers the graph itself."""
+        if self._shared is None:
+            cpu_only = self.providers == CPU
+            self._shared = packed_graph(self.path) if cpu_only else self.path
+        return self._shared
 
     def session(self, threads: int) -> Any:
         session = self._sessions.get(threads)
         if session is None:
-            session = onnx_session(self.path, threads, self.spinning, self.providers)
+            session = onnx_session(self.shared, threads, self.spinning, self.providers)
             self._sessions[threads] = session
         return session
 

@@ -24,6 +24,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import shutil
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -39,6 +40,9 @@ from .token_heads import M3Heads, SpladeHead
 #: bump when the graphs change: cached files of another version are not reused
 GRAPH_VERSION = 3
 OPSET = 17  # LayerNormalization
+#: weights past this many bytes go to a data file beside the graph (protobuf's
+#: limit is 2 GB for the whole message)
+EXTERNAL_BYTES = 1 << 30
 log = logging.getLogger(__name__)
 
 
@@ -120,12 +124,24 @@ def graph_name(weights: Weights, key: str) -> str:
 
 
 def cached_graph(weights: Weights, key: str, cache_dir: Path) -> Path:
-    """The graph file of ``key``, built and cached if it is not there yet."""
+    """The graph file of ``key``, built and cached if it is not there yet.
+
+    A graph whose weights pass :data:`EXTERNAL_BYTES` keeps them in a data
+    file beside it (``<name>.onnx.data``), as protobuf cannot hold a message
+    past 2 GB (a 0.6B model is 2.4 GB in float32); smaller ones are one file.
+    """
     path = cache_dir / graph_name(weights, key)
     if path.is_file():
         return path
     cache_dir.mkdir(parents=True, exist_ok=True)
-    data = build_graph(weights).SerializeToString()
+    model = build_graph(weights, check=False)
+    if initializer_bytes(model) > EXTERNAL_BYTES:
+        save_external(model, path)
+        return path
+    import onnx
+
+    onnx.checker.check_model(model)
+    data = model.SerializeToString()
     # Written aside, then renamed: a concurrent worker never reads half a file.
     fd, tmp = tempfile.mkstemp(dir=cache_dir, suffix=".tmp")
     try:
@@ -138,8 +154,40 @@ def cached_graph(weights: Weights, key: str, cache_dir: Path) -> Path:
     return path
 
 
-def build_graph(weights: Weights) -> Any:
-    """The ``onnx.ModelProto`` of the family's body and the folder's ending."""
+def initializer_bytes(model: Any) -> int:
+    """The bytes of ``model``'s initializers (its weights)."""
+    return sum(len(t.raw_data) for t in model.graph.initializer)
+
+
+def save_external(model: Any, path: Path) -> None:
+    """``model`` saved as ``path`` with its weights in ``<path name>.data``
+    beside it, both written aside and renamed, the data file first: a
+    concurrent worker never finds the ``.onnx`` before the data it names.
+    Checked from the file (the checker cannot take a message past 2 GB)."""
+    import onnx
+
+    data = f"{path.name}.data"
+    aside = Path(tempfile.mkdtemp(dir=path.parent, prefix=".graph-"))
+    try:
+        onnx.save_model(
+            model,
+            str(aside / path.name),
+            save_as_external_data=True,
+            all_tensors_to_one_file=True,
+            location=data,
+            size_threshold=1024,
+        )
+        del model
+        onnx.checker.check_model(str(aside / path.name))
+        os.replace(aside / data, path.with_name(data))
+        os.replace(aside / path.name, path)
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
+
+
+def build_graph(weights: Weights, check: bool = True) -> Any:
+    """The ``onnx.ModelProto`` of the family's body and the folder's ending;
+    ``check``: run onnx's checker on it (only a message under 2 GB can be)."""
     import onnx
     from onnx import TensorProto, helper
 
@@ -162,7 +210,8 @@ def build_graph(weights: Weights) -> Any:
         graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="synapse-models"
     )
     model.ir_version = 8
-    onnx.checker.check_model(model)
+    if check:
+        onnx.checker.check_model(model)
     return model
 
 

@@ -148,7 +148,9 @@ def cached_int8(
 
     target = int8_path(graph)
     built = not target.is_file()
-    if built:
+    if built and external(graph):
+        _atomic_external(target, lambda aside: quantize(graph, aside, kept, external=True))
+    elif built:
         _atomic(target, lambda tmp: quantize(graph, tmp, kept))
     loss = read_loss(cache_root, key)
     if built or loss is None or loss.onnxruntime != ort.__version__:
@@ -162,7 +164,20 @@ def _write(path: Path, text: str) -> None:
     path.write_text(text, encoding="utf-8")
 
 
-def quantize(source: Path, target: Path, kept: Sequence[tuple[int, str]] = KEPT_FLOAT) -> None:
+def external(graph: Path) -> bool:
+    """Whether ``graph`` keeps its weights in a data file beside it
+    (:func:`synapse_models.onnx_file.cached_graph`: a graph past 2 GB)."""
+    return graph.with_name(f"{graph.name}.data").is_file()
+
+
+def quantize(
+    source: Path,
+    target: Path,
+    kept: Sequence[tuple[int, str]] = KEPT_FLOAT,
+    external: bool = False,
+) -> None:
+    """The int8 graph of ``source`` written to ``target``; ``external``: its
+    weights go to ``<target name>.data`` beside it (a source past 2 GB)."""
     import onnx
     from onnxruntime.quantization import QuantType, quantize_dynamic
 
@@ -182,6 +197,7 @@ def quantize(source: Path, target: Path, kept: Sequence[tuple[int, str]] = KEPT_
             reduce_range=True,
             weight_type=QuantType.QInt8,
             nodes_to_exclude=kept_float(model, kept),
+            use_external_data_format=external,
         )
     finally:
         root.setLevel(level)
@@ -246,6 +262,24 @@ def _embed(
     return np.atleast_1d(
         session.run(["output"], {k: v for k, v in feed.items() if k in names})[0][0]
     )
+
+
+def _atomic_external(path: Path, write: Callable[[Path], None]) -> None:
+    """:func:`_atomic` for a graph with a data file beside it: both are written
+    in a folder aside under their final names, and the data file is renamed
+    into place before the ``.onnx`` that names it."""
+    import shutil
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    aside = Path(tempfile.mkdtemp(dir=path.parent, prefix=".int8-"))
+    data = f"{path.name}.data"
+    try:
+        write(aside / path.name)
+        if (aside / data).is_file():
+            os.replace(aside / data, path.with_name(data))
+        os.replace(aside / path.name, path)
+    finally:
+        shutil.rmtree(aside, ignore_errors=True)
 
 
 def _atomic(path: Path, write: Callable[[Path], None]) -> None:
