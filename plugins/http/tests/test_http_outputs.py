@@ -18,12 +18,12 @@ import numpy as np
 import pytest
 
 import synapse_core as synapse
+import synapse_cpu.plugin as synapse_cpu_plugin
 from synapse_core.testing import host_config, model_entry
+from synapse_models import testing
 
 pytestmark = [pytest.mark.anyio, pytest.mark.subprocess]
 
-synapse_cpu_plugin = pytest.importorskip("synapse_cpu.plugin")
-testing = pytest.importorskip("synapse_models.testing")
 
 TINY2: Path = testing.DATA / "tiny-models-2"
 REFERENCE: dict[str, Any] = json.loads((TINY2 / "reference.json").read_text(encoding="utf-8"))[
