@@ -160,7 +160,17 @@ CLASSIFIER = [
         model_dir=str(Path(__file__).parents[3] / "models/tests/data/classifier/bert-classify"),
     )
 ]
-MODELS = [*MINILM, *MOCK, *CLASSIFIER]
+SPARSE = "tiny-splade"
+#: a tiny SPLADE folder (``POST /embed_sparse`` and ``/v1/encode``'s sparse output)
+SPLADER = [
+    model_entry(
+        SPARSE,
+        transport="cpu",
+        ceiling=64,
+        model_dir=str(Path(__file__).parents[3] / "models/tests/data/tiny-models-2/splade"),
+    )
+]
+MODELS = [*MINILM, *MOCK, *CLASSIFIER, *SPLADER]
 SETTINGS: dict[str, Any] = {"exit_grace_s": 5.0, "exchange_timeout_s": 30.0}
 #: cosine a client's vector must reach with ``host.embed``'s for the same text
 MIN_COSINE = 0.9999
