@@ -65,9 +65,13 @@ def test_catalog_says_minilm_rerank_is_not_a_cross_encoder() -> None:
     assert "minilm-rerank: bi-encoder rerank" in result.stdout
     assert "not a cross-encoder" in result.stdout
     # The transport says so too, from the folder (a BertModel, not a classifier),
-    # but the description says it already: one line, not two.
+    # but the description says it already: one line of it, not two (the
+    # other note is the worker's memory).
     notes = [line for line in result.stdout.splitlines() if line.startswith("  minilm-rerank:")]
-    assert len(notes) == 1, notes
+    assert sum("cross-encoder" in line for line in notes) == 1, notes
+    assert [line for line in notes if "cross-encoder" not in line] == [
+        "  minilm-rerank: memory per worker: about 167 MiB"
+    ], notes
     doc = json.loads(run("catalog", "--json").stdout)
     scorers = {m["name"]: m["scorer"] for m in doc["models"]}
     assert scorers["minilm-rerank"] == "bi-encoder" and scorers["minilm"] is None

@@ -104,7 +104,8 @@ class CudaTransport(Transport):
     runtime_dir: Path | None = None
     _where: Probe | None = None
     _env: Mapping[str, str] | None = None
-    _found: Found | None = None
+    #: the probe's answer, by the device kind it was made for
+    _found: dict[str, Found] | None = None
     _devices: dict[int, Device] | None = None
 
     def __init__(
@@ -130,21 +131,25 @@ class CudaTransport(Transport):
         return self._device or self.env.get(ENV_DEVICE) or "nvidia"
 
     def found(self) -> Found:
-        """The probe's answer, once per transport (what is installed does not change)."""
+        """The probe's answer, once per transport and device kind (what is
+        installed does not change; ``$SYNAPSE_CUDA_DEVICE`` may, between two
+        hosts of one process)."""
+        kind = self.device_kind
         if self._found is None:
-            kind = self.device_kind
+            self._found = {}
+        found = self._found.get(kind)
+        if found is None:
             if kind not in DEVICE_KINDS:
-                self._found = Found(
-                    f"{ENV_DEVICE}={kind!r} is not one of {', '.join(DEVICE_KINDS)}"
-                )
+                found = Found(f"{ENV_DEVICE}={kind!r} is not one of {', '.join(DEVICE_KINDS)}")
             elif kind == "simulated":
-                self._found = Found("", tuple(visible_entries(self.env, 1)) or ("0",))
+                found = Found("", tuple(visible_entries(self.env, 1)) or ("0",))
             else:
                 try:
-                    self._found = probe(self.env, self._where or Probe())
+                    found = probe(self.env, self._where or Probe())
                 except Exception as exc:  # a probe never raises out of availability
-                    self._found = Found(f"probing the GPUs failed: {exc!r}")
-        return self._found
+                    found = Found(f"probing the GPUs failed: {exc!r}")
+            self._found[kind] = found
+        return found
 
     def device(self, gpu: int) -> Device:
         """The host's view of lane ``cuda:gpu``'s GPU (memory and identity; it never computes)."""

@@ -121,3 +121,14 @@ async def test_without_a_gpu_the_host_serves_its_other_lanes(
         assert refused.value.code == "transport-unavailable"
         assert "no NVIDIA GPU" in refused.value.message
         assert len((await h.embed("other", ["hello"], deadline=deadline())).vectors) == 1
+
+
+def test_the_probe_follows_the_device_kind_asked_for(monkeypatch: pytest.MonkeyPatch) -> None:
+    """One transport (the plugin's, for the whole process) probed first for
+    the NVIDIA driver, then asked for the simulated device: the second answer
+    is the simulated device's, not the first one kept."""
+    transport = CudaTransport(where=Probe(lambda: ("onnxruntime-gpu",), no_driver))
+    monkeypatch.setenv("SYNAPSE_CUDA_DEVICE", "nvidia")
+    assert not transport.availability().available
+    monkeypatch.setenv("SYNAPSE_CUDA_DEVICE", "simulated")
+    assert transport.availability().available
