@@ -122,6 +122,12 @@ class LaneLocked(SynapseError):
     code = "lane-locked"
 
 
+class RuntimeDirError(SynapseError):
+    """The runtime directory for lane locks is missing, foreign or shared."""
+
+    code = "runtime-dir"
+
+
 class Overloaded(SynapseError):
     """Too many calls are already waiting; try again later (like HTTP 429)."""
 

@@ -23,6 +23,11 @@ importing ``ModelWorker`` does not pay for the host's modules.
   :class:`CountingTokenizer` for one that counts cheaper than it encodes,
   :class:`BatchTokenizer` for one that encodes many texts at once), and the
   errors a transport raises (:class:`LaneLocked`, :class:`SynapseError`).
+- A device lane one host at a time may use: :func:`acquire_lane_lock` (the
+  host's :class:`LaneLock`, a :class:`LaneSession`), :func:`holds_lane` (a
+  worker's check of the descriptor it inherited), :func:`lane_lock_path`,
+  :func:`default_runtime_dir`, :func:`private_dir`, :func:`system_temp_dir`
+  and :class:`RuntimeDirError`.
 - Options: :func:`parse_options`, :class:`FieldInvalid`,
   :class:`ConfigError`, :class:`WorkerOptions`, :class:`Faults`, the ready
   validators (:func:`positive`, ...), and :func:`structuring_problems` for a
@@ -73,6 +78,14 @@ _EXPORTS = {
     "TokenPiece": "tokenizer",
     "Tokenizer": "tokenizer",
     "LaneLocked": "errors",
+    "RuntimeDirError": "errors",
+    "LaneLock": "lanelock",
+    "acquire_lane_lock": "lanelock",
+    "holds_lane": "lanelock",
+    "lane_lock_path": "lanelock",
+    "default_runtime_dir": "lanelock",
+    "private_dir": "lanelock",
+    "system_temp_dir": "lanelock",
     "SynapseError": "errors",
     # options
     "ConfigError": "errors",
@@ -142,6 +155,7 @@ __all__ = [
     "InProcessWorkers",
     "Kind",
     "LaneInfo",
+    "LaneLock",
     "LaneLocked",
     "LaneSession",
     "LaunchRecord",
@@ -156,6 +170,7 @@ __all__ = [
     "RawReply",
     "Reply",
     "Rows",
+    "RuntimeDirError",
     "Scorer",
     "Scores",
     "Shape",
@@ -170,17 +185,23 @@ __all__ = [
     "WorkerLogic",
     "WorkerOptions",
     "WorkerProcess",
+    "acquire_lane_lock",
     "appendable_file",
     "bucket_sizes",
     "confirm_exit",
     "count",
+    "default_runtime_dir",
+    "holds_lane",
     "hookimpl",
+    "lane_lock_path",
     "launch_spec",
     "parse_options",
     "positive",
+    "private_dir",
     "seconds",
     "spawn_worker",
     "structuring_problems",
+    "system_temp_dir",
     "validator",
     "worker_main",
 ]
@@ -189,10 +210,27 @@ __getattr__ = lazy_getattr(__name__, "synapse_core", _EXPORTS, globals())
 
 if TYPE_CHECKING:
     from .config import ModelSpec, structuring_problems
-    from .errors import ConfigError, Declined, FieldInvalid, LaneLocked, SynapseError, WireError
+    from .errors import (
+        ConfigError,
+        Declined,
+        FieldInvalid,
+        LaneLocked,
+        RuntimeDirError,
+        SynapseError,
+        WireError,
+    )
     from .hookspecs import hookimpl
     from .inprocess import InProcessProcess, InProcessWorkers, LaunchRecord
     from .kinds import Kind
+    from .lanelock import (
+        LaneLock,
+        acquire_lane_lock,
+        default_runtime_dir,
+        holds_lane,
+        lane_lock_path,
+        private_dir,
+        system_temp_dir,
+    )
     from .process import confirm_exit, launch_spec, spawn_worker
     from .tokenizer import (
         BasicTokenizer,
