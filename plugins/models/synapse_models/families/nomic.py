@@ -31,6 +31,7 @@ from ..heads import Classifier
 from ..numerics import key_bias, layer_norm, rotary, rotate, silu, softmax_
 from ..weights import F32, I64, Tensors
 from .protocol import Sizes
+from .rotary import RotaryAttention, embeddings_graph
 
 
 @attrs.frozen
@@ -256,30 +257,10 @@ class Nomic:
     def graph(self, g: Graph, body: NomicBody) -> str:
         c = body.config
         head, inner = c.head, c.intermediate
-        width = g.width()
-        x = g.op("Gather", g.const(body.word), "input_ids", axis=0)
-        if body.token_type is not None:
-            x = g.op("Add", x, g.op("Gather", g.const(body.token_type), "token_type_ids", axis=0))
-        x = g.layer_norm(x, body.ln_g, body.ln_b, c.eps)
-        bias = g.key_bias()
-        cos = g.op("Slice", g.const(body.cos), g.i64(0), width, g.i64(0))
-        sin = g.op("Slice", g.const(body.sin), g.i64(0), width, g.i64(0))
-        split_heads = g.i64(0, 0, c.heads, head)
-        merge_heads = g.i64(0, 0, c.hidden)
-        scale = g.f32(1.0 / float(np.sqrt(head)))
+        x = embeddings_graph(g, body.word, body.token_type, body.ln_g, body.ln_b, c.eps)
+        attention = RotaryAttention(g, body.cos, body.sin, c.heads, head, c.hidden)
         for layer in body.layers:
-            qkv = g.linear(x, layer.qkv_w, layer.qkv_b)
-            parts = g.ops("Split", [qkv, g.i64(c.hidden, c.hidden, c.hidden)], 3, axis=-1)
-            q, k, v = (
-                g.op("Transpose", g.op("Reshape", part, split_heads), perm=[0, 2, 1, 3])
-                for part in parts
-            )
-            q, k = g.rotate(q, cos, sin, head), g.rotate(k, cos, sin, head)
-            k = g.op("Transpose", k, perm=[0, 1, 3, 2])
-            scores = g.op("Add", g.op("Mul", g.op("MatMul", q, k), scale), bias)
-            probs = g.op("Softmax", scores, axis=-1)
-            context = g.op("Transpose", g.op("MatMul", probs, v), perm=[0, 2, 1, 3])
-            context = g.op("Reshape", context, merge_heads)
+            context = attention.attend(x, layer.qkv_w, layer.qkv_b)
             attended = g.linear(context, layer.out_w, layer.out_b)
             x = g.layer_norm(g.op("Add", x, attended), layer.ln1_g, layer.ln1_b, c.eps)
             up = g.linear(x, layer.up_w, layer.up_b)
