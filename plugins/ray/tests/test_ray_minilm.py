@@ -17,7 +17,7 @@ from synapse_ray.testing import BOUND_S, ServeApp
 
 pytestmark = pytest.mark.ray
 
-REFERENCE = Path(__file__).parents[2] / "cpu" / "tests" / "data" / "minilm-reference.json"
+REFERENCE = Path(__file__).parents[2] / "models" / "tests" / "data" / "minilm-reference.json"
 #: the CPU plugin's tolerances for its reference (float32 vectors)
 MIN_COSINE = 0.99999
 MAX_ABS = 1e-5

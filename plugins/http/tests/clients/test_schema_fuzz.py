@@ -74,8 +74,9 @@ CONFIG = SchemathesisConfig.from_dict(
 )
 #: refusals the document cannot foresee, by status: each depends on the one
 #: model a request names (its vocabulary, ceiling, tokenizer and vector size),
-#: which the document cannot tie to the fields it constrains (and the outputs
-#: it computes: ``/embed_sparse`` of a dense model). A positive case may get
+#: which the document cannot tie to the fields it constrains (the outputs it
+#: computes: ``/embed_sparse`` of a dense model; the prompts it has: a
+#: ``prompt_name`` the model lacks). A positive case may get
 #: one of these, else only what positive_data_acceptance accepts.
 MODEL_DEPENDENT = {
     422: frozenset(
@@ -85,6 +86,7 @@ MODEL_DEPENDENT = {
             "empty-sequence",
             "unsupported-dimensions",
             "unsupported-output",
+            "unknown-prompt",
         }
     ),
 }
