@@ -220,9 +220,12 @@ def planned_for(
     outputs: tuple[Kind, ...],
 ) -> Plan:
     """``plan`` (made off the loop), else the call's plan (:func:`planned`),
-    asking for ``outputs`` (refused first if the model lacks one)."""
+    asking for ``outputs`` (refused first if the model lacks one; a plain
+    embed call asks for dense vectors, which a SPLADE model does not make)."""
     if outputs:
         refuse_outputs(entry, outputs)
+    elif entry.spec.task == "embed":
+        refuse_outputs(entry, (Kind.DENSE,))
     plan = plan or planned(entry, texts, query, truncate)
     if outputs:
         plan.outputs = outputs

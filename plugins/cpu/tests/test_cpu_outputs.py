@@ -69,6 +69,12 @@ async def test_splade_sparse_vectors_equal_the_sparse_encoders(runtime: str) -> 
         with pytest.raises(synapse.Refused) as refused:
             await h.embed_outputs("splade", ["x"], [synapse.Kind.DENSE])
         assert refused.value.code == "unsupported-output"
+        # A plain embed asks for dense vectors: refused the same, before any
+        # request (the schema fuzz found it answered as a worker fault).
+        with pytest.raises(synapse.Refused) as plain:
+            await h.embed("splade", ["x"])
+        assert plain.value.code == "unsupported-output"
+        assert "computes: multi, sparse" in str(plain.value)
     assert_sparse_equal(got, ref["sparse_vectors"])
 
 
