@@ -247,7 +247,9 @@ async def _measure(folder: Path, plan: Plan, texts: list[str], memory_mib: Any) 
         for rep in range(plan.repetitions):
             for name in ("fp32", "int8") if rep % 2 == 0 else ("int8", "fp32"):
                 start = time.perf_counter()
-                await host.embed(name, texts, deadline=Deadline.after(DEADLINE_S))
+                # the full run's mixed texts reach past the served ceiling (512):
+                # cut at their end, as a client asking for truncation would be
+                await host.embed(name, texts, deadline=Deadline.after(DEADLINE_S), truncate=True)
                 series.add(**{f"{name}_texts_per_s": len(texts) / (time.perf_counter() - start)})
                 times = []
                 for _ in range(plan.single_samples):
