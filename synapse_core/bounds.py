@@ -26,17 +26,12 @@ from __future__ import annotations
 import ctypes
 import sys
 from collections.abc import Callable, Sequence
-from typing import NamedTuple, Protocol
-from weakref import WeakKeyDictionary
 
 import anyio
 
-from .call import Call
-from .catalog import Catalog, Entry
-from .config import Task
+from .catalog import Entry
 from .cut import fits_budget
-from .deadline import Clock, Deadline, check_deadline, wait_bounded
-from .errors import DeadlineExceeded, Refused
+from .errors import Refused
 from .kinds import Kind
 from .naming import shown
 
@@ -44,75 +39,12 @@ from .naming import shown
 from .plan import Plan as Plan
 from .plan import Truncate as Truncate
 from .plan import plan_call
-from .tracing import NO_TRACE, CallTrace, Tracer
-
-
-class Planning(Protocol):
-    """What :func:`started` needs of a host."""
-
-    catalog: Catalog
-    clock: Clock
-    tracer: Tracer
-
-    def _check_open(self) -> None: ...
-
-    def _unloading(self, model: str) -> anyio.Event | None: ...
-
-    def _call(
-        self,
-        model: str,
-        task: Task,
-        texts: Texts,
-        query: str | None,
-        deadline: Deadline | None,
-        truncate: Truncate = False,
-        plan: Plan | None = None,
-        trace: CallTrace = NO_TRACE,
-        outputs: tuple[Kind, ...] = (),
-    ) -> Call: ...
-
-
-#: per host, the worker threads tokenising its large calls
-_limiters: WeakKeyDictionary[Planning, anyio.CapacityLimiter] = WeakKeyDictionary()
-
-
-class Asked(NamedTuple):
-    """One embed or rerank call as its caller asked for it (a tuple: made
-    once per call, on the hot path)."""
-
-    model: str
-    task: Task
-    texts: Texts
-    query: str | None
-    deadline: Deadline | None
-    truncate: Truncate
-    #: the outputs asked for (``Plan.outputs``); empty: the task's own
-    outputs: tuple[Kind, ...] = ()
-
-
-async def started(host: Planning, asked: Asked, plan: Plan | None = None) -> Call:
-    """``host._call`` of the call, planned first by :func:`plan_large` when its
-    texts are large (unless its ``plan`` is given). A small call is planned
-    and started without a pause, so its refusals and errors are raised
-    before its caller's first await."""
-    trace = host.tracer.call(asked.model, asked.task)  # in the caller's context
-    plan = plan or await plan_large(host, asked)
-    model, task, texts, query, deadline, truncate, outputs = asked
-    while (unloading := host._unloading(model)) is not None:
-        # The model's idle workers are being let go: its next call starts
-        # them again once their exits are confirmed (never a pause otherwise).
-        expired = DeadlineExceeded(
-            f"deadline passed waiting for {shown(model)}'s idle workers to exit; nothing was sent"
-        )
-        await wait_bounded(unloading.wait, deadline or Deadline.never(), host.clock, expired)
-    return host._call(model, task, texts, query, deadline, truncate, plan, trace, outputs)
-
 
 #: characters a text may have per token of the model's ceiling
 CHARS_PER_TOKEN = 32
 #: calls with more characters than this in all are tokenised off the event loop
 OFFLOAD_CHARS = 16 * 1024
-#: worker threads tokenising at once, host-wide
+#: worker threads tokenising a host's large calls at once
 TOKENIZING_THREADS = 2
 
 Texts = Sequence[str | Sequence[int]]
@@ -170,18 +102,17 @@ def planned(entry: Entry, texts: Texts, query: str | None, truncate: Truncate) -
     return _with_cut(plan_call(entry, bound, query, truncate), cut)
 
 
-async def plan_large(host: Planning, asked: Asked) -> Plan | None:
+async def plan_large(
+    entry: Entry,
+    texts: Texts,
+    query: str | None,
+    truncate: Truncate,
+    limiter: anyio.CapacityLimiter,
+) -> Plan:
     """The plan of a call whose texts are large together (over
-    :data:`OFFLOAD_CHARS`): bounded on the event loop, then planned in a
-    worker thread (at most :data:`TOKENIZING_THREADS` at once per
-    host). ``None`` for any other call, which the host plans on the spot
-    (:func:`planned`)."""
-    if characters(asked.texts, asked.query) <= OFFLOAD_CHARS:
-        return None
-    model, task, texts, query, deadline, truncate, _ = asked
-    host._check_open()
-    check_deadline(deadline)
-    entry = host.catalog.entry(model, task)
+    :data:`OFFLOAD_CHARS`; the route that starts calls, :mod:`.starting`,
+    asks): bounded on the event loop, then planned in a worker thread, at
+    most ``limiter``'s threads at once (:data:`TOKENIZING_THREADS` per host)."""
     bound, cut = bounded(entry, texts, query, truncate)
 
     def plan() -> Plan | Exception:
@@ -199,9 +130,6 @@ async def plan_large(host: Planning, asked: Asked) -> Plan | None:
         # after the memory was given back.
         return refusal
 
-    limiter = _limiters.get(host)
-    if limiter is None:
-        limiter = _limiters[host] = anyio.CapacityLimiter(TOKENIZING_THREADS)
     outcome = await anyio.to_thread.run_sync(plan, limiter=limiter)
     if isinstance(outcome, Exception):
         try:

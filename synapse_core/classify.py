@@ -29,11 +29,12 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .bounds import Asked, Truncate, plan_large, planned, started
+from .bounds import Truncate, planned
 from .deadline import Deadline
 from .errors import PluginError, Refused
 from .plan import Plan
 from .scoring import sigmoid
+from .starting import Asked, Starts
 from .wire import Task
 
 if TYPE_CHECKING:
@@ -137,6 +138,7 @@ class ClassifyCalls:
 
     catalog: Catalog
     _runner: CallRunner
+    _starts: Starts
     _around: Any
     _accepts: Callable[[str, Task], None]  # the host's
 
@@ -180,7 +182,8 @@ class ClassifyCalls:
             texts = [inputs[i] if first is None else inputs[i][1] for i in indexes]
             asked = Asked(model, "classify", texts, first, deadline, truncate)  # type: ignore[arg-type]
             try:  # every group planned before any runs
-                plan = await plan_large(self, asked) or planned(entry, texts, first, truncate)  # type: ignore[arg-type]
+                large = await self._starts.plan_large(asked)
+                plan = large or planned(entry, texts, first, truncate)  # type: ignore[arg-type]
             except Refused as exc:
                 refusals.append(renumbered(exc, indexes, first is not None))
                 continue
@@ -191,7 +194,7 @@ class ClassifyCalls:
         truncated: list[int] = []
         tokens, identity = 0, ""
         for asked, plan, indexes in calls:
-            call = await started(self, asked, plan)  # type: ignore[arg-type]
+            call = await self._starts.call(asked, plan)
             tokens += plan.tokens + len(plan.query or ()) * len(plan.items)
             await self._runner.wait(call)
             for local, row in enumerate(call.rows):

@@ -24,12 +24,12 @@ planning), so building the shared request cannot fail on one caller's text.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import TYPE_CHECKING, Protocol
+
+import anyio
 
 from .call import Call, Coalesced
 from .errors import InternalError, Refused, SynapseError, WorkerRejected
-from .handoff import OneShot
 from .plan import Plan
 
 if TYPE_CHECKING:
@@ -52,32 +52,40 @@ class Line(Protocol):
         """Count one waiting call less."""
 
 
+class Launcher(Protocol):
+    """What a coalescer asks of the route that starts the host's calls
+    (:class:`~synapse_core.starting.Starts`)."""
+
+    @property
+    def line(self) -> Line:
+        """The host's count of waiting calls, which queued calls are counted in."""
+
+    def launch(self, call: Call) -> None:
+        """Start ``call`` as any call starts (raising what its head start raises)."""
+
+    def first_worker(self, model: str) -> Worker | None:
+        """``model``'s first live worker, if any."""
+
+    def selection(self, worker: Worker) -> Selection:
+        """How a call picks buckets on ``worker`` (to count the positions queued
+        calls take)."""
+
+
 class Coalescer:
     """The queue of one model's small embed calls; see the module docstring.
 
-    ``launch`` starts a call as the host starts any call (raising what the
-    head start raises); ``event`` makes a one-shot event; ``line`` counts
-    queued calls in the host's backlog; ``worker`` gives the model's worker
-    (if any) and ``selection`` how a call picks buckets on it (only asked
-    with a ``budget``, to count the positions queued calls take); ``slots``
-    is how many of this queue's calls may run at once (the model's workers).
+    ``starts`` is the route that starts the host's calls; ``model`` the
+    queue's model; ``budget`` the most positions one of its requests
+    carries (``None``: no bound); ``slots`` how many of this queue's calls
+    may run at once (the model's workers).
     """
 
     def __init__(
-        self,
-        launch: Callable[[Call], None],
-        event: Callable[[], OneShot],
-        line: Line,
-        worker: Callable[[], Worker | None],
-        selection: Callable[[Worker], Selection],
-        budget: int | None = None,
-        slots: int = 1,
+        self, starts: Launcher, model: str, budget: int | None = None, slots: int = 1
     ) -> None:
-        self._launch = launch
-        self._event = event
-        self._line = line
-        self._worker = worker
-        self._selection = selection
+        self._starts = starts
+        self._model = model
+        self._line = starts.line
         self._budget = budget
         self._slots = slots
         # Invariant: at most ``slots`` calls, each started and not yet ended.
@@ -150,19 +158,19 @@ class Coalescer:
         try:
             while len(self.running) < self._slots and self.queue and self._closed is None:
                 calls = self._take()
-                self._start(calls[0] if len(calls) == 1 else Coalesced.of(calls, self._event()))
+                self._start(calls[0] if len(calls) == 1 else Coalesced.of(calls, anyio.Event()))
         finally:
             self._dispatching = False
 
     def _take(self) -> list[Call]:
         """The longest run of queued calls, oldest first, that fits one request
         (its batch size and its budget)."""
-        worker = self._worker()
+        worker = self._starts.first_worker(self._model)
         hello = worker.hello if worker is not None else None
         room = hello.max_batch if hello is not None else BEFORE_HELLO
         budget = self._budget
         selection = (
-            self._selection(worker)
+            self._starts.selection(worker)
             if worker is not None and hello is not None and budget is not None
             else None
         )
@@ -210,7 +218,7 @@ class Coalescer:
         # Never raises: this also runs when a call settles, in the detached
         # task that ended it, where an exception would reach the host's task group.
         try:
-            self._launch(call)
+            self._starts.launch(call)
         except SynapseError as exc:
             call.fail(exc)
         except Exception as exc:

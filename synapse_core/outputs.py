@@ -18,10 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from .bounds import Asked, Truncate, started
+from .bounds import Truncate
 from .deadline import Deadline
 from .kinds import Kind
 from .prompts import prompted
+from .starting import Asked, Starts
 from .wire import Task
 
 if TYPE_CHECKING:
@@ -69,6 +70,7 @@ class OutputCalls:
 
     catalog: Catalog
     _runner: CallRunner
+    _starts: Starts
     _around: Any
     _accepts: Callable[[str, Task], None]  # the host's
 
@@ -112,7 +114,7 @@ class OutputCalls:
         return result.multi
 
     async def _outputs(self, asked: Asked) -> OutputsResult:
-        call = await started(self, asked)  # type: ignore[arg-type]
+        call = await self._starts.call(asked)
         tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
         found: dict[Kind, list[Any]] = dict(

@@ -14,6 +14,7 @@ from synapse_core.plan import Item, Plan
 from synapse_core.plugins import PluginHost
 from synapse_core.residency.lane import Backlog
 from synapse_core.serving import CallRunner
+from synapse_core.starting import Starts
 from synapse_core.testing import eventually, transport_plugin
 from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.testing.fake_worker import FakeWorker, fake_vector
@@ -421,7 +422,7 @@ async def test_a_request_the_worker_rejects_fails_only_the_caller_whose_input_it
 
 
 async def test_a_served_call_is_freed_at_once_not_left_to_the_cycle_collector(
-    make_model: Any, make_config: Any, gate: Any
+    make_model: Any, make_config: Any, gate: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Without cycles a call (texts, plan, rows) goes as its caller returns; in a
     # cycle it outlives it until a full collection, which under load is rare.
@@ -430,11 +431,14 @@ async def test_a_served_call_is_freed_at_once_not_left_to_the_cycle_collector(
 
     calls: list[weakref.ref[Call]] = []
 
-    class Tracking(synapse.Host):
-        def _call(self, *args: Any, **kwargs: Any) -> Call:
-            call = super()._call(*args, **kwargs)
-            calls.append(weakref.ref(call))
-            return call
+    now = Starts.now
+
+    def tracking(self: Starts, *args: Any, **kwargs: Any) -> Call:
+        call = now(self, *args, **kwargs)
+        calls.append(weakref.ref(call))
+        return call
+
+    monkeypatch.setattr(Starts, "now", tracking)
 
     async def body(held: Held, transport: InProcessFakeTransport) -> None:
         await held.queue(QUEUED)
@@ -443,7 +447,7 @@ async def test_a_served_call_is_freed_at_once_not_left_to_the_cycle_collector(
     enabled = gc.isenabled()
     gc.disable()
     try:
-        await serve_held(make_model, make_config, gate, body, host_class=Tracking)
+        await serve_held(make_model, make_config, gate, body)
         assert len(calls) == len(QUEUED) + 1
         assert [ref() for ref in calls] == [None] * len(calls)
     finally:

@@ -8,6 +8,7 @@ import anyio
 import pytest
 
 import synapse_core as synapse
+from synapse_core.starting import Asked
 from synapse_core.testing import transport_plugin
 from synapse_core.testing.fake import InProcessFakeTransport
 from synapse_core.wire import Infer
@@ -50,7 +51,7 @@ async def test_a_burst_in_one_tick_is_refused_beyond_max_waiting(
                 # them as the burst is admitted, with no task switch between.
                 for i in range(200):
                     try:
-                        call = host._call("m", "embed", [f"t{i}"], None, None)
+                        call = host._starts.now(Asked("m", "embed", [f"t{i}"], None, None, False))
                     except synapse.Overloaded as exc:
                         outcomes.append(exc)
                     else:
@@ -125,10 +126,10 @@ async def test_a_call_waiting_for_the_permit_keeps_its_place_when_the_permit_fre
         runner = host._runner
         holder = object()
         runner.permits.acquire_on_behalf_of_nowait(holder)  # a call holds the only permit
-        first = host._call("m", "embed", ["first"], None, None)
+        first = host._starts.now(Asked("m", "embed", ["first"], None, None, False))
         assert first.queued and not first.permit
         runner.permits.release_on_behalf_of(holder)  # freed before first's task runs
-        second = host._call("m", "embed", ["second"], None, None)
+        second = host._starts.now(Asked("m", "embed", ["second"], None, None, False))
         assert second.queued and not second.permit and second.begun is None
         with anyio.fail_after(HANG_GUARD_S):
             await runner.wait(first)
