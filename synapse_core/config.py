@@ -53,6 +53,14 @@ def _idle(instance: object, attribute: attrs.Attribute[Any], value: float | None
         _duration(instance, attribute, value)
 
 
+def _dims(instance: object, attribute: attrs.Attribute[Any], value: list[int]) -> None:
+    for i, dims in enumerate(value):
+        if type(dims) is not int or dims <= 0:
+            raise FieldInvalid(
+                f"{attribute.name}[{i}]", f"must be a vector size greater than 0, got {dims!r}"
+            )
+
+
 def _prompt_names(instance: object, attribute: attrs.Attribute[Any], value: dict[str, str]) -> None:
     for name in value:
         if not name.strip():
@@ -103,6 +111,10 @@ class ModelSpec:
     #: (exits confirmed, reservations refunded) until its next call starts
     #: them again; ``None``: the host's ``idle_unload_s``
     idle_unload_s: float | None = attrs.field(default=None, validator=_idle)
+    #: the sizes the model was trained to be cut to (Matryoshka): a call may
+    #: ask for its vectors cut to one of them (``dimensions``); empty: what
+    #: the model's files say (see :mod:`synapse_core.matryoshka`)
+    matryoshka_dims: list[int] = attrs.field(factory=list, validator=_dims)
 
 
 @attrs.frozen

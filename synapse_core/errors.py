@@ -43,8 +43,10 @@ class Refused(SynapseError):
     holds a lone surrogate), ``invalid-token`` (a token id that is not an
     integer, is negative, is not a 32-bit integer or is past the model's
     vocabulary), ``empty-sequence``, ``over-ceiling``, ``unknown-prompt``
-    (a prompt name the model does not have) and ``unsupported-output`` (an
-    output, say sparse vectors, the model does not compute);
+    (a prompt name the model does not have), ``unsupported-output`` (an
+    output, say sparse vectors, the model does not compute) and
+    ``unsupported-dimensions`` (a vector size the model gives no vectors of:
+    see :mod:`synapse_core.matryoshka`);
     ``index`` names the offending input (``None`` when the refusal is about
     the whole call or the rerank query).
     """
@@ -61,6 +63,7 @@ class Refused(SynapseError):
         "over-ceiling",
         "unknown-prompt",
         "unsupported-output",
+        "unsupported-dimensions",
     )
 
     def __init__(self, code: str, message: str, *, model: str, index: int | None = None) -> None:

@@ -24,6 +24,8 @@ HTTP server of ``synapse serve``, a command line) uses besides the host API.
   of is published here too: the call's :class:`Plan`, each exchange's
   :class:`Infer` request and its :class:`Output` or :class:`Failure` reply
   (:class:`Frame`), their :class:`Shape`, and a worker's :class:`Fault`.
+- What a model's vectors may be cut to: :func:`matryoshka_sizes` of its
+  catalog entry (``Host.embed(..., dimensions=N)``; :mod:`synapse_core.matryoshka`).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ _EXPORTS = {
     "Output": "wire",
     "Failure": "wire",
     "Shape": "wire",
+    "matryoshka_sizes": "matryoshka",
 }
 
 __all__ = [
@@ -84,6 +87,7 @@ __all__ = [
     "characters",
     "give_back",
     "map_large_blocks",
+    "matryoshka_sizes",
     "positive",
     "shown",
     "structuring_problems",
@@ -96,6 +100,7 @@ if TYPE_CHECKING:
     from .bounds import OFFLOAD_CHARS, bounded, characters, give_back, map_large_blocks
     from .config import structuring_problems
     from .errors import Fault, FieldInvalid
+    from .matryoshka import matryoshka_sizes
     from .naming import SHOWN_CHARS, shown
     from .plan import Plan
     from .tracing import NO_TRACE, NO_TRACER, CallTrace, Tracer

@@ -8,6 +8,7 @@ from typing import Protocol, TypeVar
 import anyio
 from anyio.abc import TaskGroup
 
+from . import matryoshka
 from .bounds import Truncate
 from .call import EmbedResult, RerankResult
 from .catalog import Catalog
@@ -99,6 +100,7 @@ class Host(OutputCalls, ClassifyCalls):
         deadline: Deadline | None = None,
         truncate: Truncate = False,
         prompt_name: str | None = None,
+        dimensions: int | None = None,
     ) -> EmbedResult:
         """Embed ``texts``; one vector per text, in input order.
 
@@ -108,25 +110,32 @@ class Host(OutputCalls, ClassifyCalls):
         the result's ``truncated`` lists the indexes cut. ``prompt_name``
         puts that prompt of the model (``synapse catalog`` lists them) in
         front of each text, as sentence-transformers' ``prompt_name`` does.
+        ``dimensions`` cuts each vector to that many values, normalised again,
+        for a model trained to be cut so (:mod:`~synapse_core.matryoshka`).
         """
         if prompt_name is not None:
             texts = prompted(self.catalog.entry(model, "embed"), prompt_name, texts)
+        asked = Asked(model, "embed", texts, None, deadline, truncate)
         if self._around is not None:
             self._accepts(model, "embed")
-            return await self._around(model, lambda: self._embed(model, texts, deadline, truncate))
-        return await self._embed(model, texts, deadline, truncate)
+            return await self._around(model, lambda: self._embed(asked, dimensions))
+        return await self._embed(asked, dimensions)
 
-    async def _embed(
-        self,
-        model: str,
-        texts: Sequence[str | Sequence[int]],
-        deadline: Deadline | None,
-        truncate: Truncate,
-    ) -> EmbedResult:
-        call = await self._starts.call(Asked(model, "embed", texts, None, deadline, truncate))
+    async def _embed(self, asked: Asked, dimensions: int | None) -> EmbedResult:
+        if dimensions is not None:  # refused before the call where the size is known
+            entry = self.catalog.entry(asked.model, "embed")
+            matryoshka.check(entry, dimensions, self._dims_of(asked.model))
+        call = await self._starts.call(asked)
         tokens = call.plan.tokens  # counted while the worker computes
         await self._runner.wait(call)
-        return EmbedResult(model, call.rows, call.identity, call.plan.truncated, tokens)  # type: ignore[arg-type]
+        rows: list[list[float]] = call.rows  # type: ignore[assignment]
+        identity = call.identity
+        if dimensions is not None:
+            entry = self.catalog.entries[asked.model]
+            cut = matryoshka.applied(entry, dimensions, rows)
+            if cut is not rows:  # another vector space: its identity says so
+                rows, identity = cut, f"{identity};dims={dimensions}"
+        return EmbedResult(asked.model, rows, identity, call.plan.truncated, tokens)
 
     async def rerank(
         self,
@@ -249,6 +258,11 @@ class Host(OutputCalls, ClassifyCalls):
 
     def _check_open(self) -> None:
         self._starts.check_open()
+
+    def _dims_of(self, model: str) -> int | None:
+        """The size of ``model``'s vectors, once a worker of it has said."""
+        worker = self._starts.first_worker(model)
+        return worker.hello.dims if worker is not None and worker.hello is not None else None
 
     def _task_of(self, model: str) -> Task:
         return entry.spec.task if (entry := self.catalog.entries.get(model)) else "embed"

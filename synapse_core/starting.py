@@ -96,7 +96,7 @@ class Starts:
         #: per model, when ``config.coalesce`` is on
         # Invariant: at most one per model, made on its first small call and
         #   kept for the host's life (closed with the host).
-        self._coalescers: dict[str, Coalescer] = {}
+        self.coalescers: dict[str, Coalescer] = {}
         #: the worker threads planning this host's large calls
         self._planners = anyio.CapacityLimiter(TOKENIZING_THREADS)
 
@@ -203,12 +203,12 @@ class Starts:
 
     def _coalescer(self, entry: Entry) -> Coalescer:
         model = entry.spec.name
-        coalescer = self._coalescers.get(model)
+        coalescer = self.coalescers.get(model)
         if coalescer is None:
             assert entry.transport is not None  # the catalog refused the call otherwise
             budget = request_budget(entry.spec, entry.transport.transport)
             coalescer = Coalescer(self, model, budget, entry.spec.workers)
-            self._coalescers[model] = coalescer
+            self.coalescers[model] = coalescer
         return coalescer
 
     # -- what a coalescer asks of the route (coalesce.Launcher) -----------------------
@@ -250,5 +250,5 @@ class Starts:
     def close(self) -> None:
         """Refuse every call from now on; end every coalesced call still queued."""
         self.closed = True
-        for model, coalescer in self._coalescers.items():
+        for model, coalescer in self.coalescers.items():
             coalescer.close(Retired.host_closing(model))

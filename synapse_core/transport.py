@@ -110,6 +110,9 @@ class ModelTraits:
     #: the memory one of its workers holds, in MiB, as estimated from its
     #: files (``/info`` shows it); ``None``: not said
     worker_mib: int | None = None
+    #: the sizes the model was trained to be cut to (Matryoshka), as its
+    #: files say; the catalog entry's ``matryoshka_dims`` win over them
+    matryoshka_dims: tuple[int, ...] = ()
     #: the outputs the model computes (dense vectors, sparse vectors, token
     #: vectors...), when its files say: a call for another one is refused
     #: before any worker starts; ``None``: not said (the worker's hello says)

@@ -57,7 +57,7 @@ def serving_problems(host: Host, calls: Iterable[Call]) -> list[str]:
     if runner.permit_waiters != queued:
         found.append(f"{runner.permit_waiters} permit waiters counted, {queued} calls queued")
     coalescing = 0
-    for coalescer in host._coalescers.values():
+    for coalescer in host._starts.coalescers.values():
         coalescing += len(coalescer.queue)
         for call in coalescer.queue:
             if call.joined is not coalescer or not call.admitted:
@@ -87,7 +87,7 @@ def coalescing_problems(host: Host) -> list[str]:
     counted in the backlog, ``serving_problems`` checks); the callers of a
     running coalesced call are joined to it."""
     found = []
-    for model, coalescer in host._coalescers.items():
+    for model, coalescer in host._starts.coalescers.items():
         running, queue = coalescer.running, coalescer.queue
         if len(running) > coalescer._slots:
             found.append(f"{model}: {len(running)} calls run, {coalescer._slots} slots")

@@ -664,3 +664,28 @@ def test_a_registration_hook_that_fails_is_warned_about_by_every_command() -> No
         "plugin 'broken-registrar': synapse_register_transports failed: OSError('no device')"
         in (result.stderr)
     )
+
+
+@pytest.mark.subprocess
+def test_embed_dimensions_cuts_a_model_trained_to_be_cut(tmp_path: Path) -> None:
+    """``--dimensions N``: each vector's first N values, normalised again;
+    ``synapse catalog`` lists the sizes; another size is refused (exit 2)."""
+    path = write_catalog(tmp_path / "c.toml", {**model("m", dims=32), "matryoshka_dims": [8]})
+    texts = ["the quick brown fox jumps over the lazy dog", "gamma"]
+    whole = json.loads(invoke(["embed", "m", *texts, "--json", "--catalog", str(path)]).stdout)
+    result = invoke(["embed", "m", *texts, "--dimensions", "8", "--json", "--catalog", str(path)])
+    assert result.exit_code == 0, result.stderr
+    cut = json.loads(result.stdout)
+    assert cut["dims"] == 8 and cut["identity"] == f"{whole['identity']};dims=8"
+    norms = [math.hypot(*full[:8]) for full in whole["vectors"]]
+    assert any(norms)  # the fake model's values are sparse: a cut may be all zeros
+    for full, short, norm in zip(whole["vectors"], cut["vectors"], norms, strict=True):
+        assert short == pytest.approx([v / (norm or 1.0) for v in full[:8]], abs=1e-6)
+    listed = invoke(["catalog", "--catalog", str(path)], plugins="")
+    assert "  m: vectors may be cut to 8 dimensions (embed --dimensions N)" in listed.stdout
+    refused = invoke(["embed", "m", "a", "--dimensions", "4", "--catalog", str(path)])
+    assert refused.exit_code == 2  # a refusal, as an unknown prompt is
+    assert "dimensions 4 is not supported" in error_line(refused)
+    assert "may be cut to 8" in error_line(refused)
+    both = invoke(["embed", "m", "a", "--dimensions", "8", "--sparse", "--catalog", str(path)])
+    assert both.exit_code == 2 and "not with --sparse or --all" in error_line(both)

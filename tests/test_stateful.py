@@ -509,7 +509,7 @@ class ResidencyMachine(RuleBasedStateMachine):
             return coalescing_problems(self.host)
 
         assert self.portal.call(check) == []
-        if any(c.running for c in self.host._coalescers.values()):
+        if any(c.running for c in self.host._starts.coalescers.values()):
             note_event("a coalescing queue ran a call")
         if any(isinstance(c, Coalesced) for c in self.started):
             note_event("callers were served in one coalesced call")

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import re
 import signal
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from contextlib import contextmanager
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import anyio
 import anyio.abc
@@ -91,31 +91,81 @@ def same_identity(previous: str, current: str, model: str) -> str:
     return current
 
 
+@attrs.frozen
+class EmbedAsk:
+    """How an embed command's texts are embedded (``Host.embed``'s options)."""
+
+    #: the model's prompt put in front of each text
+    prompt_name: str | None = None
+    truncate: Truncate = False
+    #: each vector cut to this size (Matryoshka); ``None``: the model's own
+    dimensions: int | None = None
+
+
+class Batch(Protocol):
+    """What every call result has: its vector space and the inputs it cut."""
+
+    @property
+    def identity(self) -> str: ...
+
+    @property
+    def truncated(self) -> tuple[int, ...]: ...
+
+
+_B = TypeVar("_B", bound=Batch)
+
+
+async def batched(
+    model: str,
+    inputs: Inputs,
+    on_batch: OnBatch,
+    call: Callable[[list[Any]], Awaitable[_B]],
+    rows_of: Callable[[_B], Sequence[Any]],
+) -> tuple[list[Any], str, tuple[int, ...]]:
+    """``call`` of each batch of ``inputs`` in turn: every batch's rows, the
+    one vector space they share, and the indexes cut, in the whole list's
+    numbering (a refusal names its input there too)."""
+    rows: list[Any] = []
+    identity = ""
+    cut: list[int] = []
+    for span in spans(len(inputs.items)):
+        with located(inputs, span.start):
+            result = await call(inputs.items[span.start : span.stop])
+        identity = same_identity(identity, result.identity, model)
+        rows.extend(rows_of(result))
+        cut.extend(span.start + index for index in result.truncated)
+        on_batch(len(span))
+    return rows, identity, tuple(cut)
+
+
+def _checked(host: Host, model: str, inputs: Inputs, ask: EmbedAsk) -> Inputs:
+    """``inputs`` with the prompt asked for in front, refused up front as a whole."""
+    if ask.prompt_name is not None:
+        entry = host.catalog.entry(model, "embed")
+        inputs = attrs.evolve(inputs, items=prompted(entry, ask.prompt_name, inputs.items))
+    check_all(host, model, "embed", inputs, None, ask.truncate)
+    return inputs
+
+
 async def embed_all(
     host: Host,
     model: str,
     inputs: Inputs,
     deadline: Deadline,
     on_batch: OnBatch,
-    prompt_name: str | None = None,
-    truncate: Truncate = False,
+    ask: EmbedAsk = EmbedAsk(),
 ) -> EmbedResult:
-    if prompt_name is not None:
-        entry = host.catalog.entry(model, "embed")
-        inputs = attrs.evolve(inputs, items=prompted(entry, prompt_name, inputs.items))
-    check_all(host, model, "embed", inputs, None, truncate)
-    vectors: list[list[float]] = []
-    identity = ""
-    cut: list[int] = []
-    for span in spans(len(inputs.items)):
-        with located(inputs, span.start):
-            batch = inputs.items[span.start : span.stop]
-            result = await host.embed(model, batch, deadline=deadline, truncate=truncate)
-        identity = same_identity(identity, result.identity, model)
-        vectors.extend(result.vectors)
-        cut.extend(span.start + index for index in result.truncated)
-        on_batch(len(span))
-    return EmbedResult(model, vectors, identity, tuple(cut))
+    inputs = _checked(host, model, inputs, ask)
+    vectors, identity, cut = await batched(
+        model,
+        inputs,
+        on_batch,
+        lambda batch: host.embed(
+            model, batch, deadline=deadline, truncate=ask.truncate, dimensions=ask.dimensions
+        ),
+        lambda result: result.vectors,
+    )
+    return EmbedResult(model, vectors, identity, cut)
 
 
 async def outputs_all(
@@ -125,31 +175,22 @@ async def outputs_all(
     deadline: Deadline,
     on_batch: OnBatch,
     kind: Kind,
-    prompt_name: str | None = None,
-    truncate: Truncate = False,
+    ask: EmbedAsk = EmbedAsk(),
 ) -> OutputsResult:
     """:func:`embed_all`'s batches for one output ``kind`` (sparse, or multi:
     every token's vector)."""
-    if prompt_name is not None:
-        entry = host.catalog.entry(model, "embed")
-        inputs = attrs.evolve(inputs, items=prompted(entry, prompt_name, inputs.items))
-    check_all(host, model, "embed", inputs, None, truncate)
-    rows: list[Any] = []
-    identity = ""
-    cut: list[int] = []
-    for span in spans(len(inputs.items)):
-        with located(inputs, span.start):
-            batch = inputs.items[span.start : span.stop]
-            result = await host.embed_outputs(
-                model, batch, (kind,), deadline=deadline, truncate=truncate
-            )
-        identity = same_identity(identity, result.identity, model)
-        found: list[Any] | None = result.sparse if kind is Kind.SPARSE else result.multi
-        rows.extend(found or [])
-        cut.extend(span.start + index for index in result.truncated)
-        on_batch(len(span))
+    inputs = _checked(host, model, inputs, ask)
+    rows, identity, cut = await batched(
+        model,
+        inputs,
+        on_batch,
+        lambda batch: host.embed_outputs(
+            model, batch, (kind,), deadline=deadline, truncate=ask.truncate
+        ),
+        lambda result: (result.sparse if kind is Kind.SPARSE else result.multi) or [],
+    )
     sparse, multi = (rows, None) if kind is Kind.SPARSE else (None, rows)
-    return OutputsResult(model, None, sparse, multi, identity, tuple(cut))
+    return OutputsResult(model, None, sparse, multi, identity, cut)
 
 
 async def rerank_all(
@@ -162,20 +203,14 @@ async def rerank_all(
     truncate: Truncate = False,
 ) -> RerankResult:
     check_all(host, model, "rerank", inputs, query, truncate)
-    scores: list[float] = []
-    identity = ""
-    cut: list[int] = []
-    for span in spans(len(inputs.items)):
-        with located(inputs, span.start):
-            documents = inputs.items[span.start : span.stop]
-            result = await host.rerank(
-                model, query, documents, deadline=deadline, truncate=truncate
-            )
-        identity = same_identity(identity, result.identity, model)
-        scores.extend(result.scores)
-        cut.extend(span.start + index for index in result.truncated)
-        on_batch(len(span))
-    return RerankResult(model, scores, identity, tuple(cut))
+    scores, identity, cut = await batched(
+        model,
+        inputs,
+        on_batch,
+        lambda batch: host.rerank(model, query, batch, deadline=deadline, truncate=truncate),
+        lambda result: result.scores,
+    )
+    return RerankResult(model, scores, identity, cut)
 
 
 #: how long a one-shot command lets a late reply drain after its deadline
@@ -240,62 +275,3 @@ async def until_sigterm(main: Callable[[], Awaitable[_R]]) -> _R:
     if terminated or not result:
         raise KeyboardInterrupt
     return result[0]
-
-
-def run_embed(
-    config: HostConfig,
-    plugins: PluginHost,
-    model: str,
-    inputs: Inputs,
-    deadline_s: float | None,
-    on_batch: OnBatch,
-    prompt_name: str | None = None,
-    truncate: Truncate = False,
-) -> EmbedResult:
-    return serve(
-        config,
-        plugins,
-        deadline_s,
-        lambda host, deadline: embed_all(
-            host, model, inputs, deadline, on_batch, prompt_name, truncate
-        ),
-    )
-
-
-def run_outputs(
-    config: HostConfig,
-    plugins: PluginHost,
-    model: str,
-    inputs: Inputs,
-    deadline_s: float | None,
-    on_batch: OnBatch,
-    kind: Kind,
-    prompt_name: str | None = None,
-    truncate: Truncate = False,
-) -> OutputsResult:
-    return serve(
-        config,
-        plugins,
-        deadline_s,
-        lambda host, deadline: outputs_all(
-            host, model, inputs, deadline, on_batch, kind, prompt_name, truncate
-        ),
-    )
-
-
-def run_rerank(
-    config: HostConfig,
-    plugins: PluginHost,
-    model: str,
-    query: str,
-    inputs: Inputs,
-    deadline_s: float | None,
-    on_batch: OnBatch,
-    truncate: Truncate = False,
-) -> RerankResult:
-    return serve(
-        config,
-        plugins,
-        deadline_s,
-        lambda host, deadline: rerank_all(host, model, query, inputs, deadline, on_batch, truncate),
-    )

@@ -12,8 +12,7 @@ from ..classify import ClassifyInput, ClassifyResult
 from ..plan import Truncate
 from ..transport import ModelSource
 from .calls import serve
-from .models import model_options
-from .options import catalog_option, deadline_option, json_option, truncate_option
+from .options import call_options
 from .render import Doc, clip, cut_lines, table
 
 
@@ -68,11 +67,7 @@ def classify_lines(result: ClassifyResult, inputs: list[ClassifyInput]) -> list[
     help="Take TEXTS two at a time, each two one input (an NLI model's premise and hypothesis).",
 )
 @click.option("--raw-scores", is_flag=True, help="Print the logits instead of probabilities.")
-@truncate_option
-@deadline_option
-@json_option
-@catalog_option
-@model_options()
+@call_options
 @click.pass_obj
 def classify_command(
     state: Any,

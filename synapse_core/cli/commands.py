@@ -4,27 +4,40 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any, BinaryIO, TypeVar
 
 import attrs
 import click
 
 from ..catalog import Catalog
 from ..config import HostConfig
+from ..deadline import Deadline
 from ..errors import ConfigError
+from ..host import Host
 from ..kinds import Kind
 from ..plan import Truncate
 from ..plugins import PluginHost, selected_names
 from ..transport import ModelSource
-from . import render
-from .calls import OnBatch, run_embed, run_outputs, run_rerank, show_progress, spans
+from . import catalog_view, render
+from .calls import (
+    EmbedAsk,
+    OnBatch,
+    embed_all,
+    outputs_all,
+    rerank_all,
+    serve,
+    show_progress,
+    spans,
+)
 from .inputs import Field, Inputs, from_arguments, read_jsonl
 from .models import model_options
-from .options import catalog_option, deadline_option, json_option, load_config, truncate_option
+from .options import call_options, catalog_option, json_option, load_config
 from .report import EXIT_FAILED, EXIT_OK, PROG
+
+_R = TypeVar("_R")
 
 
 @attrs.define
@@ -59,6 +72,22 @@ def progress(total: int, verb: str, noun: str) -> Iterator[OnBatch]:
     label = f"{PROG}: {verb} {total} {noun} in {batches} batches"
     with click.progressbar(length=total, label=label, file=sys.stderr, hidden=hidden) as bar:
         yield bar.update
+
+
+def in_batches(
+    state: AppState,
+    config: HostConfig,
+    deadline_s: float | None,
+    inputs: Inputs,
+    what: tuple[str, str],
+    work: Callable[[Host, Deadline, OnBatch], Awaitable[_R]],
+) -> _R:
+    """``work`` in a host opened for the command, told of each batch done
+    (a progress bar of ``what``, say ``("embedding", "texts")``, on stderr)."""
+    with progress(len(inputs.items), *what) as on_batch:
+        return serve(
+            config, state.plugins, deadline_s, lambda host, bound: work(host, bound, on_batch)
+        )
 
 
 def called_model(
@@ -132,8 +161,8 @@ def catalog_command(
 ) -> None:
     """List the catalog's models and whether each can run here (spawns nothing)."""
     config = load_config(catalog, models, transport=transport, plugins=state.plugins)
-    doc = render.catalog_doc(Catalog(config, state.plugins))
-    emit(doc, as_json, lambda: render.catalog_lines(doc))
+    doc = catalog_view.catalog_doc(Catalog(config, state.plugins))
+    emit(doc, as_json, lambda: catalog_view.catalog_lines(doc))
 
 
 def _output_options(command: Callable[..., Any]) -> Callable[..., Any]:
@@ -163,12 +192,15 @@ def _output_options(command: Callable[..., Any]) -> Callable[..., Any]:
     metavar="NAME",
     help="Put the model's prompt NAME in front of each text (synapse catalog lists them).",
 )
+@click.option(
+    "--dimensions",
+    type=click.IntRange(min=1),
+    metavar="N",
+    help="Cut each vector to its first N values, normalised again (a model trained to be "
+    "cut so: synapse catalog lists its sizes).",
+)
 @_output_options
-@truncate_option
-@deadline_option
-@json_option
-@catalog_option
-@model_options()
+@call_options
 @click.pass_obj
 def embed_command(
     state: AppState,
@@ -176,6 +208,7 @@ def embed_command(
     texts: tuple[str, ...],
     file: BinaryIO | None,
     prompt_name: str | None,
+    dimensions: int | None,
     output: str | None,
     truncate: Truncate,
     deadline: float | None,
@@ -195,29 +228,46 @@ def embed_command(
     if prompt_name is not None and truncate == "start":
         # Cut at its start, a long text would lose the prompt put in front of it.
         raise click.UsageError("--truncate start would cut off the prompt; use --truncate end")
+    if output is not None and dimensions is not None:
+        raise click.UsageError("--dimensions cuts dense vectors; not with --sparse or --all")
     config, model, texts = called_model(state, catalog, models, transport, model, texts)
     inputs = gather(texts, file, "text")
-    if output is not None:
-        call = (config, state.plugins, model, inputs, deadline)
-        _emit_outputs(call, Kind(output), prompt_name, truncate, as_json)
-        return
-    with progress(len(inputs.items), "embedding", "texts") as on_batch:
-        result = run_embed(
-            config, state.plugins, model, inputs, deadline, on_batch, prompt_name, truncate
-        )
-    emit(render.embed_doc(result), as_json, lambda: render.embed_lines(result, inputs))
+    ask = EmbedAsk(prompt_name, truncate, dimensions)
+    called = (state, config, model, deadline)
+    _embed_texts(called, inputs, ask, None if output is None else Kind(output), as_json)
 
 
-def _emit_outputs(
-    call: tuple[Any, ...], kind: Kind, prompt_name: str | None, truncate: Truncate, as_json: bool
+def _embed_texts(
+    called: tuple[AppState, HostConfig, str, float | None],
+    inputs: Inputs,
+    ask: EmbedAsk,
+    kind: Kind | None,
+    as_json: bool,
 ) -> None:
-    """``embed --sparse`` / ``--all``: the texts' outputs of ``kind``, printed."""
-    config, plugins, model, inputs, deadline = call
-    with progress(len(inputs.items), "embedding", "texts") as on_batch:
-        outputs = run_outputs(
-            config, plugins, model, inputs, deadline, on_batch, kind, prompt_name, truncate
+    """``embed``'s call and what it prints: dense vectors, or the ``kind`` of
+    output asked for (``--sparse``, ``--all``)."""
+    state, config, model, deadline = called
+    what = ("embedding", "texts")
+    if kind is not None:
+        outputs = in_batches(
+            state,
+            config,
+            deadline,
+            inputs,
+            what,
+            lambda host, bound, done: outputs_all(host, model, inputs, bound, done, kind, ask),
         )
-    emit(render.outputs_doc(outputs), as_json, lambda: render.outputs_lines(outputs, inputs))
+        emit(render.outputs_doc(outputs), as_json, lambda: render.outputs_lines(outputs, inputs))
+        return
+    result = in_batches(
+        state,
+        config,
+        deadline,
+        inputs,
+        what,
+        lambda host, bound, done: embed_all(host, model, inputs, bound, done, ask),
+    )
+    emit(render.embed_doc(result), as_json, lambda: render.embed_lines(result, inputs))
 
 
 @click.command("rerank")
@@ -225,11 +275,7 @@ def _emit_outputs(
 @click.argument("documents", nargs=-1)
 @click.option("--query", "-q", required=True, help="The query to score the documents against.")
 @file_option("document")
-@truncate_option
-@deadline_option
-@json_option
-@catalog_option
-@model_options()
+@call_options
 @click.pass_obj
 def rerank_command(
     state: AppState,
@@ -252,10 +298,14 @@ def rerank_command(
     """
     config, model, documents = called_model(state, catalog, models, transport, model, documents)
     inputs = gather(documents, file, "document")
-    with progress(len(inputs.items), "reranking", "documents") as on_batch:
-        result = run_rerank(
-            config, state.plugins, model, query, inputs, deadline, on_batch, truncate
-        )
+    result = in_batches(
+        state,
+        config,
+        deadline,
+        inputs,
+        ("reranking", "documents"),
+        lambda host, bound, done: rerank_all(host, model, query, inputs, bound, done, truncate),
+    )
     emit(
         render.rerank_doc(result, query),
         as_json,
@@ -266,11 +316,7 @@ def rerank_command(
 @click.command("similarity")
 @click.argument("model", required=False)
 @click.argument("texts", nargs=-1, metavar="FIRST OTHERS...")
-@truncate_option
-@deadline_option
-@json_option
-@catalog_option
-@model_options()
+@call_options
 @click.pass_obj
 def similarity_command(
     state: AppState,
@@ -291,8 +337,15 @@ def similarity_command(
         missing = "FIRST" if not texts else "OTHERS..."
         raise click.UsageError(f"Missing argument '{missing}'.")
     inputs = gather(texts, None, "text")
-    with progress(len(inputs.items), "embedding", "texts") as on_batch:
-        result = run_embed(config, state.plugins, model, inputs, deadline, on_batch, None, truncate)
+    ask = EmbedAsk(truncate=truncate)
+    result = in_batches(
+        state,
+        config,
+        deadline,
+        inputs,
+        ("embedding", "texts"),
+        lambda host, bound, done: embed_all(host, model, inputs, bound, done, ask),
+    )
     emit(
         render.similarity_doc(result, inputs),
         as_json,

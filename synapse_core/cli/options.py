@@ -22,7 +22,7 @@ import click
 from ..config import HostConfig
 from ..deadline import Deadline
 from ..transport import ModelSource
-from .models import DEFAULT_TRANSPORT, with_sources
+from .models import DEFAULT_TRANSPORT, model_options, with_sources
 
 if TYPE_CHECKING:
     from ..plugins import PluginHost
@@ -111,3 +111,9 @@ def load_config(
 
 def deadline_from(seconds: float | None) -> Deadline:
     return Deadline.never() if seconds is None else Deadline.after(seconds)
+
+
+def call_options(command: F) -> F:
+    """The options of every command that calls a model: ``--truncate``,
+    ``--deadline``, ``--json``, ``--catalog``, and ``--model`` with ``--transport``."""
+    return truncate_option(deadline_option(json_option(catalog_option(model_options()(command)))))

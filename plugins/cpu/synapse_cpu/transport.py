@@ -36,6 +36,7 @@ from synapse_models.folder import Layout
 from synapse_models.hosting import (
     folder_problem,
     host_tokenizer,
+    layout_of,
     traits_of,
     verified_sha256,
     verify_before_launch,
@@ -219,13 +220,9 @@ class CpuTransport(Transport):
             return Availability.no(problem)
         try:
             located = model_files(options)
-            layout = files.check_present(located)
+            layout = layout_of(located, options.instruction)
         except ModelFilesError as exc:
             return Availability.no(str(exc))
-        try:
-            layout = layout.with_instruction(options.instruction)
-        except ValueError as exc:
-            return Availability.no(f"options.instruction: {exc}")
         if problem := folder_problem(located, layout, model.task, options.buckets):
             return Availability.no(problem)
         memory = worker_mib(options)
@@ -271,9 +268,8 @@ class CpuTransport(Transport):
         try:
             options = parse_options(model.options)
             located = model_files(options)
-            layout = files.check_present(located).with_instruction(options.instruction)
-            return host_tokenizer(located.tokenizer, layout)
-        except (ModelFilesError, ConfigError, ValueError, OSError):
+            return host_tokenizer(located.tokenizer, layout_of(located, options.instruction))
+        except (ModelFilesError, ConfigError, OSError):
             return BasicTokenizer()  # the model is unavailable and refused before tokenizing
 
     async def launch(self, request: LaunchRequest) -> Launched:
@@ -318,8 +314,8 @@ def _layout(options: CpuOptions) -> Layout | None:
     """The folder's layout (with the catalog's instruction), or ``None`` when
     it has a problem (which ``model_availability`` reports)."""
     try:
-        return files.check_present(model_files(options)).with_instruction(options.instruction)
-    except (ModelFilesError, ValueError):
+        return layout_of(model_files(options), options.instruction)
+    except ModelFilesError:
         return None
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import functools
 import json
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -62,3 +63,37 @@ async def test_a_folder_is_served_as_its_reference_with_its_prompts(
         )
         prompted = await h.embed(name, ref["texts"][:4], deadline=deadline, prompt_name="query")
         assert cosines(prompted.vectors, ref["prompted"]["query"]).min() >= 0.99999
+
+
+async def test_a_folder_trained_to_be_cut_serves_cut_vectors_as_sentence_transformers_does(
+    tmp_path: Path, onnx_cache: Path
+) -> None:
+    """``matryoshka_dimensions`` in config.json: ``dimensions=16`` gives the
+    reference's first 16 values normalised again (sentence-transformers'
+    ``truncate_dim`` with ``normalize_embeddings``); an unlisted size is refused."""
+    pytest.importorskip("onnxruntime")
+    ref = REFERENCE["nomic-mean"]
+    root = tmp_path / "nomic"
+    shutil.copytree(TINY2 / "nomic-mean", root)
+    config_json = json.loads((root / "config.json").read_text())
+    (root / "config.json").write_text(json.dumps({**config_json, "matryoshka_dimensions": [16]}))
+    entry = model_entry(
+        "nomic",
+        task="embed",
+        transport="cpu",
+        ceiling=64,
+        model_dir=str(root),
+        cache_dir=str(onnx_cache),
+    )
+    deadline = synapse.Deadline.after(DEADLINE_S)
+    async with synapse.open_host(config(entry), plugins=[synapse_cpu.plugin]) as h:
+        assert h.catalog.entries["nomic"].traits.matryoshka_dims == (16,)
+        texts = ref["texts"][:4]
+        result = await h.embed("nomic", texts, deadline=deadline, dimensions=16)
+        want = np.asarray(ref["vectors"][:4])[:, :16]
+        assert cosines(result.vectors, want).min() >= 0.99999
+        assert np.allclose(np.linalg.norm(result.vectors, axis=1), 1.0)
+        with pytest.raises(synapse.Refused) as refused:
+            await h.embed("nomic", texts, deadline=deadline, dimensions=8)
+        assert refused.value.code == "unsupported-dimensions"
+        assert "gives 32-dimensional vectors and it may be cut to 16" in str(refused.value)

@@ -39,7 +39,13 @@ from synapse_core.plugin import (
 from synapse_models import files
 from synapse_models.errors import ModelFilesError
 from synapse_models.folder import Layout, read_json
-from synapse_models.hosting import folder_problem, host_tokenizer, traits_of, verify_before_launch
+from synapse_models.hosting import (
+    folder_problem,
+    host_tokenizer,
+    layout_of,
+    traits_of,
+    verify_before_launch,
+)
 
 from . import costs
 from .availability import Found, Probe, probe
@@ -191,7 +197,7 @@ class CudaTransport(Transport):
             )
         try:
             located = files.locate(options.folder(), options.sha256)
-            layout = files.check_present(located)
+            layout = layout_of(located, options.instruction)
         except ModelFilesError as exc:
             return Availability.no(str(exc))
         if problem := folder_problem(located, layout, model.task, options.buckets):
@@ -216,8 +222,7 @@ class CudaTransport(Transport):
         try:
             options = parse_options(model.options)
             located = files.locate(options.folder(), options.sha256)
-            layout = files.check_present(located)
-            return host_tokenizer(located.tokenizer, layout)
+            return host_tokenizer(located.tokenizer, layout_of(located, options.instruction))
         except (ModelFilesError, ConfigError, OSError):
             return BasicTokenizer()  # the model is unavailable and refused before tokenizing
 
@@ -252,7 +257,7 @@ class CudaTransport(Transport):
         lock = held_lane(request)
         options: CudaOptions = self.model_options(request.model)
         located = files.locate(options.folder(), options.sha256)
-        await anyio.to_thread.run_sync(verify_before_launch, located)
+        await anyio.to_thread.run_sync(verify_before_launch, located, options.instruction)
         return await spawn_worker(
             self.worker, request, env=self.worker_env(lock), pass_fds=lock.pass_fds
         )
@@ -281,8 +286,10 @@ def held_lane(request: LaunchRequest) -> LaneLock:
 
 
 def _layout(options: CudaOptions) -> Layout | None:
+    """The folder's layout (with the catalog's instruction), or ``None`` when
+    it has a problem (which ``model_availability`` reports)."""
     try:
-        return files.check_present(files.locate(options.folder(), options.sha256))
+        return layout_of(files.locate(options.folder(), options.sha256), options.instruction)
     except ModelFilesError:
         return None
 

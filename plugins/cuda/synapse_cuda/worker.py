@@ -82,6 +82,7 @@ class CudaWorker(ModelWorker):
             lane="cuda",
             precision=options.precision,
             engine=f"-cuda-{options.precision}",
+            instruction=options.instruction,
         )
         wanted = [p if isinstance(p, str) else p[0] for p in self.device.providers()]
         in_use = self.runner.providers_in_use()

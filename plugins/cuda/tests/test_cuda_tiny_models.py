@@ -73,6 +73,14 @@ SECOND_REFERENCE: dict[str, Any] = json.loads(
 )["models"]
 
 
+def second(name: str, task: str, folder: str, **options: Any) -> dict[str, Any]:
+    """A CUDA-lane catalog entry of the second batch's ``folder``."""
+    folder_dir = str(SECOND / folder)
+    return model_entry(
+        name, task=task, transport="cuda", ceiling=512, model_dir=folder_dir, **options
+    )
+
+
 @asyncio_only
 @pytest.mark.parametrize(
     "name", [n for n, m in SECOND_REFERENCE.items() if m["kind"] in ("embed", "rerank")]
@@ -85,15 +93,7 @@ async def test_every_family_of_the_second_batch_is_served_as_its_reference(
     and DeBERTa through the CUDA lane in float32: the reference's own
     tolerance. A pair over the ceiling is cut as the reference cut it."""
     ref = SECOND_REFERENCE[name]
-    entry = model_entry(
-        name,
-        task=ref["kind"],
-        transport="cuda",
-        ceiling=512,
-        model_dir=str(SECOND / name),
-        precision="fp32",
-        cache_dir=str(onnx_cache),
-    )
+    entry = second(name, ref["kind"], name, precision="fp32", cache_dir=str(onnx_cache))
     async with host(config(entry)) as h:
         if ref["kind"] == "embed":
             texts = [t for t in ref["texts"] if t == t.strip()]
@@ -106,3 +106,39 @@ async def test_every_family_of_the_second_batch_is_served_as_its_reference(
             for (q, d), raw in zip(ref["pairs"], ref["raw_scores"], strict=True):
                 ranked = await h.rerank(name, q, [d], deadline=deadline(), truncate=True)
                 assert abs(ranked.raw_scores[0] - raw) <= 1e-5, (name, q, d)
+
+
+@asyncio_only
+async def test_the_catalogs_instruction_reaches_the_llm_rerankers_host_and_worker(
+    onnx_cache: Path,
+) -> None:
+    """``options.instruction`` as on the CPU lane: the host counts the
+    instructed prompt and the worker scores pairs in it (the numpy runtime
+    loaded with the same instruction is the expected value)."""
+    from synapse_models import model as runtime
+
+    told = "Given a question, find the passage that names a city"
+    ref = SECOND_REFERENCE["qwen3-rerank"]
+    options = {"precision": "fp32", "cache_dir": str(onnx_cache), "instruction": told}
+    entry = second("told", "rerank", "qwen3-rerank", **options)
+    expected_model = runtime.load(str(SECOND / "qwen3-rerank"), runtime="numpy", instruction=told)
+    encode = expected_model.tokenizer.encode
+    async with host(config(entry)) as h:
+        assert h.catalog.entries["told"].traits.instruction == told
+        for q, d in ref["pairs"]:
+            ranked = await h.rerank("told", q, [d], deadline=deadline())
+            expected = float(expected_model.rerank(encode(q), [encode(d)])[0])
+            assert abs(ranked.raw_scores[0] - expected) <= 1e-5, (q, d)
+            framing = expected_model.framing
+            whole = len([*framing.before, *encode(q), *framing.between, *encode(d)])
+            counted = h.catalog.entries["told"].tokenizer.sequence_length(encode(d), encode(q))
+            assert counted == whole + len(framing.pair_after)
+        assert "-llm-reranker-i" in ranked.identity
+
+
+@asyncio_only
+async def test_an_instruction_for_a_model_with_no_prompt_makes_it_unavailable() -> None:
+    entry = second("bert", "rerank", "modernbert-rerank", instruction="Find it")
+    async with host(config(entry)) as h:
+        problem = h.catalog.entries["bert"].problem or ""
+    assert "options.instruction: an instruction is an LLM reranker's" in problem

@@ -9,12 +9,15 @@ from array import array
 from collections.abc import Sequence
 from itertools import repeat
 from operator import truediv
-from typing import Literal, cast
+from typing import Any, Literal, cast
 
-from synapse_core import Host
+from synapse_core import EmbedResult, Host, Refused
 
 from .errors import invalid
 from .schemas import Inputs
+
+#: a body's ``dimensions`` (``None``: the model's own size), and its field's path
+Dims = tuple[int | None, str]
 
 
 def truncation(truncate: bool | None, direction: str) -> Literal[False, "start", "end"]:
@@ -47,22 +50,19 @@ def inputs_of(value: Inputs, field: str) -> list[str | list[int]]:
     return out
 
 
-def check_dimensions(host: Host, model: str, asked: int | None, got: int | None) -> None:
-    """``dimensions`` is accepted only when it is the model's own (Synapse does
-    not cut vectors); checked before the call when the worker has said its
-    size, else once the rows are back."""
-    if asked is None:
-        return
-    if got is None:
-        worker = host.worker(model)
-        got = worker.hello.dims if worker is not None and worker.hello is not None else None
-    if got is not None and asked != got:
-        raise invalid(
-            f"dimensions {asked} is not supported: model {model!r} gives {got}-dimensional "
-            "vectors; leave dimensions out or set it to the model's size",
-            "$.dimensions",
-            "unsupported-dimensions",
-        )
+async def embedded(
+    host: Host, model: str, inputs: Sequence[str | Sequence[int]], dims: Dims, **options: Any
+) -> EmbedResult:
+    """``host.embed`` of ``inputs``, with ``dims`` (a body's size, and that
+    field's path) asked for as ``dimensions``: a size the model may not be
+    cut to is refused naming the field (``unsupported-dimensions``)."""
+    dimensions, field = dims
+    try:
+        return await host.embed(model, inputs, dimensions=dimensions, **options)
+    except Refused as exc:
+        if exc.code != "unsupported-dimensions":
+            raise
+        raise invalid(exc.message, field, exc.code) from None
 
 
 def normalized(vectors: list[list[float]]) -> list[list[float]]:

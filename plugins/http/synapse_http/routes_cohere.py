@@ -24,6 +24,7 @@ from typing import Any
 
 from starlette.responses import Response
 
+from .inputs import embedded
 from .pipeline import Incoming as Incoming  # the handler's request
 from .pipeline import check_count, deadline_of, json_response, model_of, post, truncated_header
 from .schemas import (
@@ -61,11 +62,13 @@ async def embed_v2(request: Incoming, service: Service, body: CohereV2EmbedReque
     if body.input_type is not None:
         prompts = host.catalog.entry(model, "embed").spec.prompts
         prompt = next((p for p in PROMPTS[body.input_type] if p in prompts), None)
-    result = await host.embed(
+    result = await embedded(
+        host,
         model,
         body.texts,
+        (body.output_dimension, "$.output_dimension"),
         deadline=deadline_of(request, service),
-        truncate=_TRUNCATE[body.truncate],  # type: ignore[arg-type]
+        truncate=_TRUNCATE[body.truncate],
         prompt_name=prompt,
     )
     kinds = body.embedding_types or ["float"]

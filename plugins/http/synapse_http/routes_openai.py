@@ -6,7 +6,7 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import Response
 
-from .inputs import as_base64, check_dimensions, inputs_of
+from .inputs import as_base64, embedded, inputs_of
 from .openapi import Answer, answers
 from .pipeline import (
     Incoming,
@@ -48,11 +48,14 @@ async def embeddings(request: Incoming, service: Service, body: EmbeddingsReques
         flat = len(inputs) == 1 and inputs[0] is body.input
         inputs = await decoded(inputs, encoding, "$.input", flat)
     inputs = prompted_inputs(service, model, body.prompt_name, inputs)
-    check_dimensions(host, model, body.dimensions, None)
-    result = await host.embed(
-        model, inputs, deadline=deadline_of(request, service), truncate=body.truncate
+    result = await embedded(
+        host,
+        model,
+        inputs,
+        (body.dimensions, "$.dimensions"),
+        deadline=deadline_of(request, service),
+        truncate=body.truncate,
     )
-    check_dimensions(host, model, body.dimensions, len(result.vectors[0]))
     encode = as_base64 if body.encoding_format == "base64" else list
     data = [Embedding(index=i, embedding=encode(v)) for i, v in enumerate(result.vectors)]
     answer = EmbeddingsResponse(

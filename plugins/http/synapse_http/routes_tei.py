@@ -19,10 +19,10 @@ from starlette.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from synapse_core import Entry, Kind, OutputsResult, Refused, TokenPiece
-from synapse_core.frontend import shown
+from synapse_core.frontend import matryoshka_sizes, shown
 
 from .errors import invalid
-from .inputs import check_dimensions, inputs_of, normalized, sigmoid, truncation
+from .inputs import embedded, inputs_of, normalized, sigmoid, truncation
 from .openapi import Answer, answers
 from .pipeline import (
     HEADER_MODEL,
@@ -67,14 +67,14 @@ async def embed(request: Incoming, service: Service, body: EmbedRequest) -> Resp
     flat = len(inputs) == 1 and inputs[0] is body.inputs  # one input given as bare ids
     inputs = prompted_inputs(service, model, body.prompt_name, inputs, flat)
     inputs = _unframed(service, model, inputs)
-    check_dimensions(host, model, body.dimensions, None)
-    result = await host.embed(
+    result = await embedded(
+        host,
         model,
         inputs,
+        (body.dimensions, "$.dimensions"),
         deadline=deadline_of(request, service),
         truncate=truncation(body.truncate, body.truncation_direction),
     )
-    check_dimensions(host, model, body.dimensions, len(result.vectors[0]))
     vectors = normalized(result.vectors) if body.normalize else result.vectors
     return json_response(vectors, headers=truncated_header(result.truncated))
 
@@ -322,6 +322,7 @@ async def info(request: Request) -> Response:
         mean_cosine_to_float32=conversion.mean_cosine if conversion else None,
         max_score_delta_to_float32=conversion.max_score_delta if conversion else None,
         worker_memory_mib=traits.worker_mib,
+        matryoshka_dims=list(sizes) if (sizes := matryoshka_sizes(entry)) else UNSET,
         resident=service.host.resident(spec.name),
         available=reason is None,
         reason=UNSET if reason is None else reason,

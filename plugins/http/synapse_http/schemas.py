@@ -273,6 +273,8 @@ class Info(Body):
     #: for none; and the worst and mean cosine of its vectors to float32's on
     #: the transport's fixed text set, ``None`` until measured
     quantize: str | None = None
+    #: Synapse's own: the sizes an embedder's vectors may be cut to (``dimensions``)
+    matryoshka_dims: list[int] | msgspec.UnsetType = UNSET
     min_cosine_to_float32: float | None = None
     mean_cosine_to_float32: float | None = None
     #: a cross-encoder's: the worst absolute difference of its scores (logits)
@@ -389,6 +391,8 @@ class CohereV2EmbedRequest(Body):
     #: NONE refuses a text over the model's ceiling (Synapse's rule); END and
     #: START cut it at that end (Cohere's default is END)
     truncate: Literal["NONE", "START", "END"] = "END"
+    #: the vectors' size: the model's own, or one it may be cut to (Matryoshka)
+    output_dimension: Positive | None = None
 
 
 class EmbeddingsByType(Body):

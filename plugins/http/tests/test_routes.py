@@ -28,7 +28,7 @@ pytestmark = pytest.mark.subprocess
 
 MODELS = [
     model("e"),
-    model("e2", dims=4),
+    {**model("e2", dims=4), "matryoshka_dims": [2]},  # trained to be cut to 2
     model("r", task="rerank"),
 ]
 SETTINGS: dict[str, Any] = {"exit_grace_s": 5.0}
@@ -105,6 +105,37 @@ def test_openai_client_token_ids_dimensions_and_models(server: Server) -> None:
     assert refused.value.body["error_type"] == "unsupported-dimensions"  # type: ignore[index]
     assert refused.value.body["field"] == "$.dimensions"  # type: ignore[index]
     assert sorted(m.id for m in client.models.list()) == ["e", "e2", "r"]
+
+
+def unit(vector: list[float]) -> list[float]:
+    norm = math.sqrt(sum(v * v for v in vector))
+    return [v / norm for v in vector]
+
+
+def test_a_model_trained_to_be_cut_is_cut_on_every_embed_route(
+    http: httpx.Client, server: Server
+) -> None:
+    """Matryoshka: each vector's first values, normalised again, from OpenAI's
+    ``dimensions``, TEI's ``dimensions`` and Cohere's ``output_dimension``;
+    ``/info`` lists the sizes, and an unlisted one is refused naming its field."""
+    expected = [unit(v[:2]) for v in host_embed(TEXTS, "e2")]
+    client = openai.OpenAI(base_url=server.url + "/v1", api_key=API_KEY, max_retries=0)
+    answer = client.embeddings.create(model="e2", input=TEXTS, dimensions=2)  # base64
+    assert rows_close([list(d.embedding) for d in answer.data], expected)
+    tei = http.post("/embed?model=e2", json={"inputs": TEXTS, "dimensions": 2})
+    assert tei.status_code == 200, tei.text
+    assert rows_close(tei.json(), expected)
+    body = {"model": "e2", "texts": TEXTS, "output_dimension": 2}
+    cohere = http.post("/v2/embed", json=body)
+    assert cohere.status_code == 200, cohere.text
+    assert rows_close(cohere.json()["embeddings"]["float"], expected)
+    assert http.get("/info?model=e2").json()["matryoshka_dims"] == [2]
+    assert "matryoshka_dims" not in http.get("/info?model=e").json()
+    refused = http.post("/v2/embed", json={**body, "output_dimension": 3})
+    assert refused.status_code == 422
+    assert refused.json()["error_type"] == "unsupported-dimensions"
+    assert refused.json()["field"] == "$.output_dimension"
+    assert "may be cut to 2" in refused.json()["error"]
 
 
 # -- TEI ---------------------------------------------------------------------------------

@@ -147,8 +147,10 @@ def graph_key(files: ModelFiles, sha256: str) -> str:
 
 
 def int8_key(files: ModelFiles, layout: Layout, sha256: str) -> str:
-    """The name the measured loss of the model's int8 graph is kept under."""
-    return f"{graph_key(files, sha256)}-{layout.graph_end}"
+    """The name the measured loss of the model's int8 graph is kept under: an
+    LLM reranker's instruction too, since its loss is measured on pairs in
+    its prompt (the graph itself is the same whatever the instruction)."""
+    return f"{graph_key(files, sha256)}-{layout.graph_end}{layout.instruction_mark}"
 
 
 def sha256_of(path: Path) -> str:

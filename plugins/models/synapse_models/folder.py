@@ -116,6 +116,9 @@ class Layout:
     #: a classifier whose labels are independent (``multi_label_classification``:
     #: each label's sigmoid), not exclusive (softmax over the labels)
     multi_label: bool = False
+    #: the sizes an embedder was trained to be cut to (Matryoshka):
+    #: ``config.json``'s ``matryoshka_dimensions``, the key vLLM reads
+    matryoshka: tuple[int, ...] = ()
 
     @property
     def classifier(self) -> bool:
@@ -151,9 +154,7 @@ class Layout:
         ``xlm-roberta-cls-raw``, ``bert-cross-encoder``."""
         if self.template is not None:
             # Another instruction scores pairs differently: its own identity.
-            told = self.instruction
-            mark = "" if told is None else f"-i{hashlib.sha256(told.encode()).hexdigest()[:8]}"
-            return f"{self.architecture}-llm-reranker{mark}"
+            return f"{self.architecture}-llm-reranker{self.instruction_mark}"
         if self.classifier:
             return f"{self.architecture}-classifier{len(self.labels)}"
         if self.cross_encoder:
@@ -162,6 +163,13 @@ class Layout:
             return f"{self.architecture}-splade"
         dense = f"-dense{len(self.dense)}" if self.dense else ""
         return f"{self.architecture}-{self.pooling}{dense}-{'norm' if self.normalize else 'raw'}"
+
+    @property
+    def instruction_mark(self) -> str:
+        """``-i`` and eight hex digits of the catalog's instruction, which an
+        LLM reranker scores pairs in; empty for the model card's."""
+        told = self.instruction
+        return "" if told is None else f"-i{hashlib.sha256(told.encode()).hexdigest()[:8]}"
 
     @property
     def graph_end(self) -> str:
@@ -261,8 +269,21 @@ def read_layout(root: Path) -> Layout:
         dense,
         causal=sizes.causal,
         colbert=(root / COLBERT_LINEAR).is_file(),
+        matryoshka=_matryoshka(config, config_path),
         **m3,  # type: ignore[arg-type]
     )
+
+
+def _matryoshka(config: dict[str, Any], path: Path) -> tuple[int, ...]:
+    """``config.json``'s ``matryoshka_dimensions``: sizes greater than 0."""
+    given = config.get("matryoshka_dimensions")
+    if given is None:
+        return ()
+    if not isinstance(given, list) or not all(type(d) is int and d > 0 for d in given):
+        raise ModelFilesError(
+            str(path), "matryoshka_dimensions must be a list of vector sizes greater than 0"
+        )
+    return tuple(sorted(set(given)))
 
 
 def _splade(root: Path) -> bool:

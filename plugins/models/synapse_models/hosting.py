@@ -26,6 +26,18 @@ from .tokenizer import HFTokenizer, check_fits, tokenizer_of
 Framing = tuple[bool, PairTemplate | None, bool, bool]
 
 
+def layout_of(located: files.ModelFiles, instruction: str | None = None) -> Layout:
+    """The folder's layout, with the catalog's LLM-reranker ``instruction``
+    (``options.instruction``) in its prompt; :class:`ModelFilesError` names
+    the file at fault, or ``options.instruction`` where the folder has no
+    prompt to put it in."""
+    layout = files.check_present(located)
+    try:
+        return layout.with_instruction(instruction)
+    except ValueError as exc:
+        raise ModelFilesError("options.instruction", str(exc)) from None
+
+
 def host_tokenizer(path: Path, layout: Layout) -> HFTokenizer:
     """The folder's tokenizer, one per file size and modification time and
     way of framing: it frames and encodes as the worker's does
@@ -143,6 +155,7 @@ def traits_of(layout: Layout, task: Task) -> ModelTraits:
         instruction=None if layout.template is None else layout.template.instruction,
         labels=layout.labels,
         multi_label=layout.multi_label,
+        matryoshka_dims=layout.matryoshka,
     )
 
 
@@ -161,7 +174,7 @@ def verified_sha256(located: files.ModelFiles) -> str:
 def verify_before_launch(located: files.ModelFiles, instruction: str | None = None) -> None:
     """The checks a worker would fail on, made on the host so the caller gets
     a typed error naming the file (a worker can only exit)."""
-    layout = files.check_present(located).with_instruction(instruction)
+    layout = layout_of(located, instruction)
     verified_sha256(located)
     tokenizer = host_tokenizer(located.tokenizer, layout)
     check_fits(tokenizer, files.vocab_rows(located.weights, layout), layout.family.vocab_padded)

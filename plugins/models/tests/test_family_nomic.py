@@ -100,3 +100,24 @@ def test_biases_the_config_asks_for_are_read_by_their_hub_names(tmp_path: Path) 
     root = changed(tmp_path, qkv_proj_bias=True)
     with pytest.raises(files.ModelFilesError, match=r"encoder\.layers\.0\.attn\.Wqkv\.bias"):
         runtime.load(str(root), runtime="numpy")
+
+
+def test_matryoshka_dimensions_in_config_json_reach_the_catalog_traits(tmp_path: Path) -> None:
+    """vLLM's key; nomic-embed-text-v1.5 was trained to be cut to 768 down to 64."""
+    from synapse_models.hosting import traits_of
+
+    root = changed(tmp_path, matryoshka_dimensions=[16, 8, 16])
+    layout = files.check_present(files.ModelFiles(root, "nomic", None))
+    assert layout.matryoshka == (8, 16)
+    assert traits_of(layout, "embed").matryoshka_dims == (8, 16)
+    assert files.check_present(files.ModelFiles(FOLDER, "nomic", None)).matryoshka == ()
+
+
+@pytest.mark.parametrize("given", [16, [16, 0], [8.5], "16"])
+def test_bad_matryoshka_dimensions_are_refused_naming_config_json(
+    tmp_path: Path, given: Any
+) -> None:
+    root = changed(tmp_path, matryoshka_dimensions=given)
+    with pytest.raises(files.ModelFilesError, match="matryoshka_dimensions must be a list") as e:
+        files.check_present(files.ModelFiles(root, "nomic", None))
+    assert e.value.path == str(root / "config.json")

@@ -178,3 +178,16 @@ def test_a_reranker_folder_is_a_rerank_task_and_its_instruction_can_be_given() -
     assert told.identity != default.identity and told.layout.kind.startswith("qwen3-llm-reranker-i")
     with pytest.raises(ValueError, match="LLM reranker"):
         runtime.load(str(TINY2 / "qwen3-last"), runtime="numpy", instruction="Find it")
+
+
+def test_an_instruction_of_its_own_has_its_own_int8_loss() -> None:
+    """The loss is measured on pairs in the prompt, which the instruction is
+    part of: a reranker served with another one must not read the card's."""
+    from synapse_models import files
+
+    located = files.ModelFiles(TINY2 / "qwen3-rerank", "qwen3-rerank", None)
+    layout = files.check_present(located)
+    told = layout.with_instruction("Find the answer")
+    keys = {files.int8_key(located, each, "sha") for each in (layout, told)}
+    assert len(keys) == 2
+    assert files.int8_key(located, told, "sha").endswith(told.instruction_mark)
