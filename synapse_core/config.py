@@ -53,7 +53,11 @@ def _idle(instance: object, attribute: attrs.Attribute[Any], value: float | None
         _duration(instance, attribute, value)
 
 
-def _dims(instance: object, attribute: attrs.Attribute[Any], value: list[int]) -> None:
+def _dims(instance: ModelSpec, attribute: attrs.Attribute[Any], value: list[int]) -> None:
+    if value and instance.task != "embed":
+        raise FieldInvalid(
+            attribute.name, f"only an embed model's vectors are cut, not a {instance.task} model's"
+        )
     for i, dims in enumerate(value):
         if type(dims) is not int or dims <= 0:
             raise FieldInvalid(

@@ -83,7 +83,9 @@ class Host(OutputCalls, ClassifyCalls):
     @property
     def tracer(self) -> Tracer:
         """Told of every call as it passes the serving path's points (a front
-        end that traces calls installs its own; the default records nothing)."""
+        end that traces calls installs its own; the default records nothing).
+        Set it on the host, not on a subclass: the route that starts calls
+        (:mod:`.starting`) holds it."""
         return self._starts.tracer
 
     @tracer.setter
@@ -123,7 +125,9 @@ class Host(OutputCalls, ClassifyCalls):
 
     async def _embed(self, asked: Asked, dimensions: int | None) -> EmbedResult:
         if dimensions is not None:  # refused before the call where the size is known
+            self._check_open()  # a closed host or a retired model is said first
             entry = self.catalog.entry(asked.model, "embed")
+            self._starts.check_not_retired(asked.model)
             matryoshka.check(entry, dimensions, self._dims_of(asked.model))
         call = await self._starts.call(asked)
         tokens = call.plan.tokens  # counted while the worker computes

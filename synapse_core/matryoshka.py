@@ -10,7 +10,8 @@ other size is refused (``unsupported-dimensions``), before the call when
 the model's size is known (its worker has said it), else once its rows are
 back. Cutting then normalising is what sentence-transformers
 (``truncate_dim`` with ``normalize_embeddings``), TEI (``normalize``) and
-OpenAI (``dimensions``) do.
+OpenAI (``dimensions``) do; a model whose files say its vectors are not
+unit length (``ModelTraits.normalized`` false) has them cut only.
 """
 
 from __future__ import annotations
@@ -39,15 +40,18 @@ def check(entry: Entry, dimensions: int, size: int | None) -> None:
 
 
 def applied(entry: Entry, dimensions: int | None, rows: list[list[float]]) -> list[list[float]]:
-    """``rows``, each cut to ``dimensions`` values and normalised to unit
-    length again (a zero vector stays zero), once :func:`check` accepts it
-    against their own size; ``rows`` as they are for ``None`` or their size."""
+    """``rows``, each cut to ``dimensions`` values, once :func:`check`
+    accepts it against their own size, and normalised to unit length again
+    (a zero vector stays zero) unless the model's own vectors are not
+    (``ModelTraits.normalized``); ``rows`` as they are for ``None`` or their size."""
     if dimensions is None or not rows:
         return rows
     size = len(rows[0])
     check(entry, dimensions, size)
     if dimensions == size:
         return rows
+    if entry.traits.normalized is False:  # a raw model's vectors stay raw
+        return [row[:dimensions] for row in rows]
     return [_unit(row[:dimensions]) for row in rows]
 
 

@@ -113,6 +113,10 @@ class ModelTraits:
     #: the sizes the model was trained to be cut to (Matryoshka), as its
     #: files say; the catalog entry's ``matryoshka_dims`` win over them
     matryoshka_dims: tuple[int, ...] = ()
+    #: whether an embed model's vectors are unit length (its files end in a
+    #: normalisation): a vector cut to fewer dimensions is normalised again
+    #: unless this is ``False``; ``None``: not said
+    normalized: bool | None = None
     #: the outputs the model computes (dense vectors, sparse vectors, token
     #: vectors...), when its files say: a call for another one is refused
     #: before any worker starts; ``None``: not said (the worker's hello says)

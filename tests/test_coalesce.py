@@ -69,7 +69,6 @@ async def serve_held(
     gate: Any,
     body: Callable[[Held, InProcessFakeTransport], Awaitable[None]],
     transport: InProcessFakeTransport | None = None,
-    host_class: type[synapse.Host] = synapse.Host,
     **settings: Any,
 ) -> InProcessFakeTransport:
     transport = transport or InProcessFakeTransport()
@@ -77,7 +76,7 @@ async def serve_held(
     settings.setdefault("coalesce", True)
     cfg = make_config(make_model("m", max_batch=8), **settings)
     plugins = [transport_plugin(transport)]
-    async with synapse.open_host(cfg, plugins=plugins, host_class=host_class) as host:
+    async with synapse.open_host(cfg, plugins=plugins) as host:
         await host.load("m")
         gate.armed = lambda model, frame: isinstance(frame, Infer)
         async with anyio.create_task_group() as tg:

@@ -7,6 +7,7 @@ In-process, on both anyio backends."""
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -15,11 +16,23 @@ import synapse_core as synapse
 from synapse_core.matryoshka import applied
 from synapse_core.testing import catalog_toml, transport_plugin
 from synapse_core.testing.fake import InProcessFakeTransport
+from synapse_core.tracing import NO_TRACE, Tracer
 
 pytestmark = pytest.mark.anyio
 
 #: the fake model's vectors have four values (conftest's ``dims``)
 DIMS = 4
+
+
+class Counting(Tracer):
+    """Counts the calls that start (the route asks its tracer first)."""
+
+    def __init__(self) -> None:
+        self.started = 0
+
+    def call(self, model: str, task: Any) -> Any:
+        self.started += 1
+        return NO_TRACE
 
 
 def unit(values: list[float]) -> list[float]:
@@ -62,8 +75,11 @@ async def test_an_unlisted_size_is_refused_and_the_host_goes_on(
     async with host_of(make_model, make_config, matryoshka_dims=[2]) as host:
         if loaded:  # the worker said its size: refused before the call
             await host.load("m")
+        host.tracer = calls = Counting()
         with pytest.raises(synapse.Refused) as refused:
             await host.embed("m", ["alpha"], dimensions=3)
+        # Known, the size is refused before the call starts; unknown, after its rows.
+        assert calls.started == (0 if loaded else 1)
         assert refused.value.code == "unsupported-dimensions"
         assert "model 'm' gives 4-dimensional vectors and it may be cut to 2" in str(refused.value)
         with pytest.raises(synapse.Refused, match="was not trained to be cut"):
@@ -79,16 +95,30 @@ async def test_a_listed_size_past_the_models_own_is_refused(
             await host.embed("m", ["alpha"], dimensions=8)
 
 
+def entry_of(normalized: bool | None) -> Any:
+    """What ``applied`` reads of a catalog entry."""
+    traits = SimpleNamespace(matryoshka_dims=(), normalized=normalized)
+    return SimpleNamespace(spec=SimpleNamespace(name="m", matryoshka_dims=[2]), traits=traits)
+
+
 def test_a_zero_vector_cut_stays_zero_rather_than_dividing_by_zero() -> None:
-    class Entry:  # what ``applied`` reads of a catalog entry
-        class spec:
-            name, matryoshka_dims = "m", [2]
-
-        class traits:
-            matryoshka_dims = ()
-
     rows = [[0.0, 0.0, 1.0], [3.0, 4.0, 5.0]]
-    assert applied(Entry, 2, rows) == [[0.0, 0.0], [0.6, 0.8]]  # type: ignore[arg-type]
+    assert applied(entry_of(None), 2, rows) == [[0.0, 0.0], [0.6, 0.8]]
+
+
+def test_a_model_whose_vectors_are_not_unit_length_has_them_cut_only() -> None:
+    rows = [[3.0, 4.0, 5.0]]
+    assert applied(entry_of(False), 2, rows) == [[3.0, 4.0]]
+    assert applied(entry_of(True), 2, rows) == [[0.6, 0.8]]
+
+
+def test_only_an_embed_models_vectors_are_cut(make_model: Any) -> None:
+    toml = catalog_toml({**make_model("r", task="rerank"), "matryoshka_dims": [2]})
+    with pytest.raises(synapse.ConfigError) as error:
+        synapse.HostConfig.from_toml_text(toml, source="catalog.toml")
+    assert error.value.problems == [
+        "models[0].matryoshka_dims: only an embed model's vectors are cut, not a rerank model's"
+    ]
 
 
 def test_a_bad_size_in_the_catalog_is_refused_naming_its_path(make_model: Any) -> None:

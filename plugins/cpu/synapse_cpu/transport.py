@@ -197,7 +197,8 @@ class CpuTransport(Transport):
         root = Path(options.cache_dir) if options.cache_dir else default_cache_dir()
         # a folder without an expected hash: hash it (remembered)
         sha256 = located.sha256 or verified_sha256(located)
-        layout = files.check_present(located)
+        # the worker measured it with the catalog's instruction, if any
+        layout = layout_of(located, options.instruction)
         loss = quantize.read_loss(root, files.int8_key(located, layout, sha256.lower()))
         if loss is None:
             return Conversion(options.quantize)

@@ -265,3 +265,32 @@ def test_synapse_embed_takes_the_query_prompt_by_name(tmp_path: Path, onnx_cache
     assert cosines(json.loads(prompted.stdout)["vectors"], wanted).min() >= 0.99999
     plain = CliRunner().invoke(make_cli(), args, env=env)
     assert cosines(json.loads(plain.stdout)["vectors"], wanted).min() < 0.999
+
+
+def test_catalog_reports_the_int8_loss_measured_with_the_catalogs_instruction(
+    tmp_path: Path,
+) -> None:
+    """The loss is measured on pairs in the prompt: ``/info`` and ``synapse
+    catalog`` read the one measured with the entry's instruction."""
+    pytest.importorskip("onnxruntime")
+    from synapse_core.config import ModelSpec
+
+    folder = str(TINY2 / "qwen3-rerank")
+    told = runtime.load(folder, quantize="int8", cache_dir=str(tmp_path), instruction=TOLD)
+    options = {"model_dir": folder, "quantize": "int8", "cache_dir": str(tmp_path)}
+    transport = synapse_cpu.plugin.CpuTransport()
+
+    def conversion(**extra: Any) -> Any:
+        spec = ModelSpec(
+            name="r",
+            task="rerank",
+            transport="cpu",
+            package="r",
+            ceiling=512,
+            options={**options, **extra},
+        )
+        return transport.model_conversion(spec)
+
+    measured = conversion(instruction=TOLD)
+    assert measured is not None and measured.max_score_delta == told.max_score_delta
+    assert conversion().max_score_delta is None  # the card's prompt: not measured yet

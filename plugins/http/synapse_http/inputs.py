@@ -9,18 +9,20 @@ from array import array
 from collections.abc import Sequence
 from itertools import repeat
 from operator import truediv
-from typing import Any, Literal, cast
+from typing import Literal, cast
 
-from synapse_core import EmbedResult, Host, Refused
+from synapse_core import Deadline, EmbedResult, Host, Refused
 
 from .errors import invalid
 from .schemas import Inputs
 
 #: a body's ``dimensions`` (``None``: the model's own size), and its field's path
 Dims = tuple[int | None, str]
+#: the host's ``truncate``: refuse (``False``), or cut at the end (``True``) or that end
+Cut = bool | Literal["start", "end"]
 
 
-def truncation(truncate: bool | None, direction: str) -> Literal[False, "start", "end"]:
+def truncation(truncate: bool | None, direction: str) -> Cut:
     """TEI's ``truncate`` and ``truncation_direction`` as the host's ``truncate``:
     ``Left`` cuts tokens at the start of a text (keeping its end)."""
     if not truncate:
@@ -51,14 +53,28 @@ def inputs_of(value: Inputs, field: str) -> list[str | list[int]]:
 
 
 async def embedded(
-    host: Host, model: str, inputs: Sequence[str | Sequence[int]], dims: Dims, **options: Any
+    host: Host,
+    model: str,
+    inputs: Sequence[str | Sequence[int]],
+    dims: Dims,
+    *,
+    deadline: Deadline,
+    truncate: Cut,
+    prompt_name: str | None = None,
 ) -> EmbedResult:
     """``host.embed`` of ``inputs``, with ``dims`` (a body's size, and that
     field's path) asked for as ``dimensions``: a size the model may not be
     cut to is refused naming the field (``unsupported-dimensions``)."""
     dimensions, field = dims
     try:
-        return await host.embed(model, inputs, dimensions=dimensions, **options)
+        return await host.embed(
+            model,
+            inputs,
+            deadline=deadline,
+            truncate=truncate,
+            prompt_name=prompt_name,
+            dimensions=dimensions,
+        )
     except Refused as exc:
         if exc.code != "unsupported-dimensions":
             raise

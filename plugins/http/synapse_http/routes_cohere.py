@@ -24,7 +24,7 @@ from typing import Any
 
 from starlette.responses import Response
 
-from .inputs import embedded
+from .inputs import Cut, embedded
 from .pipeline import Incoming as Incoming  # the handler's request
 from .pipeline import check_count, deadline_of, json_response, model_of, post, truncated_header
 from .schemas import (
@@ -47,7 +47,7 @@ PROMPTS: dict[InputType, tuple[str, ...]] = {
     "classification": ("classification", "Classification"),
     "clustering": ("clustering", "Clustering"),
 }
-_TRUNCATE = {"NONE": False, "START": "start", "END": "end"}
+_TRUNCATE: dict[str, Cut] = {"NONE": False, "START": "start", "END": "end"}
 
 
 @post(CohereV2EmbedRequest, CohereV2EmbedResponse)

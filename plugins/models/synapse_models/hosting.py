@@ -156,6 +156,7 @@ def traits_of(layout: Layout, task: Task) -> ModelTraits:
         labels=layout.labels,
         multi_label=layout.multi_label,
         matryoshka_dims=layout.matryoshka,
+        normalized=None if layout.cross_encoder else layout.normalize,
     )
 
 
