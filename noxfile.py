@@ -264,10 +264,10 @@ def ray(session: nox.Session) -> None:
     starts a local Ray instance: two at once on a small machine only slow
     each other down, so this runs apart from the parallel suite.
     """
-    # Compiled at install (uv does not by default): every Ray process of a
-    # test's sandbox otherwise compiles Ray's modules again as it imports
-    # them, and a fresh environment's first `serve run` took past its
-    # 180 s Ctrl-C bound to stop, in two fresh-clone runs of this session.
+    # Compiled at install (uv does not by default), so that a fresh
+    # environment's Ray processes do not each compile Ray's modules as they
+    # import them. (Not the cure for serve run's Ctrl-C hang that full
+    # .ci/run sequences on one machine showed: see docs/scale-out.md.)
     compiled = {"UV_COMPILE_BYTECODE": "1"}
     session.install("-r", "requirements/ray.txt", env=compiled)
     session.install(*MODEL)  # for the MiniLM-through-Ray test
